@@ -1,0 +1,236 @@
+package ledger
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"gorm.io/gorm"
+)
+
+// actionEdgeOwners names the method that owns an action edge: those edges
+// need facts beyond a state change (an attempt row, an approval decision)
+// and are refused by TransitionAction.
+var actionEdgeOwners = map[[2]ActionState]string{
+	{ActionApproved, ActionRunning}:         "StartAttempt",
+	{ActionAwaitingApproval, ActionApproved}: "DecideApproval",
+	{ActionAwaitingApproval, ActionDenied}:   "DecideApproval",
+	{ActionAwaitingApproval, ActionExpired}:  "ExpireApprovals",
+	{ActionRunning, ActionSucceeded}:        "FinishAttempt",
+	{ActionRunning, ActionFailed}:           "FinishAttempt",
+	{ActionRunning, ActionUncertain}:        "FinishAttempt",
+}
+
+// ActionEdgeOwner returns the Store method that owns the edge from → to, or
+// "" if TransitionAction may take it.
+func ActionEdgeOwner(from, to ActionState) string { return actionEdgeOwners[[2]ActionState{from, to}] }
+
+// CreateAction implements Store.
+func (s *GormStore) CreateAction(ctx context.Context, p CreateActionParams) (CreateActionResult, error) {
+	switch {
+	case p.IdempotencyKey == "" || len(p.IdempotencyKey) > 255:
+		return CreateActionResult{}, Errorf(CodeInvalid, "create action: idempotency key must be 1–255 characters")
+	case p.Tool == "":
+		return CreateActionResult{}, Errorf(CodeInvalid, "create action: tool is required")
+	case !p.Effect.Valid():
+		return CreateActionResult{}, Errorf(CodeInvalid, "create action: effect must be read or write, not %q", p.Effect)
+	case p.Gate != "" && p.Gate != ActionApproved && p.Gate != ActionAwaitingApproval && p.Gate != ActionDenied:
+		return CreateActionResult{}, Errorf(CodeInvalid, "create action: gate must be approved, awaiting_approval or denied, not %q", p.Gate)
+	case p.ApprovalTTL < 0:
+		return CreateActionResult{}, Errorf(CodeInvalid, "create action: approval TTL cannot be negative")
+	}
+	args, err := Canonicalize(p.Arguments)
+	if err != nil {
+		return CreateActionResult{}, fmt.Errorf("create action: arguments: %w", err)
+	}
+	if len(args) == 0 || args[0] != '{' {
+		return CreateActionResult{}, Errorf(CodeInvalid, "create action: arguments must be a JSON object")
+	}
+	digest, err := ActionDigest(ActionDigestInput{Tool: p.Tool, ToolVersion: p.ToolVersion, Effect: p.Effect, Arguments: args})
+	if err != nil {
+		return CreateActionResult{}, fmt.Errorf("create action: %w", err)
+	}
+	var out CreateActionResult
+	err = s.inTx(ctx, "create action", func(tx *txn) error {
+		var existing actionRow
+		err := tx.db.Where("run_id = ? AND idempotency_key = ?", p.RunID, p.IdempotencyKey).Take(&existing).Error
+		switch {
+		case err == nil:
+			if existing.ActionDigest != string(digest) {
+				return Errorf(CodeConflict, "action key %q of run %s was already used for another action", p.IdempotencyKey, p.RunID)
+			}
+			out = CreateActionResult{Action: existing.toAction(), Duplicate: true}
+			apr, err := tx.pendingApproval(ActionID(existing.ID))
+			if err == nil {
+				out.Approval = apr
+			}
+			return nil
+		case !errors.Is(err, gorm.ErrRecordNotFound):
+			return err
+		}
+		run, err := tx.findRun(p.RunID)
+		if err != nil {
+			return err
+		}
+		if run.State != RunRunning {
+			return Errorf(CodeConflict, "run %s is %s: actions are recorded only while it runs", p.RunID, run.State)
+		}
+		var maxSeq int64
+		if err := tx.db.Model(&actionRow{}).Select("COALESCE(MAX(seq), 0)").Where("run_id = ?", p.RunID).Scan(&maxSeq).Error; err != nil {
+			return err
+		}
+		id := ActionID(tx.newID(PrefixAction))
+		row := actionRow{
+			ID: string(id), RunID: string(p.RunID), Tenant: run.Tenant, Seq: maxSeq + 1, IdempotencyKey: p.IdempotencyKey,
+			Tool: p.Tool, ToolVersion: p.ToolVersion, Effect: string(p.Effect), Arguments: string(args),
+			ActionDigest: string(digest), DedupKey: DedupKeyFor(p.RunID, id), Supersedes: strPtr(string(p.Supersedes)),
+			State: string(ActionProposed), Version: 1, CreatedAt: micros(tx.now), UpdatedAt: micros(tx.now),
+		}
+		if p.Supersedes != "" {
+			old, err := tx.findAction(p.Supersedes)
+			if err != nil {
+				return err
+			}
+			if old.RunID != p.RunID {
+				return Errorf(CodeInvalid, "action %s belongs to another run", p.Supersedes)
+			}
+			if err := tx.transitionAction(ActionTransition{ID: old.ID, From: old.State, To: ActionSuperseded, Actor: p.Actor,
+				Data: map[string]any{"superseded_by": id}}); err != nil {
+				return err
+			}
+		}
+		if err := tx.db.Create(&row).Error; err != nil {
+			return err
+		}
+		if _, err := tx.appendEvent(transitionEvent(p.RunID, "action", string(id), ActionState(""), ActionProposed, p.Actor,
+			map[string]any{"tool": p.Tool, "tool_version": p.ToolVersion, "effect": p.Effect, "action_digest": digest,
+				"seq": row.Seq, "supersedes": p.Supersedes})); err != nil {
+			return err
+		}
+		if p.Gate != "" {
+			if err := tx.transitionAction(ActionTransition{ID: id, From: ActionProposed, To: p.Gate, Actor: p.Actor}); err != nil {
+				return err
+			}
+		}
+		if p.Gate == ActionAwaitingApproval {
+			apr, err := tx.openApproval(&row, p.ApprovalTTL, p.Actor)
+			if err != nil {
+				return err
+			}
+			out.Approval = apr
+		}
+		out.Action, err = tx.findAction(id)
+		return err
+	})
+	return out, err
+}
+
+// TransitionAction implements Store.
+func (s *GormStore) TransitionAction(ctx context.Context, p ActionTransition) (*Action, error) {
+	if owner := ActionEdgeOwner(p.From, p.To); owner != "" {
+		return nil, Errorf(CodeInvalid, "transition action: %s → %s is taken by %s", p.From, p.To, owner)
+	}
+	var out *Action
+	err := s.inTx(ctx, "transition action", func(tx *txn) error {
+		if err := tx.transitionAction(p); err != nil {
+			return err
+		}
+		var err error
+		out, err = tx.findAction(p.ID)
+		return err
+	})
+	return out, err
+}
+
+// transitionAction is the one place an action's state changes. An action
+// leaving awaiting_approval other than by a decision takes its pending
+// approval with it (invalidated).
+func (tx *txn) transitionAction(p ActionTransition, extra ...map[string]any) error {
+	if err := ValidateActionTransition(p.From, p.To); err != nil {
+		return err
+	}
+	upd := map[string]any{"state": p.To, "version": gorm.Expr("version + 1"), "updated_at": micros(tx.now)}
+	for _, m := range extra {
+		for k, v := range m {
+			upd[k] = v
+		}
+	}
+	res := tx.db.Model(&actionRow{}).Where("id = ? AND state = ?", p.ID, p.From).Updates(upd)
+	if res.Error != nil {
+		return res.Error
+	}
+	if res.RowsAffected == 0 {
+		return tx.staleState(&actionRow{}, "action", string(p.ID), string(p.From))
+	}
+	run, err := tx.runOfAction(p.ID)
+	if err != nil {
+		return err
+	}
+	if _, err := tx.appendEvent(transitionEvent(run, "action", string(p.ID), p.From, p.To, p.Actor, p.Data)); err != nil {
+		return err
+	}
+	if p.From == ActionAwaitingApproval && p.To != ActionApproved && p.To != ActionDenied && p.To != ActionExpired {
+		apr, err := tx.pendingApproval(p.ID)
+		if err != nil {
+			return err
+		}
+		return tx.transitionApproval(apr, ApprovalInvalidated, p.Actor, "action "+string(p.To), nil)
+	}
+	return nil
+}
+
+func (tx *txn) runOfAction(id ActionID) (RunID, error) {
+	var run string
+	if err := tx.db.Model(&actionRow{}).Select("run_id").Where("id = ?", id).Take(&run).Error; err != nil {
+		return "", fmt.Errorf("action %s: %w", id, err)
+	}
+	return RunID(run), nil
+}
+
+func (tx *txn) findAction(id ActionID) (*Action, error) { return findAction(tx.db, id) }
+
+func findAction(db *gorm.DB, id ActionID) (*Action, error) {
+	var r actionRow
+	if err := db.Where("id = ?", id).Take(&r).Error; err != nil {
+		if errors.Is(err, gorm.ErrRecordNotFound) {
+			return nil, Errorf(CodeNotFound, "action %s not found", id)
+		}
+		return nil, err
+	}
+	return r.toAction(), nil
+}
+
+// FindActionByID implements Store.
+func (s *GormStore) FindActionByID(ctx context.Context, id ActionID) (*Action, error) {
+	a, err := findAction(s.r.WithContext(ctx), id)
+	if err != nil {
+		return nil, wrapErr("find action", err)
+	}
+	return a, nil
+}
+
+// FindActions implements Store.
+func (s *GormStore) FindActions(ctx context.Context, f ActionFilter) ([]*Action, error) {
+	q := s.r.WithContext(ctx).Model(&actionRow{})
+	if f.RunID != nil {
+		q = q.Where("run_id = ?", *f.RunID)
+	}
+	if f.Tenant != nil {
+		q = q.Where("tenant = ?", *f.Tenant)
+	}
+	if f.State != nil {
+		q = q.Where("state = ?", *f.State)
+	}
+	if f.Limit > 0 {
+		q = q.Limit(f.Limit)
+	}
+	var rows []actionRow
+	if err := q.Order("run_id, seq").Find(&rows).Error; err != nil {
+		return nil, wrapErr("find actions", err)
+	}
+	out := make([]*Action, len(rows))
+	for i := range rows {
+		out[i] = rows[i].toAction()
+	}
+	return out, nil
+}

@@ -1,0 +1,188 @@
+package ledger
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"gorm.io/gorm"
+)
+
+// openApproval opens the pending approval of an action that just entered
+// awaiting_approval, bound to its digest.
+func (tx *txn) openApproval(a *actionRow, ttl time.Duration, actor string) (*Approval, error) {
+	row := approvalRow{
+		ID: tx.newID(PrefixApproval), ActionID: a.ID, RunID: a.RunID, Tenant: a.Tenant,
+		ActionDigest: a.ActionDigest, State: string(ApprovalPending), Version: 1, RequestedAt: micros(tx.now),
+	}
+	if us := ttl.Microseconds(); us > 0 {
+		exp := micros(tx.now) + us
+		row.ExpiresAt = &exp
+	}
+	if err := tx.db.Create(&row).Error; err != nil {
+		return nil, err
+	}
+	data := map[string]any{"action_id": a.ID, "action_digest": a.ActionDigest}
+	if row.ExpiresAt != nil {
+		data["expires_at"] = fromMicros(*row.ExpiresAt)
+	}
+	if _, err := tx.appendEvent(transitionEvent(RunID(a.RunID), "approval", row.ID, ApprovalState(""), ApprovalPending, actor, data)); err != nil {
+		return nil, err
+	}
+	return row.toApproval(), nil
+}
+
+// pendingApproval returns an action's pending approval; CodeConflict if it
+// has none.
+func (tx *txn) pendingApproval(action ActionID) (*Approval, error) {
+	var row approvalRow
+	err := tx.db.Where("action_id = ? AND state = ?", action, ApprovalPending).Take(&row).Error
+	if errors.Is(err, gorm.ErrRecordNotFound) {
+		return nil, Errorf(CodeConflict, "action %s has no pending approval", action)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return row.toApproval(), nil
+}
+
+// transitionApproval is the one place an approval's state changes.
+func (tx *txn) transitionApproval(a *Approval, to ApprovalState, actor, reason string, decidedBy *string) error {
+	if err := ValidateApprovalTransition(a.State, to); err != nil {
+		return err
+	}
+	upd := map[string]any{"state": to, "version": gorm.Expr("version + 1"), "decided_at": micros(tx.now),
+		"reason": strPtr(reason)}
+	if decidedBy != nil {
+		upd["decided_by"] = *decidedBy
+	}
+	res := tx.db.Model(&approvalRow{}).Where("id = ? AND state = ?", a.ID, a.State).Updates(upd)
+	if res.Error != nil {
+		return res.Error
+	}
+	if res.RowsAffected == 0 {
+		return tx.staleState(&approvalRow{}, "approval", string(a.ID), string(a.State))
+	}
+	_, err := tx.appendEvent(transitionEvent(a.RunID, "approval", string(a.ID), a.State, to, actor,
+		map[string]any{"action_id": a.ActionID, "action_digest": a.ActionDigest, "reason": reason}))
+	return err
+}
+
+// DecideApproval implements Store.
+func (s *GormStore) DecideApproval(ctx context.Context, p DecideApprovalParams) (DecideApprovalResult, error) {
+	var to ApprovalState
+	var actionTo ActionState
+	switch p.Decision {
+	case DecisionGrant:
+		to, actionTo = ApprovalGranted, ActionApproved
+	case DecisionDeny:
+		to, actionTo = ApprovalDenied, ActionDenied
+	default:
+		return DecideApprovalResult{}, Errorf(CodeInvalid, "decide approval: decision must be grant or deny, not %q", p.Decision)
+	}
+	if p.Principal == "" {
+		return DecideApprovalResult{}, Errorf(CodeInvalid, "decide approval: principal is required")
+	}
+	if !p.ActionDigest.Valid() {
+		return DecideApprovalResult{}, Errorf(CodeInvalid, "decide approval: action digest must be sha256:<64 hex>")
+	}
+	var out DecideApprovalResult
+	err := s.inTx(ctx, "decide approval", func(tx *txn) error {
+		action, err := tx.findAction(p.ActionID)
+		if err != nil {
+			return err
+		}
+		apr, err := tx.pendingApproval(p.ActionID)
+		if Code(err) == CodeConflict {
+			return Errorf(CodeConflict, "action %s is %s: no approval is pending", p.ActionID, action.State)
+		}
+		if err != nil {
+			return err
+		}
+		if apr.ActionDigest != p.ActionDigest {
+			return Errorf(CodeConflict, "digest mismatch: action %s is bound to %s, not %s", p.ActionID, apr.ActionDigest, p.ActionDigest)
+		}
+		if apr.ExpiresAt != nil && !tx.now.Before(*apr.ExpiresAt) {
+			return Errorf(CodeConflict, "approval %s expired at %s", apr.ID, apr.ExpiresAt.Format("2006-01-02T15:04:05Z07:00"))
+		}
+		if err := tx.transitionApproval(apr, to, p.Principal, p.Reason, &p.Principal); err != nil {
+			return err
+		}
+		if err := tx.transitionAction(ActionTransition{ID: p.ActionID, From: ActionAwaitingApproval, To: actionTo,
+			Actor: p.Principal, Data: map[string]any{"approval_id": apr.ID}}); err != nil {
+			return err
+		}
+		if out.Action, err = tx.findAction(p.ActionID); err != nil {
+			return err
+		}
+		out.Approval, err = tx.findApproval(apr.ID)
+		return err
+	})
+	return out, err
+}
+
+// ExpireApprovals implements Store.
+func (s *GormStore) ExpireApprovals(ctx context.Context) ([]*Approval, error) {
+	var out []*Approval
+	err := s.inTx(ctx, "expire approvals", func(tx *txn) error {
+		var rows []approvalRow
+		if err := tx.db.Where("state = ? AND expires_at IS NOT NULL AND expires_at <= ?", ApprovalPending, micros(tx.now)).
+			Order("id").Find(&rows).Error; err != nil {
+			return err
+		}
+		for i := range rows {
+			apr := rows[i].toApproval()
+			if err := tx.transitionApproval(apr, ApprovalExpired, "ledger", "approval TTL passed", nil); err != nil {
+				return err
+			}
+			if err := tx.transitionAction(ActionTransition{ID: apr.ActionID, From: ActionAwaitingApproval, To: ActionExpired,
+				Actor: "ledger", Data: map[string]any{"approval_id": apr.ID}}); err != nil {
+				return err
+			}
+			got, err := tx.findApproval(apr.ID)
+			if err != nil {
+				return err
+			}
+			out = append(out, got)
+		}
+		return nil
+	})
+	return out, err
+}
+
+func (tx *txn) findApproval(id ApprovalID) (*Approval, error) {
+	var row approvalRow
+	if err := tx.db.Where("id = ?", id).Take(&row).Error; err != nil {
+		return nil, err
+	}
+	return row.toApproval(), nil
+}
+
+// FindApprovals implements Store.
+func (s *GormStore) FindApprovals(ctx context.Context, f ApprovalFilter) ([]*Approval, error) {
+	q := s.r.WithContext(ctx).Model(&approvalRow{})
+	if f.Tenant != nil {
+		q = q.Where("tenant = ?", *f.Tenant)
+	}
+	if f.State != nil {
+		q = q.Where("state = ?", *f.State)
+	}
+	if f.ActionID != nil {
+		q = q.Where("action_id = ?", *f.ActionID)
+	}
+	if f.RunID != nil {
+		q = q.Where("run_id = ?", *f.RunID)
+	}
+	if f.Limit > 0 {
+		q = q.Limit(f.Limit)
+	}
+	var rows []approvalRow
+	if err := q.Order("id").Find(&rows).Error; err != nil {
+		return nil, wrapErr("find approvals", err)
+	}
+	out := make([]*Approval, len(rows))
+	for i := range rows {
+		out[i] = rows[i].toApproval()
+	}
+	return out, nil
+}

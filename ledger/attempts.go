@@ -1,0 +1,315 @@
+package ledger
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+
+	"gorm.io/gorm"
+)
+
+// StartAttempt implements Store. Retry semantics: every call that succeeds
+// makes a new attempt with the next number, so a caller that crashed after
+// StartAttempt committed must not call it again for the same try; recovery
+// finds the started attempt instead. The budget checks and the increments
+// are in the same IMMEDIATE transaction, so no interleaving of processes can
+// exceed a budget.
+func (s *GormStore) StartAttempt(ctx context.Context, p StartAttemptParams) (*Attempt, error) {
+	var out *Attempt
+	err := s.inTx(ctx, "start attempt", func(tx *txn) error {
+		action, err := tx.findAction(p.ActionID)
+		if err != nil {
+			return err
+		}
+		switch action.State {
+		case ActionApproved:
+		case ActionProposed, ActionAwaitingApproval:
+			return Errorf(CodeApprovalRequired, "action %s is %s: it needs an approval first", action.ID, action.State)
+		default:
+			return Errorf(CodeConflict, "action %s is %s, not approved", action.ID, action.State)
+		}
+		run, err := tx.findRun(action.RunID)
+		if err != nil {
+			return err
+		}
+		if run.State != RunRunning {
+			return Errorf(CodeConflict, "run %s is %s: no attempt starts", run.ID, run.State)
+		}
+		var cancelled int64
+		if err := tx.db.Model(&cancellationRow{}).Where("run_id = ? AND state <> ?", run.ID, CancelRequested).
+			Count(&cancelled).Error; err != nil {
+			return err
+		}
+		if cancelled > 0 {
+			return Errorf(CodeConflict, "run %s: cancellation accepted, no new attempt starts", run.ID)
+		}
+		if err := checkAttemptBudget(run.Budget, action, tx); err != nil {
+			return err
+		}
+		no := action.AttemptCount + 1
+		if err := tx.transitionAction(ActionTransition{ID: action.ID, From: ActionApproved, To: ActionRunning, Actor: p.Actor,
+			Data: map[string]any{"attempt_no": no}}, map[string]any{"attempt_count": no}); err != nil {
+			return err
+		}
+		row := attemptRow{
+			ID: tx.newID(PrefixAttempt), ActionID: string(action.ID), RunID: string(action.RunID), AttemptNo: no,
+			Status: string(AttemptStarted), Effect: string(EffectUnknown), Version: 1, StartedAt: micros(tx.now),
+		}
+		if err := tx.db.Create(&row).Error; err != nil {
+			return err
+		}
+		res := tx.db.Model(&budgetRow{}).Where("run_id = ?", run.ID).Updates(map[string]any{
+			"attempts_used": gorm.Expr("attempts_used + 1"), "version": gorm.Expr("version + 1")})
+		if res.Error != nil {
+			return res.Error
+		}
+		if _, err := tx.appendEvent(transitionEvent(action.RunID, "attempt", row.ID, AttemptStatus(""), AttemptStarted, p.Actor,
+			map[string]any{"action_id": action.ID, "attempt_no": no, "dedup_key": action.DedupKey})); err != nil {
+			return err
+		}
+		out, err = row.toAttempt()
+		return err
+	})
+	return out, err
+}
+
+// checkAttemptBudget refuses another attempt when a persisted budget is
+// spent: attempts per action, attempts per run, execution time, deadline.
+func checkAttemptBudget(b Budget, a *Action, tx *txn) error {
+	l, u := b.Limits, b.Used
+	switch {
+	case l.MaxAttemptsPerAction > 0 && a.AttemptCount >= l.MaxAttemptsPerAction:
+		return Errorf(CodeBudgetExceeded, "action %s used %d of %d attempts", a.ID, a.AttemptCount, l.MaxAttemptsPerAction)
+	case l.MaxAttemptsPerRun > 0 && u.Attempts >= l.MaxAttemptsPerRun:
+		return Errorf(CodeBudgetExceeded, "run %s used %d of %d attempts", a.RunID, u.Attempts, l.MaxAttemptsPerRun)
+	case l.MaxExecution > 0 && u.Execution >= l.MaxExecution:
+		return Errorf(CodeBudgetExceeded, "run %s used %s of %s execution time", a.RunID, u.Execution, l.MaxExecution)
+	case l.Deadline != nil && !tx.now.Before(*l.Deadline):
+		return Errorf(CodeBudgetExceeded, "run %s passed its deadline %s", a.RunID, l.Deadline.Format("2006-01-02T15:04:05Z07:00"))
+	}
+	return nil
+}
+
+// FinishAttempt implements Store.
+func (s *GormStore) FinishAttempt(ctx context.Context, p FinishAttemptParams) (FinishAttemptResult, error) {
+	if p.Status == AttemptStarted || !p.Status.Valid() {
+		return FinishAttemptResult{}, Errorf(CodeInvalid, "finish attempt: %q is not an outcome", p.Status)
+	}
+	var result []byte
+	if len(p.Result) > 0 {
+		var err error
+		if result, err = Canonicalize(p.Result); err != nil {
+			return FinishAttemptResult{}, fmt.Errorf("finish attempt: result: %w", err)
+		}
+	}
+	var errJSON *string
+	if p.Error != nil {
+		b, err := json.Marshal(p.Error)
+		if err != nil {
+			return FinishAttemptResult{}, Errorf(CodeInvalid, "finish attempt: error: %w", err)
+		}
+		errJSON = rawPtr(b)
+	}
+	var out FinishAttemptResult
+	err := s.inTx(ctx, "finish attempt", func(tx *txn) error {
+		att, err := tx.findAttempt(p.AttemptID)
+		if err != nil {
+			return err
+		}
+		if err := ValidateAttemptTransition(att.Status, p.Status); err != nil {
+			if att.Status != AttemptStarted {
+				return Errorf(CodeConflict, "attempt %s already finished as %s", att.ID, att.Status)
+			}
+			return err
+		}
+		res := tx.db.Model(&attemptRow{}).Where("id = ? AND status = ?", att.ID, AttemptStarted).Updates(map[string]any{
+			"status": p.Status, "result": rawPtr(result), "error": errJSON, "finished_at": micros(tx.now),
+			"version": gorm.Expr("version + 1"),
+		})
+		if res.Error != nil {
+			return res.Error
+		}
+		if res.RowsAffected == 0 {
+			return tx.staleAttempt(att.ID, AttemptStarted)
+		}
+		// The attempt's time counts against the run's execution budget.
+		spent := tx.now.Sub(att.StartedAt).Microseconds()
+		if err := tx.db.Model(&budgetRow{}).Where("run_id = ?", att.RunID).Updates(map[string]any{
+			"execution_used_us": gorm.Expr("execution_used_us + ?", max(spent, 0)), "version": gorm.Expr("version + 1"),
+		}).Error; err != nil {
+			return err
+		}
+		data := map[string]any{"action_id": att.ActionID, "attempt_no": att.No, "duration_us": spent}
+		if p.Error != nil {
+			data["error"] = p.Error
+		}
+		if _, err := tx.appendEvent(transitionEvent(att.RunID, "attempt", string(att.ID), AttemptStarted, p.Status, p.Actor, data)); err != nil {
+			return err
+		}
+		if p.Observation != nil {
+			obs, err := tx.observe(att, p.Observation.Source, p.Observation.Effect, p.Observation.Detail, p.Actor)
+			if err != nil {
+				return err
+			}
+			out.Observation = obs
+		}
+		if err := tx.transitionAction(ActionTransition{ID: att.ActionID, From: ActionRunning, To: p.ActionState, Actor: p.Actor,
+			Data: map[string]any{"attempt_id": att.ID}}); err != nil {
+			return err
+		}
+		if out.Attempt, err = tx.findAttempt(att.ID); err != nil {
+			return err
+		}
+		out.Action, err = tx.findAction(att.ActionID)
+		return err
+	})
+	return out, err
+}
+
+// RecordObservation implements Store.
+func (s *GormStore) RecordObservation(ctx context.Context, p RecordObservationParams) (*Observation, *Attempt, error) {
+	var obs *Observation
+	var att *Attempt
+	err := s.inTx(ctx, "record observation", func(tx *txn) error {
+		a, err := tx.findAttempt(p.AttemptID)
+		if err != nil {
+			return err
+		}
+		if obs, err = tx.observe(a, p.Source, p.Effect, p.Detail, p.Actor); err != nil {
+			return err
+		}
+		att, err = tx.findAttempt(p.AttemptID)
+		return err
+	})
+	return obs, att, err
+}
+
+// observe appends an observation about att and, if it establishes an effect
+// the attempt did not know yet, writes that effect fact on the attempt.
+func (tx *txn) observe(att *Attempt, src ObservationSource, effect EffectFact, detail json.RawMessage, actor string) (*Observation, error) {
+	if !src.Valid() {
+		return nil, Errorf(CodeInvalid, "observation source %q is not known", src)
+	}
+	if !effect.Valid() {
+		return nil, Errorf(CodeInvalid, "observation effect %q is not known", effect)
+	}
+	var canon []byte
+	if len(detail) > 0 {
+		var err error
+		if canon, err = Canonicalize(detail); err != nil {
+			return nil, fmt.Errorf("observation detail: %w", err)
+		}
+	}
+	switch {
+	case effect == EffectUnknown, effect == att.Effect:
+	case att.Effect != EffectUnknown:
+		return nil, Errorf(CodeConflict, "attempt %s effect is already %s; %s evidence saying %s needs a person",
+			att.ID, att.Effect, src, effect)
+	}
+	row := observationRow{
+		ID: tx.newID(PrefixObservation), RunID: string(att.RunID), ActionID: string(att.ActionID),
+		AttemptID: strPtr(string(att.ID)), Source: string(src), Effect: string(effect), Detail: rawPtr(canon),
+		ObservedAt: micros(tx.now),
+	}
+	if err := tx.db.Create(&row).Error; err != nil {
+		return nil, err
+	}
+	if _, err := tx.appendEvent(eventSpec{RunID: att.RunID, Type: "observation.recorded", EntityType: "observation",
+		EntityID: row.ID, Actor: actor, Data: map[string]any{"attempt_id": att.ID, "source": src, "effect": effect}}); err != nil {
+		return nil, err
+	}
+	if effect != EffectUnknown && att.Effect == EffectUnknown {
+		if err := ValidateEffectTransition(att.Effect, effect); err != nil {
+			return nil, err
+		}
+		res := tx.db.Model(&attemptRow{}).Where("id = ? AND effect = ?", att.ID, EffectUnknown).Updates(map[string]any{
+			"effect": effect, "effect_observation_id": row.ID, "version": gorm.Expr("version + 1")})
+		if res.Error != nil {
+			return nil, res.Error
+		}
+		if res.RowsAffected == 0 {
+			return nil, Errorf(CodeConflict, "attempt %s effect changed underneath", att.ID)
+		}
+		if _, err := tx.appendEvent(eventSpec{RunID: att.RunID, Type: "attempt.effect_" + string(effect), EntityType: "attempt",
+			EntityID: string(att.ID), From: string(EffectUnknown), To: string(effect), Actor: actor,
+			Data: map[string]any{"observation_id": row.ID, "source": src}}); err != nil {
+			return nil, err
+		}
+		att.Effect = effect
+	}
+	return row.toObservation(), nil
+}
+
+func (tx *txn) staleAttempt(id AttemptID, from AttemptStatus) error {
+	a, err := tx.findAttempt(id)
+	if err != nil {
+		return err
+	}
+	return Errorf(CodeConflict, "attempt %s is %s, not %s", id, a.Status, from)
+}
+
+func (tx *txn) findAttempt(id AttemptID) (*Attempt, error) {
+	var row attemptRow
+	err := tx.db.Where("id = ?", id).Take(&row).Error
+	if errors.Is(err, gorm.ErrRecordNotFound) {
+		return nil, Errorf(CodeNotFound, "attempt %s not found", id)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return row.toAttempt()
+}
+
+// FindAttempts implements Store.
+func (s *GormStore) FindAttempts(ctx context.Context, f AttemptFilter) ([]*Attempt, error) {
+	q := s.r.WithContext(ctx).Model(&attemptRow{})
+	if f.ActionID != nil {
+		q = q.Where("action_id = ?", *f.ActionID)
+	}
+	if f.RunID != nil {
+		q = q.Where("run_id = ?", *f.RunID)
+	}
+	if f.Status != nil {
+		q = q.Where("status = ?", *f.Status)
+	}
+	if f.Limit > 0 {
+		q = q.Limit(f.Limit)
+	}
+	var rows []attemptRow
+	if err := q.Order("action_id, attempt_no").Find(&rows).Error; err != nil {
+		return nil, wrapErr("find attempts", err)
+	}
+	out := make([]*Attempt, len(rows))
+	for i := range rows {
+		a, err := rows[i].toAttempt()
+		if err != nil {
+			return nil, wrapErr("find attempts", err)
+		}
+		out[i] = a
+	}
+	return out, nil
+}
+
+// FindObservations implements Store.
+func (s *GormStore) FindObservations(ctx context.Context, f ObservationFilter) ([]*Observation, error) {
+	q := s.r.WithContext(ctx).Model(&observationRow{})
+	if f.RunID != nil {
+		q = q.Where("run_id = ?", *f.RunID)
+	}
+	if f.ActionID != nil {
+		q = q.Where("action_id = ?", *f.ActionID)
+	}
+	if f.AttemptID != nil {
+		q = q.Where("attempt_id = ?", *f.AttemptID)
+	}
+	var rows []observationRow
+	if err := q.Order("observed_at, id").Find(&rows).Error; err != nil {
+		return nil, wrapErr("find observations", err)
+	}
+	out := make([]*Observation, len(rows))
+	for i := range rows {
+		out[i] = rows[i].toObservation()
+	}
+	return out, nil
+}

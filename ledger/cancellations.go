@@ -1,0 +1,111 @@
+package ledger
+
+import (
+	"context"
+	"errors"
+
+	"gorm.io/gorm"
+)
+
+// cancellationTimeColumn is the column that records when each fact became
+// true.
+var cancellationTimeColumn = map[CancellationState]string{
+	CancelAccepted: "accepted_at",
+	CancelStopping: "stopping_at",
+	CancelStopped:  "stopped_at",
+}
+
+// RequestCancel implements Store.
+func (s *GormStore) RequestCancel(ctx context.Context, p RequestCancelParams) (RequestCancelResult, error) {
+	if p.Principal == "" {
+		return RequestCancelResult{}, Errorf(CodeInvalid, "request cancel: principal is required")
+	}
+	var out RequestCancelResult
+	err := s.inTx(ctx, "request cancel", func(tx *txn) error {
+		existing, err := tx.findCancellation(p.RunID)
+		switch {
+		case err == nil:
+			out = RequestCancelResult{Cancellation: existing}
+			return nil
+		case Code(err) != CodeNotFound:
+			return err
+		}
+		run, err := tx.findRun(p.RunID)
+		if err != nil {
+			return err
+		}
+		if run.State.Terminal() {
+			return Errorf(CodeConflict, "run %s is already %s (%s): nothing to cancel", run.ID, run.State, run.StopReason)
+		}
+		row := cancellationRow{
+			ID: tx.newID(PrefixCancellation), RunID: string(run.ID), Tenant: run.Tenant, State: string(CancelRequested),
+			RequestedBy: p.Principal, Reason: strPtr(p.Reason), Version: 1, RequestedAt: micros(tx.now),
+		}
+		if err := tx.db.Create(&row).Error; err != nil {
+			return err
+		}
+		if _, err := tx.appendEvent(transitionEvent(run.ID, "cancellation", row.ID, CancellationState(""), CancelRequested,
+			p.Principal, map[string]any{"reason": p.Reason})); err != nil {
+			return err
+		}
+		out = RequestCancelResult{Cancellation: row.toCancellation(), Created: true}
+		return nil
+	})
+	return out, err
+}
+
+// TransitionCancellation implements Store.
+func (s *GormStore) TransitionCancellation(ctx context.Context, p CancellationTransition) (*Cancellation, error) {
+	if err := ValidateCancellationTransition(p.From, p.To); err != nil {
+		return nil, wrapErr("transition cancellation", err)
+	}
+	var out *Cancellation
+	err := s.inTx(ctx, "transition cancellation", func(tx *txn) error {
+		res := tx.db.Model(&cancellationRow{}).Where("run_id = ? AND state = ?", p.RunID, p.From).Updates(map[string]any{
+			"state": p.To, cancellationTimeColumn[p.To]: micros(tx.now), "version": gorm.Expr("version + 1"),
+		})
+		if res.Error != nil {
+			return res.Error
+		}
+		if res.RowsAffected == 0 {
+			c, err := tx.findCancellation(p.RunID)
+			if err != nil {
+				return err
+			}
+			return Errorf(CodeConflict, "cancellation of run %s is %s, not %s", p.RunID, c.State, p.From)
+		}
+		c, err := tx.findCancellation(p.RunID)
+		if err != nil {
+			return err
+		}
+		if _, err := tx.appendEvent(transitionEvent(p.RunID, "cancellation", string(c.ID), p.From, p.To, p.Actor, nil)); err != nil {
+			return err
+		}
+		out = c
+		return nil
+	})
+	return out, err
+}
+
+func (tx *txn) findCancellation(run RunID) (*Cancellation, error) { return findCancellation(tx.db, run) }
+
+func findCancellation(db *gorm.DB, run RunID) (*Cancellation, error) {
+	var row cancellationRow
+	err := db.Where("run_id = ?", run).Take(&row).Error
+	if errors.Is(err, gorm.ErrRecordNotFound) {
+		return nil, Errorf(CodeNotFound, "run %s has no cancellation", run)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return row.toCancellation(), nil
+}
+
+// FindCancellation implements Store.
+func (s *GormStore) FindCancellation(ctx context.Context, run RunID) (*Cancellation, error) {
+	c, err := findCancellation(s.r.WithContext(ctx), run)
+	if err != nil {
+		return nil, wrapErr("find cancellation", err)
+	}
+	return c, nil
+}

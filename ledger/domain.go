@@ -1,0 +1,204 @@
+package ledger
+
+import (
+	"encoding/json"
+	"time"
+)
+
+// Effect says whether a tool only reads or changes the world.
+type Effect string
+
+// Tool effects.
+const (
+	EffectRead  Effect = "read"
+	EffectWrite Effect = "write"
+)
+
+// Valid reports whether e is read or write.
+func (e Effect) Valid() bool { return e == EffectRead || e == EffectWrite }
+
+// Run is one agent run, submitted once per (tenant, idempotency key).
+type Run struct {
+	ID             RunID           `json:"id"`
+	Tenant         string          `json:"tenant"`
+	IdempotencyKey string          `json:"idempotency_key"`
+	RequestDigest  Digest          `json:"request_digest"`
+	SubmittedBy    string          `json:"submitted_by"`
+	Agent          string          `json:"agent"`
+	Input          json.RawMessage `json:"input"`
+	State          RunState        `json:"state"`
+	StopReason     StopReason      `json:"stop_reason,omitempty"`
+	Budget         Budget          `json:"budget"`
+	Version        int64           `json:"version"`
+	CreatedAt      time.Time       `json:"created_at"`
+	UpdatedAt      time.Time       `json:"updated_at"`
+	// EventSeq and EventHash are the head of the run's event chain; keeping
+	// the head on the run lets Verify notice a truncated tail.
+	EventSeq  int64  `json:"event_seq"`
+	EventHash string `json:"event_hash"`
+}
+
+// Action is one tool call a model proposed. Its tool, version, effect and
+// arguments never change once recorded, so neither does its digest.
+type Action struct {
+	ID             ActionID        `json:"id"`
+	RunID          RunID           `json:"run_id"`
+	Tenant         string          `json:"tenant"`
+	Seq            int64           `json:"seq"`
+	IdempotencyKey string          `json:"idempotency_key"`
+	Tool           string          `json:"tool"`
+	ToolVersion    string          `json:"tool_version"`
+	Effect         Effect          `json:"effect"`
+	Arguments      json.RawMessage `json:"arguments"`
+	ActionDigest   Digest          `json:"action_digest"`
+	// DedupKey is what the tool receives on every attempt of this action:
+	// <run_id>/<action_id>, never per attempt.
+	DedupKey     string      `json:"dedup_key"`
+	Supersedes   ActionID    `json:"supersedes,omitempty"`
+	State        ActionState `json:"state"`
+	AttemptCount int64       `json:"attempt_count"`
+	Version      int64       `json:"version"`
+	CreatedAt    time.Time   `json:"created_at"`
+	UpdatedAt    time.Time   `json:"updated_at"`
+}
+
+// DedupKeyFor returns the stable dedup key of an action.
+func DedupKeyFor(run RunID, action ActionID) string { return string(run) + "/" + string(action) }
+
+// AttemptError is the stable form of an error persisted on an attempt.
+type AttemptError struct {
+	Code    string `json:"code"`
+	Message string `json:"message"`
+}
+
+// Attempt is one try at executing an action, recorded before the tool is
+// called. Status is what was seen of the call; Effect is whether the world
+// changed, with the observation that established it.
+type Attempt struct {
+	ID       AttemptID     `json:"id"`
+	ActionID ActionID      `json:"action_id"`
+	RunID    RunID         `json:"run_id"`
+	No       int64         `json:"attempt_no"`
+	Status   AttemptStatus `json:"status"`
+	Effect   EffectFact    `json:"effect"`
+	// EffectObservation is the observation that established Effect; empty
+	// while Effect is unknown.
+	EffectObservation ObservationID   `json:"effect_observation_id,omitempty"`
+	Result            json.RawMessage `json:"result,omitempty"`
+	Error             *AttemptError   `json:"error,omitempty"`
+	Version           int64           `json:"version"`
+	StartedAt         time.Time       `json:"started_at"`
+	FinishedAt        *time.Time      `json:"finished_at,omitempty"`
+}
+
+// Approval is a request for a person to allow one action digest.
+type Approval struct {
+	ID           ApprovalID    `json:"id"`
+	ActionID     ActionID      `json:"action_id"`
+	RunID        RunID         `json:"run_id"`
+	Tenant       string        `json:"tenant"`
+	ActionDigest Digest        `json:"action_digest"`
+	State        ApprovalState `json:"state"`
+	DecidedBy    string        `json:"decided_by,omitempty"`
+	Reason       string        `json:"reason,omitempty"`
+	Version      int64         `json:"version"`
+	RequestedAt  time.Time     `json:"requested_at"`
+	ExpiresAt    *time.Time    `json:"expires_at,omitempty"`
+	DecidedAt    *time.Time    `json:"decided_at,omitempty"`
+}
+
+// Cancellation is a run's cancellation; each step is a separate fact with its
+// own time. It says nothing about side effects: attempts do.
+type Cancellation struct {
+	ID          CancellationID    `json:"id"`
+	RunID       RunID             `json:"run_id"`
+	Tenant      string            `json:"tenant"`
+	State       CancellationState `json:"state"`
+	RequestedBy string            `json:"requested_by"`
+	Reason      string            `json:"reason,omitempty"`
+	Version     int64             `json:"version"`
+	RequestedAt time.Time         `json:"requested_at"`
+	AcceptedAt  *time.Time        `json:"accepted_at,omitempty"`
+	StoppingAt  *time.Time        `json:"stopping_at,omitempty"`
+	StoppedAt   *time.Time        `json:"stopped_at,omitempty"`
+}
+
+// ObservationSource names where tool-side evidence came from.
+type ObservationSource string
+
+// Observation sources.
+const (
+	ObservedResult ObservationSource = "tool_result" // the tool's own answer to Execute
+	ObservedQuery  ObservationSource = "tool_query"  // a query by dedup key
+	ObservedCancel ObservationSource = "tool_cancel" // the tool's answer to Cancel
+	ObservedPerson ObservationSource = "person"      // a person settling a review
+)
+
+// Valid reports whether s is a known source.
+func (s ObservationSource) Valid() bool {
+	switch s {
+	case ObservedResult, ObservedQuery, ObservedCancel, ObservedPerson:
+		return true
+	}
+	return false
+}
+
+// Observation is tool-side (or human) evidence about an attempt's effect.
+// Observations are append-only.
+type Observation struct {
+	ID         ObservationID     `json:"id"`
+	RunID      RunID             `json:"run_id"`
+	ActionID   ActionID          `json:"action_id"`
+	AttemptID  AttemptID         `json:"attempt_id,omitempty"`
+	Source     ObservationSource `json:"source"`
+	Effect     EffectFact        `json:"effect"`
+	Detail     json.RawMessage   `json:"detail,omitempty"`
+	ObservedAt time.Time         `json:"observed_at"`
+}
+
+// BudgetLimits are the limits fixed at submit; zero means "no limit" except
+// where a caller fills in defaults.
+type BudgetLimits struct {
+	MaxAttemptsPerAction int64         `json:"max_attempts_per_action,omitempty"`
+	MaxAttemptsPerRun    int64         `json:"max_attempts_per_run,omitempty"`
+	MaxExecution         time.Duration `json:"max_execution,omitempty"`
+	MaxSteps             int64         `json:"max_steps,omitempty"`
+	MaxTokens            int64         `json:"max_tokens,omitempty"`
+	// Deadline is the wall-clock deadline fixed at submit; nil for none.
+	Deadline *time.Time `json:"deadline,omitempty"`
+}
+
+// BudgetUsage is what a run has used; persisted, never reset by a restart.
+type BudgetUsage struct {
+	Attempts  int64         `json:"attempts"`
+	Execution time.Duration `json:"execution"`
+	Steps     int64         `json:"steps"`
+	Tokens    int64         `json:"tokens"`
+	// TokensUnavailable is set once a step reported no usage: from then on
+	// the token count is a lower bound, never treated as complete.
+	TokensUnavailable bool `json:"tokens_unavailable"`
+}
+
+// Budget is a run's limits and usage.
+type Budget struct {
+	Limits BudgetLimits `json:"limits"`
+	Used   BudgetUsage  `json:"used"`
+}
+
+// Event is one entry of a run's append-only, hash-chained log. Every
+// transition writes its event in the same transaction.
+type Event struct {
+	ID         EventID         `json:"id"`
+	RunID      RunID           `json:"run_id"`
+	Seq        int64           `json:"seq"`
+	Type       string          `json:"type"`
+	EntityType string          `json:"entity_type"`
+	EntityID   string          `json:"entity_id"`
+	FromState  string          `json:"from_state,omitempty"`
+	ToState    string          `json:"to_state,omitempty"`
+	Actor      string          `json:"actor,omitempty"`
+	Data       json.RawMessage `json:"data,omitempty"`
+	CreatedAt  time.Time       `json:"created_at"`
+	PrevHash   string          `json:"prev_hash"`
+	Hash       string          `json:"hash"`
+}

@@ -1,0 +1,119 @@
+// Package ledgertest opens real Stores on SQLite files in t.TempDir() and
+// provides a fake clock, sequential ids and fixtures for tests. It is for
+// tests only.
+package ledgertest
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/actionledger/ledger/ledger"
+)
+
+// Clock is a fake clock that moves only when told to.
+type Clock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+// NewClock returns a clock set to a fixed instant.
+func NewClock() *Clock {
+	return &Clock{now: time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)}
+}
+
+// Now returns the clock's time.
+func (c *Clock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+// Advance moves the clock forward by d.
+func (c *Clock) Advance(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.now = c.now.Add(d)
+}
+
+// SequentialIDs returns a NewIDFunc making prefix_<26 digits>, counting up
+// from 1, so ids in golden files and assertions are stable.
+func SequentialIDs() ledger.NewIDFunc {
+	var mu sync.Mutex
+	n := 0
+	return func(prefix string) string {
+		mu.Lock()
+		defer mu.Unlock()
+		n++
+		return fmt.Sprintf("%s_%026d", prefix, n)
+	}
+}
+
+// Bundle is what OpenStore returns.
+type Bundle struct {
+	Store *ledger.GormStore
+	Clock *Clock
+	Path  string
+}
+
+// OpenStore opens a Store on a new SQLite file in tb.TempDir(), with a fake
+// clock and sequential ids, and closes it when the test ends.
+func OpenStore(tb testing.TB) *Bundle {
+	tb.Helper()
+	return OpenStoreAt(tb, filepath.Join(tb.TempDir(), "ledger.db"), NewClock())
+}
+
+// OpenStoreAt opens a Store on path with the given clock and real ULIDs (so
+// several stores on one file never collide), closing it when the test ends.
+func OpenStoreAt(tb testing.TB, path string, clock *Clock) *Bundle {
+	tb.Helper()
+	s, err := ledger.Open(context.Background(), ledger.Config{Path: path, Now: clock.Now})
+	if err != nil {
+		tb.Fatalf("open store: %v", err)
+	}
+	tb.Cleanup(func() { _ = s.Close() })
+	return &Bundle{Store: s, Clock: clock, Path: path}
+}
+
+// SubmitRun submits a run with a fresh key and default content.
+func (b *Bundle) SubmitRun(tb testing.TB, key string, budgets ledger.BudgetLimits) *ledger.Run {
+	tb.Helper()
+	res, err := b.Store.SubmitRun(context.Background(), ledger.SubmitRunParams{
+		Tenant: "acme", IdempotencyKey: key, Principal: "alice", Agent: "practice-cards",
+		Input: json.RawMessage(`{"title":"t","markdown":"# a"}`), Budgets: budgets,
+	})
+	if err != nil {
+		tb.Fatalf("submit run: %v", err)
+	}
+	return res.Run
+}
+
+// RunningRun submits a run and moves it to running.
+func (b *Bundle) RunningRun(tb testing.TB, key string, budgets ledger.BudgetLimits) *ledger.Run {
+	tb.Helper()
+	run := b.SubmitRun(tb, key, budgets)
+	run, err := b.Store.TransitionRun(context.Background(), ledger.RunTransition{
+		ID: run.ID, From: ledger.RunQueued, To: ledger.RunRunning, Actor: "worker"})
+	if err != nil {
+		tb.Fatalf("run → running: %v", err)
+	}
+	return run
+}
+
+// Action records a cards.write action on run with the given gate.
+func (b *Bundle) Action(tb testing.TB, run ledger.RunID, key string, gate ledger.ActionState) ledger.CreateActionResult {
+	tb.Helper()
+	res, err := b.Store.CreateAction(context.Background(), ledger.CreateActionParams{
+		RunID: run, IdempotencyKey: key, Tool: "cards.write", ToolVersion: "1", Effect: ledger.EffectWrite,
+		Arguments: json.RawMessage(`{"cards":[{"front":"q","back":"a"}]}`), Gate: gate, ApprovalTTL: time.Hour,
+		Actor: "engine",
+	})
+	if err != nil {
+		tb.Fatalf("create action: %v", err)
+	}
+	return res
+}

@@ -1,0 +1,350 @@
+package ledger
+
+import (
+	"encoding/json"
+	"time"
+)
+
+// Row structs mirror the tables of migrations/sqlite; they never leave the
+// package. Times are unix microseconds; nullable columns are pointers.
+
+type runRow struct {
+	ID             string
+	Tenant         string
+	IdempotencyKey string
+	RequestDigest  string
+	SubmittedBy    string
+	Agent          string
+	Input          string
+	State          string
+	StopReason     *string
+	Version        int64
+	EventSeq       int64
+	EventHash      string
+	CreatedAt      int64
+	UpdatedAt      int64
+}
+
+func (runRow) TableName() string { return "runs" }
+
+type budgetRow struct {
+	RunID                string `gorm:"primaryKey"`
+	MaxAttemptsPerAction int64
+	MaxAttemptsPerRun    int64
+	MaxExecutionUs       int64
+	MaxSteps             int64
+	MaxTokens            int64
+	DeadlineAt           *int64
+	AttemptsUsed         int64
+	ExecutionUsedUs      int64
+	StepsUsed            int64
+	TokensUsed           int64
+	TokensUnavailable    bool
+	Version              int64
+}
+
+func (budgetRow) TableName() string { return "budgets" }
+
+type actionRow struct {
+	ID             string
+	RunID          string
+	Tenant         string
+	Seq            int64
+	IdempotencyKey string
+	Tool           string
+	ToolVersion    string
+	Effect         string
+	Arguments      string
+	ActionDigest   string
+	DedupKey       string
+	Supersedes     *string
+	State          string
+	AttemptCount   int64
+	Version        int64
+	CreatedAt      int64
+	UpdatedAt      int64
+}
+
+func (actionRow) TableName() string { return "actions" }
+
+type attemptRow struct {
+	ID                  string
+	ActionID            string
+	RunID               string
+	AttemptNo           int64
+	Status              string
+	Effect              string
+	EffectObservationID *string
+	Result              *string
+	Error               *string
+	Version             int64
+	StartedAt           int64
+	FinishedAt          *int64
+}
+
+func (attemptRow) TableName() string { return "attempts" }
+
+type approvalRow struct {
+	ID           string
+	ActionID     string
+	RunID        string
+	Tenant       string
+	ActionDigest string
+	State        string
+	DecidedBy    *string
+	Reason       *string
+	Version      int64
+	RequestedAt  int64
+	ExpiresAt    *int64
+	DecidedAt    *int64
+}
+
+func (approvalRow) TableName() string { return "approvals" }
+
+type cancellationRow struct {
+	ID          string
+	RunID       string
+	Tenant      string
+	State       string
+	RequestedBy string
+	Reason      *string
+	Version     int64
+	RequestedAt int64
+	AcceptedAt  *int64
+	StoppingAt  *int64
+	StoppedAt   *int64
+}
+
+func (cancellationRow) TableName() string { return "cancellations" }
+
+type observationRow struct {
+	ID         string
+	RunID      string
+	ActionID   string
+	AttemptID  *string
+	Source     string
+	Effect     string
+	Detail     *string
+	ObservedAt int64
+}
+
+func (observationRow) TableName() string { return "observations" }
+
+type eventRow struct {
+	ID         string
+	RunID      string
+	Seq        int64
+	Type       string
+	EntityType string
+	EntityID   string
+	FromState  string
+	ToState    string
+	Actor      string
+	Data       *string
+	CreatedAt  int64
+	PrevHash   string
+	Hash       string
+}
+
+func (eventRow) TableName() string { return "events" }
+
+func micros(t time.Time) int64 { return t.UnixMicro() }
+
+func fromMicros(us int64) time.Time { return time.UnixMicro(us).UTC() }
+
+func microsPtr(t *time.Time) *int64 {
+	if t == nil {
+		return nil
+	}
+	v := t.UnixMicro()
+	return &v
+}
+
+func timePtr(us *int64) *time.Time {
+	if us == nil {
+		return nil
+	}
+	t := fromMicros(*us)
+	return &t
+}
+
+func strPtr(s string) *string {
+	if s == "" {
+		return nil
+	}
+	return &s
+}
+
+func deref(s *string) string {
+	if s == nil {
+		return ""
+	}
+	return *s
+}
+
+func rawPtr(r json.RawMessage) *string {
+	if len(r) == 0 {
+		return nil
+	}
+	s := string(r)
+	return &s
+}
+
+func ptrRaw(s *string) json.RawMessage {
+	if s == nil {
+		return nil
+	}
+	return json.RawMessage(*s)
+}
+
+func (r *runRow) toRun(b *budgetRow) *Run {
+	run := &Run{
+		ID:             RunID(r.ID),
+		Tenant:         r.Tenant,
+		IdempotencyKey: r.IdempotencyKey,
+		RequestDigest:  Digest(r.RequestDigest),
+		SubmittedBy:    r.SubmittedBy,
+		Agent:          r.Agent,
+		Input:          json.RawMessage(r.Input),
+		State:          RunState(r.State),
+		StopReason:     StopReason(deref(r.StopReason)),
+		Version:        r.Version,
+		EventSeq:       r.EventSeq,
+		EventHash:      r.EventHash,
+		CreatedAt:      fromMicros(r.CreatedAt),
+		UpdatedAt:      fromMicros(r.UpdatedAt),
+	}
+	if b != nil {
+		run.Budget = b.toBudget()
+	}
+	return run
+}
+
+func (b *budgetRow) toBudget() Budget {
+	return Budget{
+		Limits: BudgetLimits{
+			MaxAttemptsPerAction: b.MaxAttemptsPerAction,
+			MaxAttemptsPerRun:    b.MaxAttemptsPerRun,
+			MaxExecution:         time.Duration(b.MaxExecutionUs) * time.Microsecond,
+			MaxSteps:             b.MaxSteps,
+			MaxTokens:            b.MaxTokens,
+			Deadline:             timePtr(b.DeadlineAt),
+		},
+		Used: BudgetUsage{
+			Attempts:          b.AttemptsUsed,
+			Execution:         time.Duration(b.ExecutionUsedUs) * time.Microsecond,
+			Steps:             b.StepsUsed,
+			Tokens:            b.TokensUsed,
+			TokensUnavailable: b.TokensUnavailable,
+		},
+	}
+}
+
+func (r *actionRow) toAction() *Action {
+	return &Action{
+		ID:             ActionID(r.ID),
+		RunID:          RunID(r.RunID),
+		Tenant:         r.Tenant,
+		Seq:            r.Seq,
+		IdempotencyKey: r.IdempotencyKey,
+		Tool:           r.Tool,
+		ToolVersion:    r.ToolVersion,
+		Effect:         Effect(r.Effect),
+		Arguments:      json.RawMessage(r.Arguments),
+		ActionDigest:   Digest(r.ActionDigest),
+		DedupKey:       r.DedupKey,
+		Supersedes:     ActionID(deref(r.Supersedes)),
+		State:          ActionState(r.State),
+		AttemptCount:   r.AttemptCount,
+		Version:        r.Version,
+		CreatedAt:      fromMicros(r.CreatedAt),
+		UpdatedAt:      fromMicros(r.UpdatedAt),
+	}
+}
+
+func (r *attemptRow) toAttempt() (*Attempt, error) {
+	a := &Attempt{
+		ID:                AttemptID(r.ID),
+		ActionID:          ActionID(r.ActionID),
+		RunID:             RunID(r.RunID),
+		No:                r.AttemptNo,
+		Status:            AttemptStatus(r.Status),
+		Effect:            EffectFact(r.Effect),
+		EffectObservation: ObservationID(deref(r.EffectObservationID)),
+		Result:            ptrRaw(r.Result),
+		Version:           r.Version,
+		StartedAt:         fromMicros(r.StartedAt),
+		FinishedAt:        timePtr(r.FinishedAt),
+	}
+	if r.Error != nil {
+		a.Error = &AttemptError{}
+		if err := json.Unmarshal([]byte(*r.Error), a.Error); err != nil {
+			return nil, Errorf(CodeInternal, "attempt %s: stored error: %w", r.ID, err)
+		}
+	}
+	return a, nil
+}
+
+func (r *approvalRow) toApproval() *Approval {
+	return &Approval{
+		ID:           ApprovalID(r.ID),
+		ActionID:     ActionID(r.ActionID),
+		RunID:        RunID(r.RunID),
+		Tenant:       r.Tenant,
+		ActionDigest: Digest(r.ActionDigest),
+		State:        ApprovalState(r.State),
+		DecidedBy:    deref(r.DecidedBy),
+		Reason:       deref(r.Reason),
+		Version:      r.Version,
+		RequestedAt:  fromMicros(r.RequestedAt),
+		ExpiresAt:    timePtr(r.ExpiresAt),
+		DecidedAt:    timePtr(r.DecidedAt),
+	}
+}
+
+func (r *cancellationRow) toCancellation() *Cancellation {
+	return &Cancellation{
+		ID:          CancellationID(r.ID),
+		RunID:       RunID(r.RunID),
+		Tenant:      r.Tenant,
+		State:       CancellationState(r.State),
+		RequestedBy: r.RequestedBy,
+		Reason:      deref(r.Reason),
+		Version:     r.Version,
+		RequestedAt: fromMicros(r.RequestedAt),
+		AcceptedAt:  timePtr(r.AcceptedAt),
+		StoppingAt:  timePtr(r.StoppingAt),
+		StoppedAt:   timePtr(r.StoppedAt),
+	}
+}
+
+func (r *observationRow) toObservation() *Observation {
+	return &Observation{
+		ID:         ObservationID(r.ID),
+		RunID:      RunID(r.RunID),
+		ActionID:   ActionID(r.ActionID),
+		AttemptID:  AttemptID(deref(r.AttemptID)),
+		Source:     ObservationSource(r.Source),
+		Effect:     EffectFact(r.Effect),
+		Detail:     ptrRaw(r.Detail),
+		ObservedAt: fromMicros(r.ObservedAt),
+	}
+}
+
+func (r *eventRow) toEvent() *Event {
+	return &Event{
+		ID:         EventID(r.ID),
+		RunID:      RunID(r.RunID),
+		Seq:        r.Seq,
+		Type:       r.Type,
+		EntityType: r.EntityType,
+		EntityID:   r.EntityID,
+		FromState:  r.FromState,
+		ToState:    r.ToState,
+		Actor:      r.Actor,
+		Data:       ptrRaw(r.Data),
+		CreatedAt:  fromMicros(r.CreatedAt),
+		PrevHash:   r.PrevHash,
+		Hash:       r.Hash,
+	}
+}

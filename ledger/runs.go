@@ -1,0 +1,254 @@
+package ledger
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"regexp"
+
+	"gorm.io/gorm"
+)
+
+// idempotencyKeyPattern is DESIGN.md's key: 1–255 printable ASCII characters.
+var idempotencyKeyPattern = regexp.MustCompile(`^[\x20-\x7e]{1,255}$`)
+
+// ValidIdempotencyKey reports whether k is 1–255 printable ASCII characters.
+func ValidIdempotencyKey(k string) bool { return idempotencyKeyPattern.MatchString(k) }
+
+// requestDigestInput is what a run's request digest covers.
+type requestDigestInput struct {
+	Agent   string          `json:"agent"`
+	Input   json.RawMessage `json:"input"`
+	Budgets BudgetLimits    `json:"budgets"`
+}
+
+// RequestDigest returns the digest that identifies a submission's content.
+func RequestDigest(p SubmitRunParams) (Digest, error) {
+	if len(p.Input) == 0 {
+		return "", Errorf(CodeInvalid, "request digest: input is required")
+	}
+	return DigestOf(requestDigestInput{Agent: p.Agent, Input: p.Input, Budgets: p.Budgets})
+}
+
+// SubmitRun implements Store.
+func (s *GormStore) SubmitRun(ctx context.Context, p SubmitRunParams) (SubmitRunResult, error) {
+	switch {
+	case p.Tenant == "" || len(p.Tenant) > 128:
+		return SubmitRunResult{}, Errorf(CodeInvalid, "submit run: tenant must be 1–128 characters")
+	case !ValidIdempotencyKey(p.IdempotencyKey):
+		return SubmitRunResult{}, Errorf(CodeInvalid, "submit run: idempotency key must be 1–255 printable ASCII characters")
+	case p.Agent == "":
+		return SubmitRunResult{}, Errorf(CodeInvalid, "submit run: agent is required")
+	case p.Principal == "":
+		return SubmitRunResult{}, Errorf(CodeInvalid, "submit run: principal is required")
+	}
+	input, err := Canonicalize(p.Input)
+	if err != nil {
+		return SubmitRunResult{}, fmt.Errorf("submit run: input: %w", err)
+	}
+	digest, err := RequestDigest(p)
+	if err != nil {
+		return SubmitRunResult{}, fmt.Errorf("submit run: %w", err)
+	}
+	var out SubmitRunResult
+	err = s.inTx(ctx, "submit run", func(tx *txn) error {
+		var existing runRow
+		err := tx.db.Where("tenant = ? AND idempotency_key = ?", p.Tenant, p.IdempotencyKey).Take(&existing).Error
+		switch {
+		case err == nil:
+			if existing.RequestDigest != string(digest) {
+				return Errorf(CodeConflict, "idempotency key %q was already used for a different request", p.IdempotencyKey)
+			}
+			run, err := tx.findRun(RunID(existing.ID))
+			out = SubmitRunResult{Run: run, Replayed: true}
+			return err
+		case !errors.Is(err, gorm.ErrRecordNotFound):
+			return err
+		}
+		row := runRow{
+			ID: tx.newID(PrefixRun), Tenant: p.Tenant, IdempotencyKey: p.IdempotencyKey,
+			RequestDigest: string(digest), SubmittedBy: p.Principal, Agent: p.Agent, Input: string(input),
+			State: string(RunQueued), Version: 1, CreatedAt: micros(tx.now), UpdatedAt: micros(tx.now),
+		}
+		if err := tx.db.Create(&row).Error; err != nil {
+			return err
+		}
+		l := p.Budgets
+		b := budgetRow{
+			RunID: row.ID, MaxAttemptsPerAction: l.MaxAttemptsPerAction, MaxAttemptsPerRun: l.MaxAttemptsPerRun,
+			MaxExecutionUs: l.MaxExecution.Microseconds(), MaxSteps: l.MaxSteps, MaxTokens: l.MaxTokens,
+			DeadlineAt: microsPtr(l.Deadline), Version: 1,
+		}
+		if err := tx.db.Create(&b).Error; err != nil {
+			return err
+		}
+		if _, err := tx.appendEvent(transitionEvent(RunID(row.ID), "run", row.ID, RunState(""), RunQueued, p.Principal,
+			map[string]any{"agent": p.Agent, "request_digest": digest, "idempotency_key": p.IdempotencyKey})); err != nil {
+			return err
+		}
+		run, err := tx.findRun(RunID(row.ID))
+		out = SubmitRunResult{Run: run}
+		return err
+	})
+	return out, err
+}
+
+// TransitionRun implements Store.
+func (s *GormStore) TransitionRun(ctx context.Context, p RunTransition) (*Run, error) {
+	var run *Run
+	err := s.inTx(ctx, "transition run", func(tx *txn) error {
+		if err := tx.transitionRun(p); err != nil {
+			return err
+		}
+		var err error
+		run, err = tx.findRun(p.ID)
+		return err
+	})
+	return run, err
+}
+
+// transitionRun is the one place a run's state changes.
+func (tx *txn) transitionRun(p RunTransition) error {
+	if err := ValidateRunTransition(p.From, p.To, p.StopReason); err != nil {
+		return err
+	}
+	res := tx.db.Model(&runRow{}).Where("id = ? AND state = ?", p.ID, p.From).Updates(map[string]any{
+		"state": p.To, "stop_reason": strPtr(string(p.StopReason)),
+		"version": gorm.Expr("version + 1"), "updated_at": micros(tx.now),
+	})
+	if res.Error != nil {
+		return res.Error
+	}
+	if res.RowsAffected == 0 {
+		return tx.staleState(&runRow{}, "run", string(p.ID), string(p.From))
+	}
+	data := p.Data
+	if p.StopReason != "" && data == nil {
+		data = map[string]any{"stop_reason": p.StopReason}
+	}
+	_, err := tx.appendEvent(transitionEvent(p.ID, "run", string(p.ID), p.From, p.To, p.Actor, data))
+	return err
+}
+
+// staleState explains a guarded UPDATE that matched no row: the object is
+// missing (CodeNotFound) or no longer in the expected state (CodeConflict).
+func (tx *txn) staleState(model any, entity, id, from string) error {
+	var state string
+	err := tx.db.Model(model).Select("state").Where("id = ?", id).Take(&state).Error
+	if errors.Is(err, gorm.ErrRecordNotFound) {
+		return Errorf(CodeNotFound, "%s %s not found", entity, id)
+	}
+	if err != nil {
+		return err
+	}
+	return Errorf(CodeConflict, "%s %s is %s, not %s", entity, id, state, from)
+}
+
+func (tx *txn) findRun(id RunID) (*Run, error) {
+	return findRun(tx.db, id)
+}
+
+func findRun(db *gorm.DB, id RunID) (*Run, error) {
+	var r runRow
+	if err := db.Where("id = ?", id).Take(&r).Error; err != nil {
+		if errors.Is(err, gorm.ErrRecordNotFound) {
+			return nil, Errorf(CodeNotFound, "run %s not found", id)
+		}
+		return nil, err
+	}
+	var b budgetRow
+	if err := db.Where("run_id = ?", id).Take(&b).Error; err != nil {
+		return nil, fmt.Errorf("run %s budget: %w", id, err)
+	}
+	return r.toRun(&b), nil
+}
+
+// FindRunByID implements Store.
+func (s *GormStore) FindRunByID(ctx context.Context, id RunID) (*Run, error) {
+	run, err := findRun(s.r.WithContext(ctx), id)
+	if err != nil {
+		return nil, wrapErr("find run", err)
+	}
+	return run, nil
+}
+
+// FindRuns implements Store.
+func (s *GormStore) FindRuns(ctx context.Context, f RunFilter) ([]*Run, error) {
+	q := s.r.WithContext(ctx).Model(&runRow{})
+	if f.Tenant != nil {
+		q = q.Where("tenant = ?", *f.Tenant)
+	}
+	if f.State != nil {
+		q = q.Where("state = ?", *f.State)
+	}
+	if f.AfterID != nil {
+		q = q.Where("id > ?", *f.AfterID)
+	}
+	if f.Limit > 0 {
+		q = q.Limit(f.Limit)
+	}
+	var rows []runRow
+	if err := q.Order("id").Find(&rows).Error; err != nil {
+		return nil, wrapErr("find runs", err)
+	}
+	if len(rows) == 0 {
+		return nil, nil
+	}
+	ids := make([]string, len(rows))
+	for i := range rows {
+		ids[i] = rows[i].ID
+	}
+	var budgets []budgetRow
+	if err := s.r.WithContext(ctx).Where("run_id IN ?", ids).Find(&budgets).Error; err != nil {
+		return nil, wrapErr("find runs: budgets", err)
+	}
+	byRun := make(map[string]*budgetRow, len(budgets))
+	for i := range budgets {
+		byRun[budgets[i].RunID] = &budgets[i]
+	}
+	out := make([]*Run, len(rows))
+	for i := range rows {
+		out[i] = rows[i].toRun(byRun[rows[i].ID])
+	}
+	return out, nil
+}
+
+// AddUsage implements Store.
+func (s *GormStore) AddUsage(ctx context.Context, p AddUsageParams) (*Budget, error) {
+	if p.Steps < 0 || p.Tokens < 0 || p.Execution < 0 {
+		return nil, Errorf(CodeInvalid, "add usage: usage cannot be negative")
+	}
+	var out *Budget
+	err := s.inTx(ctx, "add usage", func(tx *txn) error {
+		upd := map[string]any{
+			"steps_used":        gorm.Expr("steps_used + ?", p.Steps),
+			"tokens_used":       gorm.Expr("tokens_used + ?", p.Tokens),
+			"execution_used_us": gorm.Expr("execution_used_us + ?", p.Execution.Microseconds()),
+			"version":           gorm.Expr("version + 1"),
+		}
+		if p.TokensUnavailable {
+			upd["tokens_unavailable"] = true
+		}
+		res := tx.db.Model(&budgetRow{}).Where("run_id = ?", p.RunID).Updates(upd)
+		if res.Error != nil {
+			return res.Error
+		}
+		if res.RowsAffected == 0 {
+			return Errorf(CodeNotFound, "run %s not found", p.RunID)
+		}
+		if _, err := tx.appendEvent(eventSpec{RunID: p.RunID, Type: "budget.usage", EntityType: "budget",
+			EntityID: string(p.RunID), Data: map[string]any{"steps": p.Steps, "tokens": p.Tokens,
+				"execution_us": p.Execution.Microseconds(), "tokens_unavailable": p.TokensUnavailable}}); err != nil {
+			return err
+		}
+		var b budgetRow
+		if err := tx.db.Where("run_id = ?", p.RunID).Take(&b).Error; err != nil {
+			return err
+		}
+		bb := b.toBudget()
+		out = &bb
+		return nil
+	})
+	return out, err
+}

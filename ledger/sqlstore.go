@@ -1,0 +1,306 @@
+package ledger
+
+import (
+	"context"
+	"database/sql"
+	"embed"
+	"errors"
+	"fmt"
+	"io/fs"
+	"net/url"
+	"path"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"gorm.io/driver/sqlite"
+	"gorm.io/gorm"
+	"gorm.io/gorm/logger"
+)
+
+//go:embed migrations/sqlite/*.sql
+var sqliteMigrations embed.FS
+
+// Config opens a Store.
+type Config struct {
+	// Path is the SQLite database file; it is created if missing.
+	Path string
+	// Now is the clock; nil means time.Now. Times are kept in UTC with
+	// microsecond precision.
+	Now func() time.Time
+	// NewID makes identifiers; nil means prefixed monotonic ULIDs.
+	NewID NewIDFunc
+	// BusyTimeout is how long a writer waits for another process's write
+	// lock before failing; 0 means 5s.
+	BusyTimeout time.Duration
+	// Synchronous is SQLite's synchronous pragma; "" means FULL, which the
+	// ledger needs so a committed attempt survives power loss. Benchmarks may
+	// set it to compare like with like.
+	Synchronous string
+	// ReadConns is the size of the read pool; 0 means 4.
+	ReadConns int
+}
+
+// GormStore is the Store on GORM and SQLite. It keeps one writer connection
+// (all write transactions begin IMMEDIATE, so a read-then-write never fails
+// halfway with SQLITE_BUSY) and a pool of query-only readers; WAL lets them
+// read while the writer commits.
+type GormStore struct {
+	w, r  *gorm.DB
+	now   func() time.Time
+	newID NewIDFunc
+}
+
+var _ Store = (*GormStore)(nil)
+
+// Open opens (creating if needed) the database at cfg.Path and applies
+// pending migrations. A database whose schema is newer than this build is
+// refused with CodeUnsupportedVersion and left untouched.
+func Open(ctx context.Context, cfg Config) (*GormStore, error) {
+	if cfg.Path == "" {
+		return nil, Errorf(CodeInvalid, "open store: no database path")
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	now := func() time.Time { return cfg.Now().UTC().Truncate(time.Microsecond) }
+	if cfg.NewID == nil {
+		cfg.NewID = NewULIDFunc(now)
+	}
+	if cfg.BusyTimeout == 0 {
+		cfg.BusyTimeout = 5 * time.Second
+	}
+	if cfg.Synchronous == "" {
+		cfg.Synchronous = "FULL"
+	}
+	if !slices.Contains([]string{"OFF", "NORMAL", "FULL", "EXTRA"}, strings.ToUpper(cfg.Synchronous)) {
+		return nil, Errorf(CodeInvalid, "open store: synchronous must be OFF, NORMAL, FULL or EXTRA, not %q", cfg.Synchronous)
+	}
+	if cfg.ReadConns == 0 {
+		cfg.ReadConns = 4
+	}
+	gcfg := func() *gorm.Config {
+		return &gorm.Config{
+			NowFunc:                now,
+			Logger:                 logger.Discard,
+			SkipDefaultTransaction: true, // we open every write transaction ourselves
+			PrepareStmt:            true,
+			TranslateError:         true,
+		}
+	}
+	w, err := gorm.Open(sqlite.Open(dsn(cfg, false)), gcfg())
+	if err != nil {
+		return nil, Errorf(CodeInternal, "open store %s: %w", cfg.Path, err)
+	}
+	s := &GormStore{w: w, now: now, newID: cfg.NewID}
+	if err := setPool(w, 1); err != nil {
+		return nil, err
+	}
+	if err := s.migrate(ctx); err != nil {
+		_ = closeDB(w)
+		return nil, err
+	}
+	// Readers open after migration so they find the WAL files in place.
+	r, err := gorm.Open(sqlite.Open(dsn(cfg, true)), gcfg())
+	if err != nil {
+		_ = closeDB(w)
+		return nil, Errorf(CodeInternal, "open store readers %s: %w", cfg.Path, err)
+	}
+	if err := setPool(r, cfg.ReadConns); err != nil {
+		_ = closeDB(w)
+		return nil, err
+	}
+	s.r = r
+	return s, nil
+}
+
+func dsn(cfg Config, readOnly bool) string {
+	q := url.Values{}
+	q.Set("_journal_mode", "WAL")
+	q.Set("_synchronous", strings.ToUpper(cfg.Synchronous))
+	q.Set("_busy_timeout", strconv.FormatInt(cfg.BusyTimeout.Milliseconds(), 10))
+	q.Set("_foreign_keys", "on")
+	if readOnly {
+		q.Set("_query_only", "on")
+	} else {
+		q.Set("_txlock", "immediate")
+	}
+	return "file:" + cfg.Path + "?" + q.Encode()
+}
+
+func setPool(db *gorm.DB, n int) error {
+	sqlDB, err := db.DB()
+	if err != nil {
+		return Errorf(CodeInternal, "open store: %w", err)
+	}
+	sqlDB.SetMaxOpenConns(n)
+	sqlDB.SetMaxIdleConns(n)
+	sqlDB.SetConnMaxLifetime(0)
+	return nil
+}
+
+func closeDB(db *gorm.DB) error {
+	sqlDB, err := db.DB()
+	if err != nil {
+		return err
+	}
+	return sqlDB.Close()
+}
+
+// Close closes both connection pools.
+func (s *GormStore) Close() error {
+	var errs []error
+	if s.r != nil {
+		errs = append(errs, closeDB(s.r))
+	}
+	errs = append(errs, closeDB(s.w))
+	if err := errors.Join(errs...); err != nil {
+		return Errorf(CodeInternal, "close store: %w", err)
+	}
+	return nil
+}
+
+// migration is one numbered, embedded SQL file.
+type migration struct {
+	version int
+	name    string
+	sql     string
+}
+
+func loadMigrations() ([]migration, error) {
+	const dir = "migrations/sqlite"
+	entries, err := fs.ReadDir(sqliteMigrations, dir)
+	if err != nil {
+		return nil, err
+	}
+	var ms []migration
+	for _, e := range entries {
+		num, _, ok := strings.Cut(e.Name(), "_")
+		v, err := strconv.Atoi(num)
+		if !ok || err != nil || v < 1 {
+			return nil, fmt.Errorf("migration %s: name must start with a positive number and _", e.Name())
+		}
+		body, err := fs.ReadFile(sqliteMigrations, path.Join(dir, e.Name()))
+		if err != nil {
+			return nil, err
+		}
+		ms = append(ms, migration{version: v, name: e.Name(), sql: string(body)})
+	}
+	slices.SortFunc(ms, func(a, b migration) int { return a.version - b.version })
+	for i, m := range ms {
+		if m.version != i+1 {
+			return nil, fmt.Errorf("migration %s: versions must run 1, 2, 3… without gaps", m.name)
+		}
+	}
+	return ms, nil
+}
+
+// SchemaVersion is the schema version this build writes.
+func SchemaVersion() int {
+	ms, err := loadMigrations()
+	if err != nil {
+		return 0
+	}
+	return len(ms)
+}
+
+// migrate applies pending migrations, each in its own transaction together
+// with its row in schema_migrations.
+func (s *GormStore) migrate(ctx context.Context) error {
+	ms, err := loadMigrations()
+	if err != nil {
+		return Errorf(CodeInternal, "load migrations: %w", err)
+	}
+	db := s.w.WithContext(ctx)
+	if err := db.Exec(`CREATE TABLE IF NOT EXISTS schema_migrations (
+		version    INTEGER PRIMARY KEY,
+		name       TEXT    NOT NULL,
+		applied_at INTEGER NOT NULL)`).Error; err != nil {
+		return Errorf(CodeInternal, "migrate: %w", err)
+	}
+	var current int
+	if err := db.Raw(`SELECT COALESCE(MAX(version), 0) FROM schema_migrations`).Scan(&current).Error; err != nil {
+		return Errorf(CodeInternal, "migrate: read schema version: %w", err)
+	}
+	if current > len(ms) {
+		return Errorf(CodeUnsupportedVersion,
+			"database schema version %d is newer than this build of ledger understands (%d): upgrade ledger, or open a copy made by this version",
+			current, len(ms))
+	}
+	// Migration files hold several statements; prepared statements (which
+	// GORM uses) compile only the first, so they run on database/sql.
+	sqlDB, err := s.w.DB()
+	if err != nil {
+		return Errorf(CodeInternal, "migrate: %w", err)
+	}
+	for _, m := range ms[current:] {
+		if err := applyMigration(ctx, sqlDB, m, s.now()); err != nil {
+			return Errorf(CodeInternal, "migrate: apply %s: %w", m.name, err)
+		}
+	}
+	return nil
+}
+
+func applyMigration(ctx context.Context, db *sql.DB, m migration, now time.Time) error {
+	tx, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = tx.Rollback() }()
+	if _, err := tx.ExecContext(ctx, m.sql); err != nil {
+		return err
+	}
+	if _, err := tx.ExecContext(ctx, `INSERT INTO schema_migrations (version, name, applied_at) VALUES (?, ?, ?)`,
+		m.version, m.name, now.UnixMicro()); err != nil {
+		return err
+	}
+	return tx.Commit()
+}
+
+// CurrentSchemaVersion returns the schema version recorded in the database.
+func (s *GormStore) CurrentSchemaVersion(ctx context.Context) (int, error) {
+	var v int
+	if err := s.r.WithContext(ctx).Raw(`SELECT COALESCE(MAX(version), 0) FROM schema_migrations`).Scan(&v).Error; err != nil {
+		return 0, Errorf(CodeInternal, "read schema version: %w", err)
+	}
+	return v, nil
+}
+
+// txn is one write transaction: the GORM handle, one "now" for every row and
+// event it writes, and the id generator.
+type txn struct {
+	db    *gorm.DB
+	now   time.Time
+	newID NewIDFunc
+}
+
+// inTx runs fn in a write transaction (BEGIN IMMEDIATE on SQLite). fn's
+// error rolls everything back; errors come out as *Error.
+func (s *GormStore) inTx(ctx context.Context, op string, fn func(tx *txn) error) error {
+	err := s.w.WithContext(ctx).Transaction(func(db *gorm.DB) error {
+		return fn(&txn{db: db, now: s.now(), newID: s.newID})
+	})
+	if err != nil {
+		return wrapErr(op, err)
+	}
+	return nil
+}
+
+// wrapErr gives err the op as context and makes sure it is an *Error; GORM
+// errors are translated here and nowhere else.
+func wrapErr(op string, err error) error {
+	var e *Error
+	switch {
+	case errors.As(err, &e):
+		return &Error{Code: e.Code, Message: op + ": " + err.Error(), Err: err}
+	case errors.Is(err, gorm.ErrRecordNotFound):
+		return &Error{Code: CodeNotFound, Message: op + ": not found", Err: err}
+	case errors.Is(err, gorm.ErrDuplicatedKey):
+		return &Error{Code: CodeConflict, Message: op + ": already exists", Err: err}
+	case errors.Is(err, gorm.ErrForeignKeyViolated):
+		return &Error{Code: CodeInvalid, Message: op + ": refers to a missing object", Err: err}
+	default:
+		return &Error{Code: CodeInternal, Message: op + ": " + err.Error(), Err: err}
+	}
+}

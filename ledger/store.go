@@ -1,0 +1,316 @@
+package ledger
+
+import (
+	"context"
+	"encoding/json"
+	"time"
+)
+
+// Store keeps the ledger's facts durable. Every method that changes state
+// runs in one write transaction that also appends the events recording the
+// change, so a fact and its event are committed together or not at all.
+// Transitions are guarded in SQL (UPDATE … WHERE state = from) and checked
+// against the tables in states.go.
+//
+// Errors are *Error values: CodeInvalid for a malformed request or illegal
+// transition, CodeNotFound for an unknown id, CodeConflict when the stored
+// state does not allow the request (a lost race, a reused idempotency key, a
+// digest mismatch), CodeApprovalRequired and CodeBudgetExceeded as named.
+type Store interface {
+	// SubmitRun creates a run for (tenant, idempotency key) or returns the
+	// existing one. Same key and same request digest: the existing run with
+	// Replayed set. Same key and another digest: CodeConflict, nothing changes.
+	// Concurrent submits of one key produce exactly one run.
+	SubmitRun(ctx context.Context, p SubmitRunParams) (SubmitRunResult, error)
+	// TransitionRun moves a run from p.From to p.To. CodeConflict if the run
+	// is no longer in p.From.
+	TransitionRun(ctx context.Context, p RunTransition) (*Run, error)
+	// FindRunByID returns one run with its budget. CodeNotFound if unknown.
+	FindRunByID(ctx context.Context, id RunID) (*Run, error)
+	// FindRuns lists runs matching the filter in id order.
+	FindRuns(ctx context.Context, f RunFilter) ([]*Run, error)
+
+	// CreateAction records an action proposed by a model. The caller's
+	// idempotency key (unique within the run) makes a replayed step return
+	// the existing action with Duplicate set; the same key with other
+	// content is CodeConflict. With p.Gate set, the action leaves proposed
+	// in the same transaction, and awaiting_approval opens a pending
+	// approval bound to the action digest.
+	CreateAction(ctx context.Context, p CreateActionParams) (CreateActionResult, error)
+	// TransitionAction moves an action along an edge that needs no other
+	// fact. Edges owned by another method (→ running: StartAttempt;
+	// awaiting_approval → approved/denied/expired: DecideApproval,
+	// ExpireApprovals) are CodeInvalid here. Leaving awaiting_approval by
+	// this method invalidates the pending approval.
+	TransitionAction(ctx context.Context, p ActionTransition) (*Action, error)
+	// FindActionByID returns one action. CodeNotFound if unknown.
+	FindActionByID(ctx context.Context, id ActionID) (*Action, error)
+	// FindActions lists actions matching the filter in (run, seq) order.
+	FindActions(ctx context.Context, f ActionFilter) ([]*Action, error)
+
+	// StartAttempt records a new attempt of an approved action before the
+	// tool is called, moves the action to running and counts the attempt
+	// against the run's budget, all in one transaction.
+	// CodeApprovalRequired if the action is not approved, CodeBudgetExceeded
+	// if an attempt or time budget or the deadline forbids another attempt,
+	// CodeConflict if the run is not running or its cancel was accepted.
+	StartAttempt(ctx context.Context, p StartAttemptParams) (*Attempt, error)
+	// FinishAttempt records an attempt's outcome (status, optional effect
+	// observation, result or error), adds its duration to the run's
+	// execution budget and moves the action to p.ActionState.
+	FinishAttempt(ctx context.Context, p FinishAttemptParams) (FinishAttemptResult, error)
+	// RecordObservation appends tool-side or human evidence about an
+	// attempt. An established effect (happened, not_happened) is written on
+	// the attempt if its effect was unknown; evidence contradicting an
+	// established effect is CodeConflict and nothing is recorded.
+	RecordObservation(ctx context.Context, p RecordObservationParams) (*Observation, *Attempt, error)
+	// FindAttempts lists attempts matching the filter in (action, no) order.
+	FindAttempts(ctx context.Context, f AttemptFilter) ([]*Attempt, error)
+	// FindObservations lists observations matching the filter in time order.
+	FindObservations(ctx context.Context, f ObservationFilter) ([]*Observation, error)
+
+	// DecideApproval grants or denies the pending approval of an action,
+	// only if p.ActionDigest is the digest it is bound to, and moves the
+	// action to approved or denied. CodeConflict on a digest mismatch, if
+	// no approval is pending, or if it has passed its expiry time; nothing
+	// changes then.
+	DecideApproval(ctx context.Context, p DecideApprovalParams) (DecideApprovalResult, error)
+	// ExpireApprovals expires every pending approval whose time has passed,
+	// and its action, returning what it expired.
+	ExpireApprovals(ctx context.Context) ([]*Approval, error)
+	// FindApprovals lists approvals matching the filter in id order.
+	FindApprovals(ctx context.Context, f ApprovalFilter) ([]*Approval, error)
+
+	// RequestCancel records a cancellation request for a run, once; a
+	// second request returns the first with Created false. CodeConflict
+	// if the run is terminal.
+	RequestCancel(ctx context.Context, p RequestCancelParams) (RequestCancelResult, error)
+	// TransitionCancellation moves a run's cancellation one step.
+	TransitionCancellation(ctx context.Context, p CancellationTransition) (*Cancellation, error)
+	// FindCancellation returns a run's cancellation. CodeNotFound if none.
+	FindCancellation(ctx context.Context, run RunID) (*Cancellation, error)
+
+	// AddUsage adds model-step usage (steps, tokens, execution time) to a
+	// run's persisted budget.
+	AddUsage(ctx context.Context, p AddUsageParams) (*Budget, error)
+
+	// FindEvents returns a run's events in sequence order.
+	FindEvents(ctx context.Context, run RunID) ([]*Event, error)
+	// VerifyChain walks a run's event chain and names the first broken link.
+	VerifyChain(ctx context.Context, run RunID) (ChainReport, error)
+
+	// Close releases the database.
+	Close() error
+}
+
+// SubmitRunParams is a run submission. The request digest is computed from
+// the canonical form of {agent, input, budgets}.
+type SubmitRunParams struct {
+	Tenant         string
+	IdempotencyKey string
+	Principal      string
+	Agent          string
+	Input          json.RawMessage
+	Budgets        BudgetLimits
+}
+
+// SubmitRunResult is the run and whether it already existed.
+type SubmitRunResult struct {
+	Run      *Run
+	Replayed bool
+}
+
+// RunTransition moves a run. StopReason is required for, and only for, a
+// terminal target.
+type RunTransition struct {
+	ID         RunID
+	From, To   RunState
+	StopReason StopReason
+	Actor      string
+	Data       any // recorded in the event; marshalled to canonical JSON
+}
+
+// RunFilter selects runs. Nil fields match everything.
+type RunFilter struct {
+	Tenant  *string
+	State   *RunState
+	AfterID *RunID // cursor: ids strictly after this one
+	Limit   int    // 0: no limit
+}
+
+// CreateActionParams records an action.
+type CreateActionParams struct {
+	RunID RunID
+	// IdempotencyKey identifies the model step that proposed the action,
+	// unique within the run (for example "step-3").
+	IdempotencyKey string
+	Tool           string
+	ToolVersion    string
+	Effect         Effect
+	Arguments      json.RawMessage // a JSON object
+	// Supersedes, if set, names an earlier action of the same run that this
+	// one replaces; it moves to superseded and its pending approval is
+	// invalidated.
+	Supersedes ActionID
+	// Gate, if set, is the state the rules chose: approved,
+	// awaiting_approval or denied.
+	Gate ActionState
+	// ApprovalTTL bounds a pending approval's life; 0 means no expiry.
+	ApprovalTTL time.Duration
+	Actor       string
+}
+
+// CreateActionResult is the action, its pending approval if one was opened,
+// and whether the action already existed.
+type CreateActionResult struct {
+	Action    *Action
+	Approval  *Approval
+	Duplicate bool
+}
+
+// ActionTransition moves an action along an edge owned by no other method.
+type ActionTransition struct {
+	ID       ActionID
+	From, To ActionState
+	Actor    string
+	Data     any
+}
+
+// ActionFilter selects actions. Nil fields match everything.
+type ActionFilter struct {
+	RunID  *RunID
+	Tenant *string
+	State  *ActionState
+	Limit  int
+}
+
+// StartAttemptParams starts an attempt.
+type StartAttemptParams struct {
+	ActionID ActionID
+	Actor    string
+}
+
+// ObservationInput is evidence recorded with an attempt's outcome.
+type ObservationInput struct {
+	Source ObservationSource
+	Effect EffectFact
+	Detail json.RawMessage
+}
+
+// FinishAttemptParams records an attempt's outcome.
+type FinishAttemptParams struct {
+	AttemptID AttemptID
+	Status    AttemptStatus // not started
+	// Observation, if set, is recorded; an established effect in it is
+	// written on the attempt.
+	Observation *ObservationInput
+	Result      json.RawMessage
+	Error       *AttemptError
+	// ActionState is where the action goes from running.
+	ActionState ActionState
+	Actor       string
+}
+
+// FinishAttemptResult is the attempt and action after the outcome.
+type FinishAttemptResult struct {
+	Attempt     *Attempt
+	Action      *Action
+	Observation *Observation
+}
+
+// RecordObservationParams appends evidence about an attempt.
+type RecordObservationParams struct {
+	AttemptID AttemptID
+	Source    ObservationSource
+	Effect    EffectFact
+	Detail    json.RawMessage
+	Actor     string
+}
+
+// AttemptFilter selects attempts.
+type AttemptFilter struct {
+	ActionID *ActionID
+	RunID    *RunID
+	Status   *AttemptStatus
+	Limit    int
+}
+
+// ObservationFilter selects observations.
+type ObservationFilter struct {
+	RunID     *RunID
+	ActionID  *ActionID
+	AttemptID *AttemptID
+}
+
+// ApprovalDecision is a person's answer.
+type ApprovalDecision string
+
+// Decisions.
+const (
+	DecisionGrant ApprovalDecision = "grant"
+	DecisionDeny  ApprovalDecision = "deny"
+)
+
+// DecideApprovalParams decides an action's pending approval.
+type DecideApprovalParams struct {
+	ActionID     ActionID
+	ActionDigest Digest
+	Decision     ApprovalDecision
+	Principal    string
+	Reason       string
+}
+
+// DecideApprovalResult is the decided approval and the action after it.
+type DecideApprovalResult struct {
+	Approval *Approval
+	Action   *Action
+}
+
+// ApprovalFilter selects approvals.
+type ApprovalFilter struct {
+	Tenant   *string
+	State    *ApprovalState
+	ActionID *ActionID
+	RunID    *RunID
+	Limit    int
+}
+
+// RequestCancelParams requests a run's cancellation.
+type RequestCancelParams struct {
+	RunID     RunID
+	Principal string
+	Reason    string
+}
+
+// RequestCancelResult is the cancellation and whether this call created it.
+type RequestCancelResult struct {
+	Cancellation *Cancellation
+	Created      bool
+}
+
+// CancellationTransition moves a cancellation one step.
+type CancellationTransition struct {
+	RunID    RunID
+	From, To CancellationState
+	Actor    string
+}
+
+// AddUsageParams adds usage to a run's budget.
+type AddUsageParams struct {
+	RunID     RunID
+	Steps     int64
+	Tokens    int64
+	Execution time.Duration
+	// TokensUnavailable marks that a step reported no token usage.
+	TokensUnavailable bool
+}
+
+// ChainReport is the result of walking a run's event chain.
+type ChainReport struct {
+	RunID  RunID `json:"run_id"`
+	Events int   `json:"events"`
+	OK     bool  `json:"ok"`
+	// BrokenSeq is the sequence number of the first broken link (0 if OK).
+	BrokenSeq int64  `json:"broken_seq,omitempty"`
+	Reason    string `json:"reason,omitempty"`
+}
