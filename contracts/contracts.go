@@ -1,0 +1,269 @@
+package contracts
+
+import (
+	"bytes"
+	"embed"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"regexp"
+	"strconv"
+
+	"github.com/santhosh-tekuri/jsonschema/v5"
+)
+
+// Schema names one of the embedded schemas. Its text is the file name
+// without the major-version suffix: SchemaRunSubmission is
+// schemas/run_submission.v1.json.
+type Schema string
+
+// The embedded schemas.
+const (
+	// SchemaRunSubmission is the body of POST /v1/runs. schema_version may
+	// be absent.
+	SchemaRunSubmission Schema = "run_submission"
+	// SchemaToolDescriptor describes a tool, its arguments and guarantees.
+	// schema_version is required.
+	SchemaToolDescriptor Schema = "tool_descriptor"
+	// SchemaRules is an ordered list of approval rules. schema_version is
+	// required.
+	SchemaRules Schema = "rules"
+	// SchemaAction is an action as the API shows it. schema_version may be
+	// absent.
+	SchemaAction Schema = "action"
+)
+
+// SupportedMajor is the major schema version this build reads. Any minor
+// version of it is accepted: minor versions are forward-compatible.
+const SupportedMajor = 1
+
+// DefaultVersion is what an absent schema_version means, where a schema
+// allows it to be absent.
+const DefaultVersion = "1.0"
+
+// CurrentVersion is the schema_version this build writes.
+const CurrentVersion = "1.0"
+
+//go:embed schemas/*.json
+var schemaFS embed.FS
+
+var allSchemas = []Schema{SchemaRunSubmission, SchemaToolDescriptor, SchemaRules, SchemaAction}
+
+// compiledSchema is one embedded schema, ready to validate with. It is
+// built once at init and never changed, so sharing it is safe.
+type compiledSchema struct {
+	raw    []byte
+	doc    any // the decoded schema, to name missing and unknown fields
+	schema *jsonschema.Schema
+}
+
+// compiled holds every embedded schema. A schema that does not compile is a
+// build bug, so it panics at init rather than failing the first request.
+var compiled = mustCompileAll()
+
+func mustCompileAll() map[Schema]*compiledSchema {
+	c := newCompiler()
+	out := make(map[Schema]*compiledSchema, len(allSchemas))
+	for _, s := range allSchemas {
+		cs, err := compileEmbedded(c, s)
+		if err != nil {
+			panic(fmt.Sprintf("contracts: embedded schema %s: %v", s, err))
+		}
+		out[s] = cs
+	}
+	return out
+}
+
+func compileEmbedded(c *jsonschema.Compiler, s Schema) (*compiledSchema, error) {
+	raw, err := schemaFS.ReadFile("schemas/" + s.fileName())
+	if err != nil {
+		return nil, err
+	}
+	doc, err := decodeJSON(raw)
+	if err != nil {
+		return nil, err
+	}
+	m, _ := doc.(map[string]any)
+	id, _ := m["$id"].(string)
+	if id == "" {
+		return nil, errors.New("no $id")
+	}
+	if err := c.AddResource(id, bytes.NewReader(raw)); err != nil {
+		return nil, err
+	}
+	sch, err := c.Compile(id)
+	if err != nil {
+		return nil, err
+	}
+	return &compiledSchema{raw: raw, doc: doc, schema: sch}, nil
+}
+
+// newCompiler returns a compiler for draft 2020-12 that asserts formats
+// (date-time is checked, not just annotated) and loads nothing from disk or
+// network: the draft meta-schemas are built into the library, and every
+// other reference must resolve inside the document.
+func newCompiler() *jsonschema.Compiler {
+	c := jsonschema.NewCompiler()
+	c.Draft = jsonschema.Draft2020
+	c.AssertFormat = true
+	c.LoadURL = func(url string) (io.ReadCloser, error) {
+		return nil, fmt.Errorf("reference to %s: only references inside the schema are allowed", url)
+	}
+	return c
+}
+
+func (s Schema) fileName() string {
+	return fmt.Sprintf("%s.v%d.json", s, SupportedMajor)
+}
+
+// String returns the schema's name.
+func (s Schema) String() string { return string(s) }
+
+// Schemas lists the embedded schemas in a fixed order.
+func Schemas() []Schema {
+	return append([]Schema(nil), allSchemas...)
+}
+
+// SchemaJSON returns the raw JSON of an embedded schema, or nil for an
+// unknown one. The caller owns the returned bytes.
+func SchemaJSON(schema Schema) []byte {
+	cs, ok := compiled[schema]
+	if !ok {
+		return nil
+	}
+	return bytes.Clone(cs.raw)
+}
+
+// Validate checks doc against schema.
+//
+// schema_version is checked first: a major version other than
+// SupportedMajor fails with a *VersionError (ErrUnsupportedVersion) and
+// nothing else is checked, because the rest of the document follows another
+// contract. An absent schema_version means DefaultVersion where the schema
+// allows absence. Then the whole document is checked, and every problem is
+// reported in one *ValidationError (ErrInvalid); a document that is not JSON
+// fails the same way. An unknown schema is an error matching neither.
+func Validate(schema Schema, doc []byte) error {
+	cs, ok := compiled[schema]
+	if !ok {
+		return fmt.Errorf("contracts: unknown schema %q", schema)
+	}
+	v, err := decodeJSON(doc)
+	if err != nil {
+		return &ValidationError{Subject: schema.String(), Issues: []Issue{{Message: err.Error()}}}
+	}
+	if err := checkVersion(schema, v); err != nil {
+		return err
+	}
+	if err := cs.schema.Validate(v); err != nil {
+		return validationError(schema.String(), cs.doc, v, err, serverOwned[schema])
+	}
+	if issues := plainIntegers(cs.doc, v, ""); len(issues) > 0 {
+		return &ValidationError{Subject: schema.String(), Issues: sortIssues(issues)}
+	}
+	return nil
+}
+
+var plainInteger = regexp.MustCompile(`^-?[0-9]+$`)
+
+// plainIntegers finds integers written with a fraction or an exponent
+// (5000.0, 5e3). JSON Schema accepts them as integers, but Go's decoder and
+// some clients do not, so this package refuses them with a clear message
+// rather than failing later in decoding. It follows "properties" and
+// "items", which is all the embedded schemas use.
+func plainIntegers(schemaNode, inst any, loc string) []Issue {
+	sch, ok := schemaNode.(map[string]any)
+	if !ok {
+		return nil
+	}
+	switch x := inst.(type) {
+	case json.Number:
+		if sch["type"] == "integer" && !plainInteger.MatchString(string(x)) {
+			return []Issue{{Location: loc, Message: "must be an integer written without fraction or exponent"}}
+		}
+	case map[string]any:
+		props, _ := sch["properties"].(map[string]any)
+		var out []Issue
+		for name, val := range x {
+			out = append(out, plainIntegers(props[name], val, loc+"/"+escapeToken(name))...)
+		}
+		return out
+	case []any:
+		var out []Issue
+		for i, val := range x {
+			out = append(out, plainIntegers(sch["items"], val, loc+"/"+strconv.Itoa(i))...)
+		}
+		return out
+	}
+	return nil
+}
+
+var versionPattern = regexp.MustCompile(`^([0-9]+)\.[0-9]+$`)
+
+// checkVersion refuses a well-formed schema_version of another major
+// version. An absent or malformed one is left to the schema, which reports
+// it with the other problems.
+func checkVersion(schema Schema, v any) error {
+	m, ok := v.(map[string]any)
+	if !ok {
+		return nil
+	}
+	version, ok := m["schema_version"].(string)
+	if !ok {
+		return nil
+	}
+	sub := versionPattern.FindStringSubmatch(version)
+	if sub == nil {
+		return nil
+	}
+	// A major too large for uint64 is unsupported too: err != nil.
+	if major, err := strconv.ParseUint(sub[1], 10, 64); err != nil || major != SupportedMajor {
+		return &VersionError{Schema: schema, Version: version}
+	}
+	return nil
+}
+
+// decodeJSON decodes one JSON value, keeping numbers as json.Number so that
+// integers keep their precision. Anything after the value is an error.
+func decodeJSON(data []byte) (any, error) {
+	d := json.NewDecoder(bytes.NewReader(data))
+	d.UseNumber()
+	var v any
+	if err := d.Decode(&v); err != nil {
+		switch {
+		case errors.Is(err, io.EOF):
+			return nil, errors.New("empty document")
+		case errors.Is(err, io.ErrUnexpectedEOF):
+			return nil, errors.New("not valid JSON: unexpected end of input")
+		}
+		var se *json.SyntaxError
+		if errors.As(err, &se) {
+			return nil, fmt.Errorf("not valid JSON at byte %d: %s", se.Offset, se.Error())
+		}
+		return nil, fmt.Errorf("not valid JSON: %s", trimJSONPrefix(err.Error()))
+	}
+	if _, err := d.Token(); !errors.Is(err, io.EOF) {
+		return nil, errors.New("not valid JSON: data after the value")
+	}
+	return v, nil
+}
+
+func trimJSONPrefix(s string) string {
+	const p = "json: "
+	if len(s) > len(p) && s[:len(p)] == p {
+		return s[len(p):]
+	}
+	return s
+}
+
+// serverOwned lists, per schema, top-level fields a client may not set
+// because the server owns them; an attempt gets a clearer message than
+// "unknown field".
+var serverOwned = map[Schema]map[string]bool{
+	SchemaRunSubmission: {
+		"id": true, "tenant": true, "state": true, "stop_reason": true,
+		"created_at": true, "updated_at": true, "actions": true,
+		"digest": true, "request_digest": true, "action_digest": true,
+	},
+}
