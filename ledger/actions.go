@@ -104,20 +104,19 @@ func (s *GormStore) CreateAction(ctx context.Context, p CreateActionParams) (Cre
 		}
 		if _, err := tx.appendEvent(transitionEvent(p.RunID, "action", string(id), ActionState(""), ActionProposed, p.Actor,
 			map[string]any{"tool": p.Tool, "tool_version": p.ToolVersion, "effect": p.Effect, "action_digest": digest,
-				"seq": row.Seq, "supersedes": p.Supersedes})); err != nil {
+				"seq": row.Seq, "supersedes": row.Supersedes})); err != nil {
 			return err
 		}
 		if p.Gate != "" {
-			if err := tx.transitionAction(ActionTransition{ID: id, From: ActionProposed, To: p.Gate, Actor: p.Actor}); err != nil {
+			if err := tx.transitionAction(ActionTransition{ID: id, From: ActionProposed, To: p.Gate,
+				ApprovalTTL: p.ApprovalTTL, Actor: p.Actor}); err != nil {
 				return err
 			}
 		}
 		if p.Gate == ActionAwaitingApproval {
-			apr, err := tx.openApproval(&row, p.ApprovalTTL, p.Actor)
-			if err != nil {
+			if out.Approval, err = tx.pendingApproval(id); err != nil {
 				return err
 			}
-			out.Approval = apr
 		}
 		out.Action, err = tx.findAction(id)
 		return err
@@ -127,6 +126,9 @@ func (s *GormStore) CreateAction(ctx context.Context, p CreateActionParams) (Cre
 
 // TransitionAction implements Store.
 func (s *GormStore) TransitionAction(ctx context.Context, p ActionTransition) (*Action, error) {
+	if p.ApprovalTTL < 0 {
+		return nil, Errorf(CodeInvalid, "transition action: approval TTL cannot be negative")
+	}
 	if owner := ActionEdgeOwner(p.From, p.To); owner != "" {
 		return nil, Errorf(CodeInvalid, "transition action: %s → %s is taken by %s", p.From, p.To, owner)
 	}
@@ -142,9 +144,10 @@ func (s *GormStore) TransitionAction(ctx context.Context, p ActionTransition) (*
 	return out, err
 }
 
-// transitionAction is the one place an action's state changes. An action
-// leaving awaiting_approval other than by a decision takes its pending
-// approval with it (invalidated).
+// transitionAction is the one place an action's state changes. Entering
+// awaiting_approval opens the approval bound to the action's digest; leaving
+// it other than by a decision takes the pending approval with it
+// (invalidated).
 func (tx *txn) transitionAction(p ActionTransition, extra ...map[string]any) error {
 	if err := ValidateActionTransition(p.From, p.To); err != nil {
 		return err
@@ -162,11 +165,15 @@ func (tx *txn) transitionAction(p ActionTransition, extra ...map[string]any) err
 	if res.RowsAffected == 0 {
 		return tx.staleState(&actionRow{}, "action", string(p.ID), string(p.From))
 	}
-	run, err := tx.runOfAction(p.ID)
-	if err != nil {
+	var row actionRow
+	if err := tx.db.Where("id = ?", p.ID).Take(&row).Error; err != nil {
 		return err
 	}
-	if _, err := tx.appendEvent(transitionEvent(run, "action", string(p.ID), p.From, p.To, p.Actor, p.Data)); err != nil {
+	if _, err := tx.appendEvent(transitionEvent(RunID(row.RunID), "action", string(p.ID), p.From, p.To, p.Actor, p.Data)); err != nil {
+		return err
+	}
+	if p.To == ActionAwaitingApproval {
+		_, err := tx.openApproval(&row, p.ApprovalTTL, p.Actor)
 		return err
 	}
 	if p.From == ActionAwaitingApproval && p.To != ActionApproved && p.To != ActionDenied && p.To != ActionExpired {
@@ -177,14 +184,6 @@ func (tx *txn) transitionAction(p ActionTransition, extra ...map[string]any) err
 		return tx.transitionApproval(apr, ApprovalInvalidated, p.Actor, "action "+string(p.To), nil)
 	}
 	return nil
-}
-
-func (tx *txn) runOfAction(id ActionID) (RunID, error) {
-	var run string
-	if err := tx.db.Model(&actionRow{}).Select("run_id").Where("id = ?", id).Take(&run).Error; err != nil {
-		return "", fmt.Errorf("action %s: %w", id, err)
-	}
-	return RunID(run), nil
 }
 
 func (tx *txn) findAction(id ActionID) (*Action, error) { return findAction(tx.db, id) }

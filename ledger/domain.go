@@ -3,19 +3,19 @@ package ledger
 import (
 	"encoding/json"
 	"time"
+
+	"github.com/actionledger/ledger/contracts"
 )
 
-// Effect says whether a tool only reads or changes the world.
-type Effect string
+// Effect says whether a tool only reads or changes the world; it is the
+// tool descriptor's effect (package contracts).
+type Effect = contracts.Effect
 
 // Tool effects.
 const (
-	EffectRead  Effect = "read"
-	EffectWrite Effect = "write"
+	EffectRead  = contracts.EffectRead
+	EffectWrite = contracts.EffectWrite
 )
-
-// Valid reports whether e is read or write.
-func (e Effect) Valid() bool { return e == EffectRead || e == EffectWrite }
 
 // Run is one agent run, submitted once per (tenant, idempotency key).
 type Run struct {

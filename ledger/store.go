@@ -40,8 +40,9 @@ type Store interface {
 	// TransitionAction moves an action along an edge that needs no other
 	// fact. Edges owned by another method (→ running: StartAttempt;
 	// awaiting_approval → approved/denied/expired: DecideApproval,
-	// ExpireApprovals) are CodeInvalid here. Leaving awaiting_approval by
-	// this method invalidates the pending approval.
+	// ExpireApprovals; running → outcome: FinishAttempt) are CodeInvalid
+	// here. Entering awaiting_approval opens a pending approval bound to the
+	// action digest; leaving it other than by a decision invalidates it.
 	TransitionAction(ctx context.Context, p ActionTransition) (*Action, error)
 	// FindActionByID returns one action. CodeNotFound if unknown.
 	FindActionByID(ctx context.Context, id ActionID) (*Action, error)
@@ -172,8 +173,11 @@ type CreateActionResult struct {
 type ActionTransition struct {
 	ID       ActionID
 	From, To ActionState
-	Actor    string
-	Data     any
+	// ApprovalTTL bounds the life of the approval opened when To is
+	// awaiting_approval; 0 means no expiry.
+	ApprovalTTL time.Duration
+	Actor       string
+	Data        any
 }
 
 // ActionFilter selects actions. Nil fields match everything.

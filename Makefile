@@ -1,0 +1,32 @@
+# ledger — build, test, lint, bench. `make test` is what CI runs.
+GO          ?= go
+STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
+BIN         := bin/ledger
+VERSION     ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+
+.PHONY: build test lint bench bench-smoke fmt
+
+build:
+	$(GO) build -ldflags "-X main.Version=$(VERSION)" -o $(BIN) ./cmd/ledger
+
+lint:
+	@unformatted=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
+	  if [ -n "$$unformatted" ]; then echo "gofmt would change: $$unformatted"; exit 1; fi
+	$(GO) vet ./...
+	$(GO) run $(STATICCHECK) ./...
+
+# The test command of the README and of CI: lint, then every test with the
+# race detector, then the benchmarks once each so they cannot rot.
+test: lint
+	$(GO) test -race -count=1 ./...
+	$(MAKE) bench-smoke
+
+bench-smoke:
+	$(GO) test -run '^$$' -bench . -benchtime 1x ./...
+
+# Real figures: see the closing notes and BENCHMARKS.md for how to read them.
+bench:
+	$(GO) test -run '^$$' -bench . -benchtime 3s -count 3 ./...
+
+fmt:
+	gofmt -w $$(git ls-files '*.go')

@@ -1,0 +1,93 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"database/sql"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+
+	"github.com/actionledger/ledger/ledger"
+	"github.com/stretchr/testify/require"
+)
+
+func run(t *testing.T, args ...string) (string, error) {
+	t.Helper()
+	var out, errOut bytes.Buffer
+	err := Run(context.Background(), args, &out, &errOut)
+	return out.String(), err
+}
+
+func TestVersion(t *testing.T) {
+	out, err := run(t, "version", "--json")
+	require.NoError(t, err)
+	var v struct {
+		Version       string `json:"version"`
+		SchemaVersion int    `json:"schema_version"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(out), &v))
+	require.Equal(t, ledger.SchemaVersion(), v.SchemaVersion)
+
+	out, err = run(t, "version")
+	require.NoError(t, err)
+	require.Contains(t, out, "ledger dev (schema")
+
+	_, err = run(t, "version", "extra")
+	require.Error(t, err)
+}
+
+func TestMigrate(t *testing.T) {
+	db := filepath.Join(t.TempDir(), "ledger.db")
+	out, err := run(t, "migrate", "--db", db, "--json")
+	require.NoError(t, err)
+	require.JSONEq(t, `{"db":"`+db+`","schema_version":`+itoa(ledger.SchemaVersion())+`}`, out)
+	out, err = run(t, "migrate", "--db", db)
+	require.NoError(t, err, "re-running is a no-op")
+	require.Contains(t, out, "schema version")
+
+	t.Run("newer database refused with exit status 3", func(t *testing.T) {
+		raw, err := sql.Open("sqlite3", db)
+		require.NoError(t, err)
+		_, err = raw.Exec(`INSERT INTO schema_migrations (version, name, applied_at) VALUES (999, 'future.sql', 0)`)
+		require.NoError(t, err)
+		require.NoError(t, raw.Close())
+		_, err = run(t, "migrate", "--db", db)
+		require.ErrorIs(t, err, ledger.ErrUnsupportedVersion)
+		require.Equal(t, 3, exitCode(err))
+	})
+
+	t.Run("unknown flag", func(t *testing.T) {
+		_, err := run(t, "migrate", "--nope")
+		require.Error(t, err)
+	})
+}
+
+// TestBinary builds the real binary and runs the README's first command.
+func TestBinary(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the binary")
+	}
+	dir := t.TempDir()
+	bin := filepath.Join(dir, "ledger")
+	build := exec.Command("go", "build", "-o", bin, ".")
+	build.Stderr = os.Stderr
+	require.NoError(t, build.Run())
+
+	cmd := exec.Command(bin, "migrate")
+	cmd.Dir = dir
+	out, err := cmd.CombinedOutput()
+	require.NoError(t, err, string(out))
+	require.Contains(t, string(out), "./ledger.db: schema version")
+	_, err = os.Stat(filepath.Join(dir, "ledger.db"))
+	require.NoError(t, err)
+
+	cmd = exec.Command(bin, "migrate", "--db", filepath.Join(dir, "missing", "x.db"))
+	out, err = cmd.CombinedOutput()
+	require.Error(t, err)
+	require.Contains(t, string(out), "ledger: ")
+}
+
+func itoa(n int) string { b, _ := json.Marshal(n); return string(b) }

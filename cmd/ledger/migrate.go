@@ -1,0 +1,43 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+
+	"github.com/actionledger/ledger/ledger"
+	"github.com/spf13/cobra"
+)
+
+func newMigrateCmd() *cobra.Command {
+	var (
+		dbPath string
+		asJSON bool
+	)
+	cmd := &cobra.Command{
+		Use:   "migrate",
+		Short: "Create or upgrade the ledger database and print its schema version",
+		Long: `Create the SQLite database if it does not exist and apply pending migrations.
+A database written by a newer ledger is refused (exit status 3) and left untouched.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx := cmd.Context()
+			s, err := ledger.Open(ctx, ledger.Config{Path: dbPath})
+			if err != nil {
+				return err
+			}
+			defer s.Close()
+			v, err := s.CurrentSchemaVersion(ctx)
+			if err != nil {
+				return err
+			}
+			if asJSON {
+				return json.NewEncoder(cmd.OutOrStdout()).Encode(map[string]any{"db": dbPath, "schema_version": v})
+			}
+			_, err = fmt.Fprintf(cmd.OutOrStdout(), "%s: schema version %d (current)\n", dbPath, v)
+			return err
+		},
+	}
+	cmd.Flags().StringVar(&dbPath, "db", "./ledger.db", "path of the SQLite database")
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	return cmd
+}

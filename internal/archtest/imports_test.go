@@ -1,0 +1,89 @@
+package archtest
+
+import (
+	"encoding/json"
+	"errors"
+	"io"
+	"os/exec"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+const module = "github.com/actionledger/ledger"
+
+// allowed lists, per package of ours, the packages of ours it may import.
+// A package missing here is a test failure: add it with its place in the
+// layering. Test-only packages (ledgertest, archtest) import what they test.
+var allowed = map[string][]string{
+	"contracts":         {},
+	"ledger":            {"contracts"},
+	"ledger/ledgertest": {"ledger", "contracts"},
+	"approval":          {"ledger", "contracts"},
+	"budget":            {"ledger", "contracts"},
+	"evidence":          {"ledger", "contracts"},
+	"recovery":          {"ledger", "contracts"},
+	"simulator":         {"ledger", "contracts", "approval", "budget", "recovery", "engine"},
+	"engine":            {"ledger", "contracts", "approval", "budget", "recovery"},
+	"server":            {"ledger", "contracts", "approval", "budget", "recovery", "engine", "evidence", "simulator"},
+	"faultmatrix":       {"ledger", "contracts", "simulator", "evidence"},
+	"cmd/ledger":        {"*"},
+	"internal/archtest": {},
+}
+
+// owners lists third-party imports only one package may use.
+var owners = map[string]string{
+	"gorm.io/gorm":                             "ledger",
+	"gorm.io/driver/sqlite":                    "ledger",
+	"gorm.io/driver/postgres":                  "ledger",
+	"github.com/labstack/echo/v4":              "server",
+	"github.com/santhosh-tekuri/jsonschema/v5": "contracts",
+}
+
+type pkg struct {
+	ImportPath string
+	Imports    []string
+}
+
+func TestImportDirection(t *testing.T) {
+	cmd := exec.Command("go", "list", "-json", module+"/...")
+	out, err := cmd.StdoutPipe()
+	require.NoError(t, err)
+	require.NoError(t, cmd.Start())
+	dec := json.NewDecoder(out)
+	var pkgs []pkg
+	for {
+		var p pkg
+		if err := dec.Decode(&p); errors.Is(err, io.EOF) {
+			break
+		} else {
+			require.NoError(t, err)
+		}
+		pkgs = append(pkgs, p)
+	}
+	require.NoError(t, cmd.Wait())
+	require.NotEmpty(t, pkgs)
+
+	for _, p := range pkgs {
+		name := strings.TrimPrefix(strings.TrimPrefix(p.ImportPath, module), "/")
+		may, known := allowed[name]
+		if !known {
+			t.Errorf("package %s has no place in the layering: add it to allowed", name)
+			continue
+		}
+		for _, imp := range p.Imports {
+			if owner, ok := owners[imp]; ok && owner != name {
+				t.Errorf("%s imports %s, which only %s may use", name, imp, owner)
+			}
+			ours, isOurs := strings.CutPrefix(imp, module+"/")
+			if !isOurs || slices.Contains(may, "*") {
+				continue
+			}
+			if !slices.Contains(may, ours) {
+				t.Errorf("%s imports %s, against the direction of DESIGN.md section 1", name, ours)
+			}
+		}
+	}
+}
