@@ -12,13 +12,13 @@ import (
 // need facts beyond a state change (an attempt row, an approval decision)
 // and are refused by TransitionAction.
 var actionEdgeOwners = map[[2]ActionState]string{
-	{ActionApproved, ActionRunning}:         "StartAttempt",
+	{ActionApproved, ActionRunning}:          "StartAttempt",
 	{ActionAwaitingApproval, ActionApproved}: "DecideApproval",
 	{ActionAwaitingApproval, ActionDenied}:   "DecideApproval",
 	{ActionAwaitingApproval, ActionExpired}:  "ExpireApprovals",
-	{ActionRunning, ActionSucceeded}:        "FinishAttempt",
-	{ActionRunning, ActionFailed}:           "FinishAttempt",
-	{ActionRunning, ActionUncertain}:        "FinishAttempt",
+	{ActionRunning, ActionSucceeded}:         "FinishAttempt",
+	{ActionRunning, ActionFailed}:            "FinishAttempt",
+	{ActionRunning, ActionUncertain}:         "FinishAttempt",
 }
 
 // ActionEdgeOwner returns the Store method that owns the edge from → to, or
@@ -61,8 +61,11 @@ func (s *GormStore) CreateAction(ctx context.Context, p CreateActionParams) (Cre
 			}
 			out = CreateActionResult{Action: existing.toAction(), Duplicate: true}
 			apr, err := tx.pendingApproval(ActionID(existing.ID))
-			if err == nil {
+			switch {
+			case err == nil:
 				out.Approval = apr
+			case Code(err) != CodeConflict: // conflict: none pending, which is fine
+				return err
 			}
 			return nil
 		case !errors.Is(err, gorm.ErrRecordNotFound):
@@ -102,9 +105,12 @@ func (s *GormStore) CreateAction(ctx context.Context, p CreateActionParams) (Cre
 		if err := tx.db.Create(&row).Error; err != nil {
 			return err
 		}
-		if _, err := tx.appendEvent(transitionEvent(p.RunID, "action", string(id), ActionState(""), ActionProposed, p.Actor,
-			map[string]any{"tool": p.Tool, "tool_version": p.ToolVersion, "effect": p.Effect, "action_digest": digest,
-				"seq": row.Seq, "supersedes": row.Supersedes})); err != nil {
+		data := map[string]any{"tool": p.Tool, "tool_version": p.ToolVersion, "effect": p.Effect,
+			"action_digest": digest, "seq": row.Seq}
+		if p.Supersedes != "" {
+			data["supersedes"] = p.Supersedes
+		}
+		if _, err := tx.appendEvent(transitionEvent(p.RunID, "action", string(id), ActionState(""), ActionProposed, p.Actor, data)); err != nil {
 			return err
 		}
 		if p.Gate != "" {

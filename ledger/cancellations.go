@@ -87,7 +87,9 @@ func (s *GormStore) TransitionCancellation(ctx context.Context, p CancellationTr
 	return out, err
 }
 
-func (tx *txn) findCancellation(run RunID) (*Cancellation, error) { return findCancellation(tx.db, run) }
+func (tx *txn) findCancellation(run RunID) (*Cancellation, error) {
+	return findCancellation(tx.db, run)
+}
 
 func findCancellation(db *gorm.DB, run RunID) (*Cancellation, error) {
 	var row cancellationRow

@@ -20,6 +20,9 @@ const (
 	// state: a guarded transition lost a race, an idempotency key was reused
 	// with another body, a digest does not match.
 	CodeConflict ErrorCode = "conflict"
+	// CodeForbidden: the caller may not do this (a role it lacks, approving
+	// its own run). Another tenant's object is CodeNotFound, never this.
+	CodeForbidden ErrorCode = "forbidden"
 	// CodeApprovalRequired: the action needs an approval it does not have.
 	CodeApprovalRequired ErrorCode = "approval_required"
 	// CodeBudgetExceeded: a persisted budget forbids the operation.
@@ -44,6 +47,7 @@ var (
 	ErrInvalid            = &Error{Code: CodeInvalid, Message: "invalid"}
 	ErrNotFound           = &Error{Code: CodeNotFound, Message: "not found"}
 	ErrConflict           = &Error{Code: CodeConflict, Message: "conflict"}
+	ErrForbidden          = &Error{Code: CodeForbidden, Message: "forbidden"}
 	ErrApprovalRequired   = &Error{Code: CodeApprovalRequired, Message: "approval required"}
 	ErrBudgetExceeded     = &Error{Code: CodeBudgetExceeded, Message: "budget exceeded"}
 	ErrUnsupportedVersion = &Error{Code: CodeUnsupportedVersion, Message: "unsupported schema version"}

@@ -48,7 +48,9 @@ var reasonFor = map[ledger.RunState]ledger.StopReason{
 func TestStoreRunTransitions(t *testing.T) {
 	b := ledgertest.OpenStore(t)
 	ctx := context.Background()
-	legal := func(from, to ledger.RunState) bool { return ledger.ValidateRunTransition(from, to, reasonFor[to]) == nil }
+	legal := func(from, to ledger.RunState) bool {
+		return ledger.ValidateRunTransition(from, to, reasonFor[to]) == nil
+	}
 	n := 0
 	for _, from := range ledger.RunStates() {
 		for _, to := range ledger.RunStates() {
@@ -329,7 +331,9 @@ func TestStoreApprovalTransitions(t *testing.T) {
 func TestStoreCancellationTransitions(t *testing.T) {
 	b := ledgertest.OpenStore(t)
 	ctx := context.Background()
-	legal := func(from, to ledger.CancellationState) bool { return ledger.ValidateCancellationTransition(from, to) == nil }
+	legal := func(from, to ledger.CancellationState) bool {
+		return ledger.ValidateCancellationTransition(from, to) == nil
+	}
 	n := 0
 	for _, from := range ledger.CancellationStates() {
 		for _, to := range ledger.CancellationStates() {

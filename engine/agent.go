@@ -1,0 +1,127 @@
+package engine
+
+import (
+	"context"
+	"encoding/json"
+
+	"github.com/actionledger/ledger/contracts"
+	"github.com/actionledger/ledger/ledger"
+)
+
+// StepKind says what a model step asks for.
+type StepKind string
+
+// Step kinds.
+const (
+	StepToolCall StepKind = "tool_call" // call Tool with Arguments
+	StepFinal    StepKind = "final"     // the run is done; Final is the answer
+)
+
+// Usage is what one model step consumed. A nil *Usage means the provider
+// reported none: token accounting becomes unavailable, never zero.
+type Usage struct {
+	InputTokens  int64 `json:"input_tokens"`
+	OutputTokens int64 `json:"output_tokens"`
+}
+
+// Step is a model's answer to the history so far.
+type Step struct {
+	Kind      StepKind
+	Tool      string          // StepToolCall: the tool's name
+	Arguments json.RawMessage // StepToolCall: a JSON object
+	Final     json.RawMessage // StepFinal: the answer
+	Usage     *Usage
+}
+
+// HistoryEntry is one action the run recorded and what came of it.
+type HistoryEntry struct {
+	Action  *ledger.Action
+	Attempt *ledger.Attempt // the last attempt, if any
+}
+
+// History is what a model sees: the run's input and every action so far, in
+// order, as recorded in the ledger. A model must derive its next step from
+// the history alone: after a restart the engine asks again with the same
+// history and expects the same step.
+type History struct {
+	RunID   ledger.RunID
+	Input   json.RawMessage
+	Entries []HistoryEntry
+}
+
+// Model proposes the next step of a run.
+type Model interface {
+	Next(ctx context.Context, h History) (Step, error)
+}
+
+// Call is one execution of a tool for one attempt of an action.
+type Call struct {
+	RunID    ledger.RunID
+	ActionID ledger.ActionID
+	Attempt  int64
+	// DedupKey is stable per action across attempts (<run_id>/<action_id>);
+	// a tool that dedups uses it to run the action's effect at most once.
+	DedupKey  string
+	Arguments json.RawMessage
+}
+
+// Result is a tool's answer to Execute.
+type Result struct {
+	Output json.RawMessage
+	// Effect is what the tool says of the world: happened for a write that
+	// took effect, not_happened for a read or a refused call, unknown if it
+	// cannot say.
+	Effect ledger.EffectFact
+}
+
+// Tool executes actions. Execute returns a *ToolError (or any error) when the
+// call failed; context.DeadlineExceeded marks a timeout.
+type Tool interface {
+	Descriptor() contracts.ToolDescriptor
+	Execute(ctx context.Context, c Call) (Result, error)
+}
+
+// QueryResult is what a tool knows of a dedup key's effect.
+type QueryResult struct {
+	Effect ledger.EffectFact // unknown is never read as not happened
+	Output json.RawMessage
+}
+
+// Querier is implemented by tools whose descriptor declares query: the
+// effect of a dedup key can be looked up after the fact.
+type Querier interface {
+	Query(ctx context.Context, dedupKey string) (QueryResult, error)
+}
+
+// CancelResult is a tool's answer to Cancel.
+type CancelResult struct {
+	Confirmed bool // the call will not take effect (or was undone)
+	Detail    json.RawMessage
+}
+
+// Canceller is implemented by tools whose descriptor declares cancel.
+type Canceller interface {
+	Cancel(ctx context.Context, dedupKey string) (CancelResult, error)
+}
+
+// ToolError is a tool's failure with a stable code, persisted on the attempt.
+type ToolError struct {
+	Code    string
+	Message string
+	// Effect is what the tool knows of the world despite the error:
+	// not_happened when it refused before acting, unknown otherwise.
+	Effect ledger.EffectFact
+}
+
+// Error implements error.
+func (e *ToolError) Error() string { return e.Code + ": " + e.Message }
+
+// Agent is a named pairing of a model and the tools it may call, as the
+// submit body names it ({"agent": "practice-cards", ...}).
+type Agent struct {
+	Name string
+	// NewModel returns the model for a run's input; it is called again after
+	// a restart, so it must not hold state the history cannot rebuild.
+	NewModel func(input json.RawMessage) (Model, error)
+	Tools    []Tool
+}
