@@ -112,6 +112,9 @@ func (s *GormStore) DecideApproval(ctx context.Context, p DecideApprovalParams) 
 			Actor: p.Principal, Data: map[string]any{"approval_id": apr.ID}}); err != nil {
 			return err
 		}
+		if err := tx.resumeAfterApproval(apr.RunID, p.Principal); err != nil {
+			return err
+		}
 		if out.Action, err = tx.findAction(p.ActionID); err != nil {
 			return err
 		}
@@ -139,6 +142,9 @@ func (s *GormStore) ExpireApprovals(ctx context.Context) ([]*Approval, error) {
 				Actor: "ledger", Data: map[string]any{"approval_id": apr.ID}}); err != nil {
 				return err
 			}
+			if err := tx.resumeAfterApproval(apr.RunID, "ledger"); err != nil {
+				return err
+			}
 			got, err := tx.findApproval(apr.ID)
 			if err != nil {
 				return err
@@ -148,6 +154,30 @@ func (s *GormStore) ExpireApprovals(ctx context.Context) ([]*Approval, error) {
 		return nil
 	})
 	return out, err
+}
+
+// resumeAfterApproval moves a run waiting for approval back to running once
+// none of its approvals is pending, so whoever drives runs (the engine's
+// workers, in this or another process) finds it runnable: a decision or an
+// expiry is always the engine's to act on, and a run's state never claims it
+// waits for a person when it does not.
+func (tx *txn) resumeAfterApproval(run RunID, actor string) error {
+	var pending int64
+	if err := tx.db.Model(&approvalRow{}).Where("run_id = ? AND state = ?", run, ApprovalPending).Count(&pending).Error; err != nil {
+		return err
+	}
+	if pending > 0 {
+		return nil
+	}
+	var state string
+	if err := tx.db.Model(&runRow{}).Select("state").Where("id = ?", run).Take(&state).Error; err != nil {
+		return err
+	}
+	if RunState(state) != RunAwaitingApproval {
+		return nil
+	}
+	return tx.transitionRun(RunTransition{ID: run, From: RunAwaitingApproval, To: RunRunning, Actor: actor,
+		Data: map[string]any{"cause": "approval settled"}})
 }
 
 func (tx *txn) findApproval(id ApprovalID) (*Approval, error) {

@@ -197,6 +197,35 @@ func TestDecideApproval(t *testing.T) {
 		require.NoError(t, err)
 	})
 
+	t.Run("a settled approval resumes the waiting run", func(t *testing.T) {
+		for _, settle := range []string{"grant", "deny", "expire"} {
+			t.Run(settle, func(t *testing.T) {
+				b, run, a := setup(t)
+				second := b.Action(t, run.ID, "step-2", ledger.ActionAwaitingApproval).Action
+				_, err := b.Store.TransitionRun(ctx, ledger.RunTransition{ID: run.ID, From: ledger.RunRunning, To: ledger.RunAwaitingApproval})
+				require.NoError(t, err)
+				_, err = decide(b, second, second.ActionDigest, ledger.DecisionGrant)
+				require.NoError(t, err)
+				got, err := b.Store.FindRunByID(ctx, run.ID)
+				require.NoError(t, err)
+				require.Equal(t, ledger.RunAwaitingApproval, got.State, "another approval is still pending")
+				switch settle {
+				case "grant":
+					_, err = decide(b, a, a.ActionDigest, ledger.DecisionGrant)
+				case "deny":
+					_, err = decide(b, a, a.ActionDigest, ledger.DecisionDeny)
+				case "expire":
+					b.Clock.Advance(2 * time.Hour)
+					_, err = b.Store.ExpireApprovals(ctx)
+				}
+				require.NoError(t, err)
+				got, err = b.Store.FindRunByID(ctx, run.ID)
+				require.NoError(t, err)
+				require.Equal(t, ledger.RunRunning, got.State)
+			})
+		}
+	})
+
 	t.Run("ErrInvalid and ErrNotFound", func(t *testing.T) {
 		b, _, a := setup(t)
 		_, err := decide(b, a, "sha256:nothex", ledger.DecisionGrant)

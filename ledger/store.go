@@ -72,12 +72,14 @@ type Store interface {
 
 	// DecideApproval grants or denies the pending approval of an action,
 	// only if p.ActionDigest is the digest it is bound to, and moves the
-	// action to approved or denied. CodeConflict on a digest mismatch, if
-	// no approval is pending, or if it has passed its expiry time; nothing
-	// changes then.
+	// action to approved or denied. A run in awaiting_approval with no other
+	// pending approval goes back to running in the same transaction, so the
+	// engine picks it up. CodeConflict on a digest mismatch, if no approval
+	// is pending, or if it has passed its expiry time; nothing changes then.
 	DecideApproval(ctx context.Context, p DecideApprovalParams) (DecideApprovalResult, error)
 	// ExpireApprovals expires every pending approval whose time has passed,
-	// and its action, returning what it expired.
+	// and its action, and resumes the run as DecideApproval does, returning
+	// what it expired.
 	ExpireApprovals(ctx context.Context) ([]*Approval, error)
 	// FindApprovals lists approvals matching the filter in id order.
 	FindApprovals(ctx context.Context, f ApprovalFilter) ([]*Approval, error)
