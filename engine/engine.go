@@ -1,0 +1,428 @@
+package engine
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync/atomic"
+	"time"
+
+	"github.com/actionledger/ledger/approval"
+	"github.com/actionledger/ledger/contracts"
+	"github.com/actionledger/ledger/ledger"
+)
+
+// Approvals is what the engine needs of package approval: the gate rules
+// choose for a new action, and the sweep that expires stale approvals.
+type Approvals interface {
+	Gate(tenant string, tool contracts.ToolDescriptor) approval.Decision
+	ExpireDue(ctx context.Context) ([]*ledger.Approval, error)
+}
+
+// Config builds an Engine.
+type Config struct {
+	Store     ledger.Store
+	Approvals Approvals
+	// Agents are the agents runs may name, by Agent.Name.
+	Agents []Agent
+	// Now is the clock for step durations; nil means time.Now.
+	Now func() time.Time
+	// Workers is how many runs advance at once; 0 means 4.
+	Workers int
+	// PollInterval is how often the pool looks for runnable runs when
+	// nobody notified it; 0 means 250ms.
+	PollInterval time.Duration
+	// DefaultToolTimeout bounds a call whose descriptor sets none; 0 means 30s.
+	DefaultToolTimeout time.Duration
+	Logger             *slog.Logger
+}
+
+// Engine drives runs over the Store. Advance moves one run as far as it can
+// go without a person; Start runs a worker pool that does so for every
+// runnable run.
+type Engine struct {
+	store     ledger.Store
+	approvals Approvals
+	agents    map[string]*registeredAgent
+	now       func() time.Time
+	cfg       Config
+	log       *slog.Logger
+	pool      atomic.Pointer[pool]
+}
+
+type registeredAgent struct {
+	Agent
+	tools map[string]registeredTool
+}
+
+type registeredTool struct {
+	Tool
+	desc contracts.ToolDescriptor
+	args *contracts.ArgumentValidator
+}
+
+// New checks the configuration and returns an Engine. It panics on nothing:
+// a bad configuration is an error.
+func New(cfg Config) (*Engine, error) {
+	if cfg.Store == nil || cfg.Approvals == nil {
+		return nil, errors.New("engine: Store and Approvals are required")
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.Workers <= 0 {
+		cfg.Workers = 4
+	}
+	if cfg.PollInterval <= 0 {
+		cfg.PollInterval = 250 * time.Millisecond
+	}
+	if cfg.DefaultToolTimeout <= 0 {
+		cfg.DefaultToolTimeout = 30 * time.Second
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	e := &Engine{store: cfg.Store, approvals: cfg.Approvals, agents: map[string]*registeredAgent{},
+		now: cfg.Now, cfg: cfg, log: cfg.Logger}
+	for _, a := range cfg.Agents {
+		if a.Name == "" || a.NewModel == nil {
+			return nil, errors.New("engine: an agent needs a name and a model")
+		}
+		if _, dup := e.agents[a.Name]; dup {
+			return nil, fmt.Errorf("engine: agent %q registered twice", a.Name)
+		}
+		ra := &registeredAgent{Agent: a, tools: map[string]registeredTool{}}
+		for _, t := range a.Tools {
+			d := t.Descriptor()
+			v, err := d.ArgumentValidator()
+			if err != nil {
+				return nil, fmt.Errorf("engine: agent %s: tool %s: %w", a.Name, d.Name, err)
+			}
+			if _, dup := ra.tools[d.Name]; dup {
+				return nil, fmt.Errorf("engine: agent %s: tool %q registered twice", a.Name, d.Name)
+			}
+			ra.tools[d.Name] = registeredTool{Tool: t, desc: d, args: v}
+		}
+		e.agents[a.Name] = ra
+	}
+	return e, nil
+}
+
+// HasAgent reports whether runs may name agent.
+func (e *Engine) HasAgent(name string) bool { _, ok := e.agents[name]; return ok }
+
+// Tool returns the descriptor of a tool any agent registered.
+func (e *Engine) Tool(name string) (contracts.ToolDescriptor, bool) {
+	for _, a := range e.agents {
+		if t, ok := a.tools[name]; ok {
+			return t.desc, true
+		}
+	}
+	return contracts.ToolDescriptor{}, false
+}
+
+// Advance drives one run until it ends or waits for something outside the
+// engine (a person's approval or review). It is safe to call again at any
+// point, including after a crash: every step it takes is derived from the
+// ledger, and every write is idempotent or guarded.
+func (e *Engine) Advance(ctx context.Context, id ledger.RunID) error {
+	for {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		run, err := e.store.FindRunByID(ctx, id)
+		if err != nil {
+			return fmt.Errorf("advance %s: %w", id, err)
+		}
+		more, err := e.step(ctx, run)
+		if err != nil {
+			return fmt.Errorf("advance %s: %w", id, err)
+		}
+		if !more {
+			return nil
+		}
+	}
+}
+
+// step takes one step of run and reports whether another may follow.
+func (e *Engine) step(ctx context.Context, run *ledger.Run) (bool, error) {
+	switch run.State {
+	case ledger.RunQueued:
+		if _, ok := e.agents[run.Agent]; !ok {
+			return false, e.finish(ctx, run, ledger.StopInternalError, map[string]any{"error": "agent " + run.Agent + " is not registered"})
+		}
+		return e.moveRun(ctx, run, ledger.RunRunning, nil)
+	case ledger.RunRunning:
+		return e.stepRunning(ctx, run)
+	default:
+		// awaiting_approval and needs_review wait for a person; stopping and
+		// the terminal states are not the engine's to advance here.
+		return false, nil
+	}
+}
+
+func (e *Engine) stepRunning(ctx context.Context, run *ledger.Run) (bool, error) {
+	agent, ok := e.agents[run.Agent]
+	if !ok {
+		return false, e.finish(ctx, run, ledger.StopInternalError, map[string]any{"error": "agent " + run.Agent + " is not registered"})
+	}
+	actions, err := e.store.FindActions(ctx, ledger.ActionFilter{RunID: &run.ID})
+	if err != nil {
+		return false, err
+	}
+	last := current(actions)
+	if last != nil {
+		switch last.State {
+		case ledger.ActionApproved:
+			return e.attempt(ctx, run, agent, last)
+		case ledger.ActionAwaitingApproval, ledger.ActionProposed:
+			return e.moveRun(ctx, run, ledger.RunAwaitingApproval, map[string]any{"action_id": last.ID})
+		case ledger.ActionDenied:
+			reason := ledger.StopPolicyDenied
+			if decided, err := e.store.FindApprovals(ctx, ledger.ApprovalFilter{ActionID: &last.ID, State: ptr(ledger.ApprovalDenied)}); err != nil {
+				return false, err
+			} else if len(decided) > 0 {
+				reason = ledger.StopApprovalDenied
+			}
+			return false, e.finish(ctx, run, reason, map[string]any{"action_id": last.ID})
+		case ledger.ActionExpired:
+			return false, e.finish(ctx, run, ledger.StopApprovalExpired, map[string]any{"action_id": last.ID})
+		case ledger.ActionRunning, ledger.ActionUncertain:
+			// An attempt this process is not running: the process that
+			// started it died. Until the recovery table decides, a person
+			// does: an unknown effect is never taken as "did not happen".
+			return false, e.toReview(ctx, run, last)
+		case ledger.ActionNeedsReview:
+			return e.moveRun(ctx, run, ledger.RunNeedsReview, map[string]any{"action_id": last.ID})
+		}
+	}
+	return e.modelStep(ctx, run, agent, actions)
+}
+
+// current is the action the run is on: the last one recorded that was not
+// superseded by a later one.
+func current(actions []*ledger.Action) *ledger.Action {
+	for i := len(actions) - 1; i >= 0; i-- {
+		if actions[i].State != ledger.ActionSuperseded {
+			return actions[i]
+		}
+	}
+	return nil
+}
+
+// modelStep asks the model for the next step and records it: an action
+// through the gate, or the final answer.
+func (e *Engine) modelStep(ctx context.Context, run *ledger.Run, agent *registeredAgent, actions []*ledger.Action) (bool, error) {
+	model, err := agent.NewModel(run.Input)
+	if err != nil {
+		return false, e.finish(ctx, run, ledger.StopInvalidModelResponse, map[string]any{"error": err.Error()})
+	}
+	hist, err := e.history(ctx, run, actions)
+	if err != nil {
+		return false, err
+	}
+	started := e.now()
+	s, err := model.Next(ctx, hist)
+	took := e.now().Sub(started)
+	usage := ledger.AddUsageParams{RunID: run.ID, Steps: 1, Execution: max(took, 0), TokensUnavailable: s.Usage == nil}
+	if s.Usage != nil {
+		usage.Tokens = s.Usage.InputTokens + s.Usage.OutputTokens
+	}
+	if _, uerr := e.store.AddUsage(ctx, usage); uerr != nil {
+		return false, uerr
+	}
+	if err != nil {
+		if ctx.Err() != nil {
+			return false, ctx.Err()
+		}
+		return false, e.finish(ctx, run, ledger.StopProviderError, map[string]any{"error": err.Error()})
+	}
+	switch s.Kind {
+	case StepFinal:
+		var answer any = json.RawMessage(`null`)
+		if len(s.Final) > 0 {
+			if err := ledger.CheckJSON(s.Final); err != nil {
+				return false, e.finish(ctx, run, ledger.StopInvalidModelResponse, map[string]any{"error": "final answer: " + err.Error()})
+			}
+			answer = s.Final
+		}
+		return false, e.finish(ctx, run, ledger.StopCompleted, map[string]any{"final": answer})
+	case StepToolCall:
+		tool, ok := agent.tools[s.Tool]
+		if !ok {
+			return false, e.finish(ctx, run, ledger.StopInvalidModelResponse, map[string]any{"error": "unknown tool " + s.Tool})
+		}
+		if err := tool.args.Validate(s.Arguments); err != nil {
+			return false, e.finish(ctx, run, ledger.StopInvalidModelResponse, map[string]any{"error": "arguments of " + s.Tool + ": " + err.Error()})
+		}
+		gate := e.approvals.Gate(run.Tenant, tool.desc)
+		_, err := e.store.CreateAction(ctx, ledger.CreateActionParams{
+			RunID: run.ID, IdempotencyKey: fmt.Sprintf("step-%d", len(actions)+1),
+			Tool: tool.desc.Name, ToolVersion: tool.desc.Version, Effect: tool.desc.Effect, Arguments: s.Arguments,
+			Gate: gate.Gate, ApprovalTTL: gate.ApprovalTTL, Actor: "engine",
+		})
+		if err != nil {
+			return false, err
+		}
+		return true, nil
+	default:
+		return false, e.finish(ctx, run, ledger.StopInvalidModelResponse, map[string]any{"error": fmt.Sprintf("unknown step kind %q", s.Kind)})
+	}
+}
+
+// history rebuilds what the model has seen from the ledger alone.
+func (e *Engine) history(ctx context.Context, run *ledger.Run, actions []*ledger.Action) (History, error) {
+	h := History{RunID: run.ID, Input: run.Input}
+	attempts, err := e.store.FindAttempts(ctx, ledger.AttemptFilter{RunID: &run.ID})
+	if err != nil {
+		return h, err
+	}
+	lastAttempt := map[ledger.ActionID]*ledger.Attempt{}
+	for _, a := range attempts {
+		lastAttempt[a.ActionID] = a // ordered by (action, attempt_no): the last wins
+	}
+	for _, a := range actions {
+		h.Entries = append(h.Entries, HistoryEntry{Action: a, Attempt: lastAttempt[a.ID]})
+	}
+	return h, nil
+}
+
+// attempt records an attempt durably, then calls the tool with the action's
+// dedup key, then records the outcome and the tool's observation.
+func (e *Engine) attempt(ctx context.Context, run *ledger.Run, agent *registeredAgent, a *ledger.Action) (bool, error) {
+	tool, ok := agent.tools[a.Tool]
+	if !ok || tool.desc.Version != a.ToolVersion {
+		return false, e.finish(ctx, run, ledger.StopInternalError, map[string]any{"error": fmt.Sprintf("tool %s@%s is not registered", a.Tool, a.ToolVersion)})
+	}
+	att, err := e.store.StartAttempt(ctx, ledger.StartAttemptParams{ActionID: a.ID, Actor: "engine"})
+	switch {
+	case errors.Is(err, ledger.ErrBudgetExceeded):
+		return false, e.finish(ctx, run, ledger.StopRetryBudgetExhausted, map[string]any{"action_id": a.ID, "error": err.Error()})
+	case err != nil:
+		return false, err
+	}
+	timeout := tool.desc.Timeout()
+	if timeout <= 0 {
+		timeout = e.cfg.DefaultToolTimeout
+	}
+	callCtx, cancel := context.WithTimeout(ctx, timeout)
+	res, callErr := tool.Execute(callCtx, Call{RunID: run.ID, ActionID: a.ID, Attempt: att.No, DedupKey: a.DedupKey, Arguments: a.Arguments})
+	cancel()
+	if callErr != nil && ctx.Err() != nil {
+		// We are shutting down, not the tool failing: leave the attempt
+		// started; recovery finds it and decides with the tool's guarantees.
+		return false, ctx.Err()
+	}
+	fin := outcome(tool.desc, res, callErr)
+	fin.AttemptID, fin.Actor = att.ID, "engine"
+	if _, err := e.store.FinishAttempt(ctx, fin); err != nil {
+		return false, err
+	}
+	switch fin.ActionState {
+	case ledger.ActionSucceeded:
+		return true, nil
+	case ledger.ActionFailed:
+		return false, e.finish(ctx, run, ledger.StopToolError, map[string]any{"action_id": a.ID, "error": fin.Error})
+	default: // uncertain: the effect is unknown
+		fresh, err := e.store.FindActionByID(ctx, a.ID)
+		if err != nil {
+			return false, err
+		}
+		return false, e.toReview(ctx, run, fresh)
+	}
+}
+
+// outcome turns a tool's answer into the facts to record: the status of the
+// call, the effect with the observation that established it, and where the
+// action goes.
+func outcome(d contracts.ToolDescriptor, res Result, err error) ledger.FinishAttemptParams {
+	var te *ToolError
+	switch {
+	case err == nil:
+		effect := res.Effect
+		if effect == "" {
+			effect = ledger.EffectHappened
+			if d.Effect == contracts.EffectRead {
+				effect = ledger.EffectNotHappened
+			}
+		}
+		return ledger.FinishAttemptParams{Status: ledger.AttemptSucceeded, Result: res.Output, ActionState: ledger.ActionSucceeded,
+			Observation: &ledger.ObservationInput{Source: ledger.ObservedResult, Effect: effect, Detail: res.Output}}
+	case errors.Is(err, context.DeadlineExceeded):
+		return ledger.FinishAttemptParams{Status: ledger.AttemptTimedOut, ActionState: ledger.ActionUncertain,
+			Error:       &ledger.AttemptError{Code: "timeout", Message: "the tool did not answer in time"},
+			Observation: &ledger.ObservationInput{Source: ledger.ObservedResult, Effect: ledger.EffectUnknown}}
+	case errors.As(err, &te):
+		effect := te.Effect
+		if effect == "" {
+			effect = ledger.EffectUnknown
+		}
+		state := ledger.ActionUncertain
+		if effect == ledger.EffectNotHappened {
+			state = ledger.ActionFailed
+		}
+		return ledger.FinishAttemptParams{Status: ledger.AttemptFailed, ActionState: state,
+			Error:       &ledger.AttemptError{Code: te.Code, Message: te.Message},
+			Observation: &ledger.ObservationInput{Source: ledger.ObservedResult, Effect: effect}}
+	default:
+		return ledger.FinishAttemptParams{Status: ledger.AttemptFailed, ActionState: ledger.ActionUncertain,
+			Error:       &ledger.AttemptError{Code: "tool_error", Message: err.Error()},
+			Observation: &ledger.ObservationInput{Source: ledger.ObservedResult, Effect: ledger.EffectUnknown}}
+	}
+}
+
+// toReview hands an action whose effect is unknown to a person: any
+// interrupted attempt is marked uncertain, the action needs review, and so
+// does the run.
+func (e *Engine) toReview(ctx context.Context, run *ledger.Run, a *ledger.Action) error {
+	if a.State == ledger.ActionRunning {
+		started := ledger.AttemptStarted
+		open, err := e.store.FindAttempts(ctx, ledger.AttemptFilter{ActionID: &a.ID, Status: &started})
+		if err != nil {
+			return err
+		}
+		for _, att := range open {
+			if _, err := e.store.FinishAttempt(ctx, ledger.FinishAttemptParams{AttemptID: att.ID, Status: ledger.AttemptUncertain,
+				ActionState: ledger.ActionUncertain, Actor: "engine",
+				Error: &ledger.AttemptError{Code: "interrupted", Message: "the process running this attempt stopped before recording its outcome"}}); err != nil {
+				return err
+			}
+		}
+		a.State = ledger.ActionUncertain
+	}
+	if a.State == ledger.ActionUncertain {
+		if _, err := e.store.TransitionAction(ctx, ledger.ActionTransition{ID: a.ID, From: ledger.ActionUncertain, To: ledger.ActionNeedsReview,
+			Actor: "engine", Data: map[string]any{"rationale": "effect unknown: a person decides"}}); err != nil {
+			return err
+		}
+	}
+	_, err := e.moveRun(ctx, run, ledger.RunNeedsReview, map[string]any{"action_id": a.ID})
+	return err
+}
+
+// moveRun moves a running run; true means the engine may go on.
+func (e *Engine) moveRun(ctx context.Context, run *ledger.Run, to ledger.RunState, data any) (bool, error) {
+	_, err := e.store.TransitionRun(ctx, ledger.RunTransition{ID: run.ID, From: run.State, To: to, Actor: "engine", Data: data})
+	if err != nil {
+		return false, err
+	}
+	return to == ledger.RunRunning, nil
+}
+
+// finish ends a run with a stop reason, in the state the reason belongs to.
+func (e *Engine) finish(ctx context.Context, run *ledger.Run, reason ledger.StopReason, data map[string]any) error {
+	if data == nil {
+		data = map[string]any{}
+	}
+	data["stop_reason"] = reason
+	_, err := e.store.TransitionRun(ctx, ledger.RunTransition{ID: run.ID, From: run.State, To: reason.TerminalState(),
+		StopReason: reason, Actor: "engine", Data: data})
+	if err == nil {
+		e.log.Info("run finished", "run", run.ID, "state", reason.TerminalState(), "stop_reason", reason)
+	}
+	return err
+}
+
+func ptr[T any](v T) *T { return &v }
