@@ -27,11 +27,11 @@ func ActionEdgeOwner(from, to ActionState) string { return actionEdgeOwners[[2]A
 
 // CreateAction implements Store.
 func (s *GormStore) CreateAction(ctx context.Context, p CreateActionParams) (CreateActionResult, error) {
+	if err := firstErr(checkText("idempotency key", p.IdempotencyKey, 255), checkText("tool", p.Tool, 128),
+		checkText("tool version", p.ToolVersion, 64)); err != nil {
+		return CreateActionResult{}, fmt.Errorf("create action: %w", err)
+	}
 	switch {
-	case p.IdempotencyKey == "" || len(p.IdempotencyKey) > 255:
-		return CreateActionResult{}, Errorf(CodeInvalid, "create action: idempotency key must be 1–255 characters")
-	case p.Tool == "":
-		return CreateActionResult{}, Errorf(CodeInvalid, "create action: tool is required")
 	case !p.Effect.Valid():
 		return CreateActionResult{}, Errorf(CodeInvalid, "create action: effect must be read or write, not %q", p.Effect)
 	case p.Gate != "" && p.Gate != ActionApproved && p.Gate != ActionAwaitingApproval && p.Gate != ActionDenied:

@@ -63,9 +63,11 @@ func (tx *txn) transitionApproval(a *Approval, to ApprovalState, actor, reason s
 	if res.RowsAffected == 0 {
 		return tx.staleState(&approvalRow{}, "approval", string(a.ID), string(a.State))
 	}
-	_, err := tx.appendEvent(transitionEvent(a.RunID, "approval", string(a.ID), a.State, to, actor,
-		map[string]any{"action_id": a.ActionID, "action_digest": a.ActionDigest, "reason": reason}))
-	return err
+	if _, err := tx.appendEvent(transitionEvent(a.RunID, "approval", string(a.ID), a.State, to, actor,
+		map[string]any{"action_id": a.ActionID, "action_digest": a.ActionDigest, "reason": reason})); err != nil {
+		return err
+	}
+	return tx.resumeAfterApproval(a.RunID, actor)
 }
 
 // DecideApproval implements Store.
@@ -112,9 +114,6 @@ func (s *GormStore) DecideApproval(ctx context.Context, p DecideApprovalParams) 
 			Actor: p.Principal, Data: map[string]any{"approval_id": apr.ID}}); err != nil {
 			return err
 		}
-		if err := tx.resumeAfterApproval(apr.RunID, p.Principal); err != nil {
-			return err
-		}
 		if out.Action, err = tx.findAction(p.ActionID); err != nil {
 			return err
 		}
@@ -142,9 +141,6 @@ func (s *GormStore) ExpireApprovals(ctx context.Context) ([]*Approval, error) {
 				Actor: "ledger", Data: map[string]any{"approval_id": apr.ID}}); err != nil {
 				return err
 			}
-			if err := tx.resumeAfterApproval(apr.RunID, "ledger"); err != nil {
-				return err
-			}
 			got, err := tx.findApproval(apr.ID)
 			if err != nil {
 				return err
@@ -157,7 +153,7 @@ func (s *GormStore) ExpireApprovals(ctx context.Context) ([]*Approval, error) {
 }
 
 // resumeAfterApproval moves a run waiting for approval back to running once
-// none of its approvals is pending, so whoever drives runs (the engine's
+// none of its approvals is pending (granted, denied, expired or invalidated), so whoever drives runs (the engine's
 // workers, in this or another process) finds it runnable: a decision or an
 // expiry is always the engine's to act on, and a run's state never claims it
 // waits for a person when it does not.

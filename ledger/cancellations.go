@@ -61,6 +61,11 @@ func (s *GormStore) TransitionCancellation(ctx context.Context, p CancellationTr
 	}
 	var out *Cancellation
 	err := s.inTx(ctx, "transition cancellation", func(tx *txn) error {
+		if p.To == CancelStopped {
+			if err := tx.checkNothingInFlight(p.RunID); err != nil {
+				return err
+			}
+		}
 		res := tx.db.Model(&cancellationRow{}).Where("run_id = ? AND state = ?", p.RunID, p.From).Updates(map[string]any{
 			"state": p.To, cancellationTimeColumn[p.To]: micros(tx.now), "version": gorm.Expr("version + 1"),
 		})
@@ -85,6 +90,22 @@ func (s *GormStore) TransitionCancellation(ctx context.Context, p CancellationTr
 		return nil
 	})
 	return out, err
+}
+
+// checkNothingInFlight is the condition for confirming a cancellation
+// (DESIGN.md section 3): no attempt of the run is still started with an
+// unknown effect. An attempt whose effect a query established may still be
+// open; one handed to review has been finished as uncertain.
+func (tx *txn) checkNothingInFlight(run RunID) error {
+	var open []string
+	if err := tx.db.Model(&attemptRow{}).Where("run_id = ? AND status = ? AND effect = ?", run, AttemptStarted, EffectUnknown).
+		Limit(3).Pluck("id", &open).Error; err != nil {
+		return err
+	}
+	if len(open) > 0 {
+		return Errorf(CodeConflict, "cancellation of run %s cannot be confirmed: attempt %s is in flight with an unknown effect", run, open[0])
+	}
+	return nil
 }
 
 func (tx *txn) findCancellation(run RunID) (*Cancellation, error) {

@@ -6,7 +6,9 @@ import (
 )
 
 // Row structs mirror the tables of migrations/sqlite; they never leave the
-// package. Times are unix microseconds; nullable columns are pointers.
+// package. Times are unix microseconds; nullable columns are pointers. GORM
+// would fill int64 fields named CreatedAt/UpdatedAt with unix seconds on its
+// own; the tags switch that off, since every write sets its times itself.
 
 type runRow struct {
 	ID             string
@@ -21,8 +23,8 @@ type runRow struct {
 	Version        int64
 	EventSeq       int64
 	EventHash      string
-	CreatedAt      int64
-	UpdatedAt      int64
+	CreatedAt      int64 `gorm:"autoCreateTime:false"`
+	UpdatedAt      int64 `gorm:"autoUpdateTime:false"`
 }
 
 func (runRow) TableName() string { return "runs" }
@@ -61,8 +63,8 @@ type actionRow struct {
 	State          string
 	AttemptCount   int64
 	Version        int64
-	CreatedAt      int64
-	UpdatedAt      int64
+	CreatedAt      int64 `gorm:"autoCreateTime:false"`
+	UpdatedAt      int64 `gorm:"autoUpdateTime:false"`
 }
 
 func (actionRow) TableName() string { return "actions" }
@@ -141,7 +143,7 @@ type eventRow struct {
 	ToState    string
 	Actor      string
 	Data       *string
-	CreatedAt  int64
+	CreatedAt  int64 `gorm:"autoCreateTime:false"`
 	PrevHash   string
 	Hash       string
 }

@@ -5,7 +5,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"regexp"
+	"strings"
+	"unicode"
+	"unicode/utf8"
 
 	"gorm.io/gorm"
 )
@@ -15,6 +19,39 @@ var idempotencyKeyPattern = regexp.MustCompile(`^[\x20-\x7e]{1,255}$`)
 
 // ValidIdempotencyKey reports whether k is 1–255 printable ASCII characters.
 func ValidIdempotencyKey(k string) bool { return idempotencyKeyPattern.MatchString(k) }
+
+// checkText refuses an empty, overlong, non-UTF-8 or control-character
+// string for a name-like field (tenant, agent, tool, principal, key).
+func checkText(field, s string, maxLen int) error {
+	switch {
+	case s == "":
+		return Errorf(CodeInvalid, "%s is required", field)
+	case len(s) > maxLen:
+		return Errorf(CodeInvalid, "%s is longer than %d bytes", field, maxLen)
+	case !utf8.ValidString(s):
+		return Errorf(CodeInvalid, "%s is not valid UTF-8", field)
+	case strings.ContainsFunc(s, unicode.IsControl):
+		return Errorf(CodeInvalid, "%s contains control characters", field)
+	}
+	return nil
+}
+
+func firstErr(errs ...error) error {
+	for _, err := range errs {
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// check refuses negative limits; zero means no limit.
+func (l BudgetLimits) check() error {
+	if l.MaxAttemptsPerAction < 0 || l.MaxAttemptsPerRun < 0 || l.MaxExecution < 0 || l.MaxSteps < 0 || l.MaxTokens < 0 {
+		return Errorf(CodeInvalid, "budget limits cannot be negative")
+	}
+	return nil
+}
 
 // requestDigestInput is what a run's request digest covers.
 type requestDigestInput struct {
@@ -33,15 +70,16 @@ func RequestDigest(p SubmitRunParams) (Digest, error) {
 
 // SubmitRun implements Store.
 func (s *GormStore) SubmitRun(ctx context.Context, p SubmitRunParams) (SubmitRunResult, error) {
-	switch {
-	case p.Tenant == "" || len(p.Tenant) > 128:
-		return SubmitRunResult{}, Errorf(CodeInvalid, "submit run: tenant must be 1–128 characters")
-	case !ValidIdempotencyKey(p.IdempotencyKey):
+	if err := firstErr(
+		checkText("tenant", p.Tenant, 128),
+		checkText("agent", p.Agent, 64),
+		checkText("principal", p.Principal, 256),
+		p.Budgets.check(),
+	); err != nil {
+		return SubmitRunResult{}, fmt.Errorf("submit run: %w", err)
+	}
+	if !ValidIdempotencyKey(p.IdempotencyKey) {
 		return SubmitRunResult{}, Errorf(CodeInvalid, "submit run: idempotency key must be 1–255 printable ASCII characters")
-	case p.Agent == "":
-		return SubmitRunResult{}, Errorf(CodeInvalid, "submit run: agent is required")
-	case p.Principal == "":
-		return SubmitRunResult{}, Errorf(CodeInvalid, "submit run: principal is required")
 	}
 	input, err := Canonicalize(p.Input)
 	if err != nil {
@@ -230,12 +268,20 @@ func (s *GormStore) AddUsage(ctx context.Context, p AddUsageParams) (*Budget, er
 		if p.TokensUnavailable {
 			upd["tokens_unavailable"] = true
 		}
-		res := tx.db.Model(&budgetRow{}).Where("run_id = ?", p.RunID).Updates(upd)
+		// The guard keeps the sums inside int64: SQLite would silently turn
+		// an overflowing INTEGER into a REAL.
+		res := tx.db.Model(&budgetRow{}).
+			Where("run_id = ? AND steps_used <= ? AND tokens_used <= ? AND execution_used_us <= ?", p.RunID,
+				math.MaxInt64-p.Steps, math.MaxInt64-p.Tokens, math.MaxInt64-p.Execution.Microseconds()).
+			Updates(upd)
 		if res.Error != nil {
 			return res.Error
 		}
 		if res.RowsAffected == 0 {
-			return Errorf(CodeNotFound, "run %s not found", p.RunID)
+			if _, err := tx.findRun(p.RunID); err != nil {
+				return err
+			}
+			return Errorf(CodeInvalid, "usage of run %s would overflow", p.RunID)
 		}
 		if _, err := tx.appendEvent(eventSpec{RunID: p.RunID, Type: "budget.usage", EntityType: "budget",
 			EntityID: string(p.RunID), Data: map[string]any{"steps": p.Steps, "tokens": p.Tokens,

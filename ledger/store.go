@@ -88,7 +88,9 @@ type Store interface {
 	// second request returns the first with Created false. CodeConflict
 	// if the run is terminal.
 	RequestCancel(ctx context.Context, p RequestCancelParams) (RequestCancelResult, error)
-	// TransitionCancellation moves a run's cancellation one step.
+	// TransitionCancellation moves a run's cancellation one step. Confirming
+	// it (stopping → stopped) is CodeConflict while an attempt of the run is
+	// still started with an unknown effect.
 	TransitionCancellation(ctx context.Context, p CancellationTransition) (*Cancellation, error)
 	// FindCancellation returns a run's cancellation. CodeNotFound if none.
 	FindCancellation(ctx context.Context, run RunID) (*Cancellation, error)

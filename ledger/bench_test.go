@@ -1,0 +1,168 @@
+package ledger_test
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"fmt"
+	"path/filepath"
+	"testing"
+	"time"
+
+	_ "github.com/mattn/go-sqlite3" // the driver gorm.io/driver/sqlite registers as "sqlite3"
+
+	"github.com/actionledger/ledger/ledger"
+	"github.com/actionledger/ledger/ledger/ledgertest"
+)
+
+// The hot path of a run is three committed writes per tool call: record the
+// action (approved by the rules), start the attempt before calling the
+// tool, finish it with the tool's answer. Each is one IMMEDIATE transaction
+// on a real file with synchronous=FULL, so each costs at least one fsync of
+// the WAL: the floor is a raw one-row INSERT committed the same way.
+// Machines differ by orders of magnitude in fsync cost; the figure to
+// report is the ratio to the floor measured in the same run
+// (BenchmarkHotPathVsFloor).
+
+// rawFloor is a SQLite file opened with database/sql and the Store's
+// pragmas, holding one small table.
+type rawFloor struct {
+	db *sql.DB
+	n  int
+}
+
+func openRawFloor(b *testing.B, dir string) *rawFloor {
+	b.Helper()
+	dsn := "file:" + filepath.Join(dir, "floor.db") +
+		"?_journal_mode=WAL&_synchronous=FULL&_busy_timeout=5000&_foreign_keys=on&_txlock=immediate"
+	db, err := sql.Open("sqlite3", dsn)
+	if err != nil {
+		b.Fatalf("open floor: %v", err)
+	}
+	b.Cleanup(func() { _ = db.Close() })
+	db.SetMaxOpenConns(1) // one connection, like the Store's writer
+	db.SetMaxIdleConns(1)
+	if _, err := db.Exec(`CREATE TABLE t (id INTEGER PRIMARY KEY, v TEXT)`); err != nil {
+		b.Fatalf("create floor table: %v", err)
+	}
+	var sync int
+	if err := db.QueryRow(`PRAGMA synchronous`).Scan(&sync); err != nil || sync != 2 {
+		b.Fatalf("floor synchronous = %d (%v), want 2 (FULL)", sync, err)
+	}
+	return &rawFloor{db: db}
+}
+
+// commit inserts one row in its own committed transaction.
+func (f *rawFloor) commit(b *testing.B) {
+	tx, err := f.db.Begin()
+	if err != nil {
+		b.Fatalf("floor begin: %v", err)
+	}
+	f.n++
+	if _, err := tx.Exec(`INSERT INTO t (id, v) VALUES (?, ?)`, f.n, "value"); err != nil {
+		b.Fatalf("floor insert: %v", err)
+	}
+	if err := tx.Commit(); err != nil {
+		b.Fatalf("floor commit: %v", err)
+	}
+}
+
+// hotPath is a Store with one running run and unlimited budgets.
+type hotPath struct {
+	store *ledger.GormStore
+	run   ledger.RunID
+	n     int
+}
+
+func openHotPath(b *testing.B, dir string) *hotPath {
+	b.Helper()
+	// Default Config: synchronous=FULL.
+	bundle := ledgertest.OpenStoreAt(b, filepath.Join(dir, "ledger.db"), ledgertest.NewClock())
+	run := bundle.RunningRun(b, "bench", ledger.BudgetLimits{})
+	return &hotPath{store: bundle.Store, run: run.ID}
+}
+
+var benchArgs = json.RawMessage(`{"cards":[{"front":"q","back":"a"}]}`)
+
+// action runs the three writes of one tool call and returns how long each
+// took.
+func (h *hotPath) action(b *testing.B) (record, start, finish time.Duration) {
+	ctx := context.Background()
+	h.n++
+	t0 := time.Now()
+	res, err := h.store.CreateAction(ctx, ledger.CreateActionParams{
+		RunID: h.run, IdempotencyKey: fmt.Sprintf("step-%d", h.n), Tool: "cards.write", ToolVersion: "1",
+		Effect: ledger.EffectWrite, Arguments: benchArgs, Gate: ledger.ActionApproved, Actor: "engine",
+	})
+	if err != nil {
+		b.Fatalf("record action: %v", err)
+	}
+	t1 := time.Now()
+	att, err := h.store.StartAttempt(ctx, ledger.StartAttemptParams{ActionID: res.Action.ID, Actor: "worker"})
+	if err != nil {
+		b.Fatalf("start attempt: %v", err)
+	}
+	t2 := time.Now()
+	_, err = h.store.FinishAttempt(ctx, ledger.FinishAttemptParams{
+		AttemptID: att.ID, Status: ledger.AttemptSucceeded,
+		Observation: &ledger.ObservationInput{Source: ledger.ObservedResult, Effect: ledger.EffectHappened},
+		Result:      json.RawMessage(`{"written":1}`), ActionState: ledger.ActionSucceeded, Actor: "worker",
+	})
+	if err != nil {
+		b.Fatalf("finish attempt: %v", err)
+	}
+	t3 := time.Now()
+	return t1.Sub(t0), t2.Sub(t1), t3.Sub(t2)
+}
+
+// BenchmarkRawCommit is the floor: one single-row INSERT committed per op.
+func BenchmarkRawCommit(b *testing.B) {
+	f := openRawFloor(b, b.TempDir())
+	for b.Loop() {
+		f.commit(b)
+	}
+	b.ReportMetric(float64(f.n)/b.Elapsed().Seconds(), "commits/s")
+}
+
+// BenchmarkHotPath measures one tool call's three writes through the Store,
+// as a whole (ns/op = ns/action) and each write alone.
+func BenchmarkHotPath(b *testing.B) {
+	h := openHotPath(b, b.TempDir())
+	var record, start, finish time.Duration
+	for b.Loop() {
+		r, s, f := h.action(b)
+		record, start, finish = record+r, start+s, finish+f
+	}
+	n := float64(h.n)
+	b.ReportMetric(float64((record+start+finish).Nanoseconds())/n, "ns/action")
+	b.ReportMetric(float64(record.Nanoseconds())/n, "ns/record")
+	b.ReportMetric(float64(start.Nanoseconds())/n, "ns/start")
+	b.ReportMetric(float64(finish.Nanoseconds())/n, "ns/finish")
+	b.ReportMetric(n/(record+start+finish).Seconds(), "actions/s")
+}
+
+// BenchmarkHotPathVsFloor measures the floor and the hot path in one run,
+// b.N of each, interleaved so that a noisy moment of the disk falls on both,
+// and reports their ratio: the figure that carries from machine to machine.
+func BenchmarkHotPathVsFloor(b *testing.B) {
+	dir := b.TempDir()
+	f := openRawFloor(b, dir)
+	h := openHotPath(b, dir)
+	var floor, hot time.Duration
+	for b.Loop() {
+		t0 := time.Now()
+		f.commit(b)
+		t1 := time.Now()
+		h.action(b)
+		t2 := time.Now()
+		floor, hot = floor+t1.Sub(t0), hot+t2.Sub(t1)
+	}
+	n := float64(h.n)
+	floorCommitsPerSec := n / floor.Seconds()
+	actionsPerSec := n / hot.Seconds()
+	writesPerSec := 3 * actionsPerSec
+	b.ReportMetric(floorCommitsPerSec, "floor_commits/s")
+	b.ReportMetric(actionsPerSec, "actions/s")
+	b.ReportMetric(actionsPerSec/floorCommitsPerSec, "ratio_to_floor")
+	b.ReportMetric(writesPerSec/floorCommitsPerSec, "write_ratio")
+}

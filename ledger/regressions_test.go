@@ -1,0 +1,93 @@
+package ledger_test
+
+import (
+	"context"
+	"encoding/json"
+	"math"
+	"testing"
+
+	"github.com/actionledger/ledger/ledger"
+	"github.com/actionledger/ledger/ledger/ledgertest"
+	"github.com/stretchr/testify/require"
+)
+
+// Cases found by probing the Store with odd input; each failed once.
+func TestRegressions(t *testing.T) {
+	ctx := context.Background()
+
+	t.Run("updated_at is the transaction's time, not unix seconds", func(t *testing.T) {
+		b := ledgertest.OpenStore(t)
+		run := b.RunningRun(t, "k1", ledger.BudgetLimits{})
+		require.Equal(t, b.Clock.Now(), run.UpdatedAt)
+		require.Equal(t, run.CreatedAt, run.UpdatedAt)
+	})
+
+	t.Run("negative budget limits are invalid, not internal", func(t *testing.T) {
+		b := ledgertest.OpenStore(t)
+		p := submitParams("k1", "t")
+		p.Budgets.MaxAttemptsPerRun = -1
+		_, err := b.Store.SubmitRun(ctx, p)
+		require.ErrorIs(t, err, ledger.ErrInvalid)
+	})
+
+	t.Run("control characters in names are invalid, not internal", func(t *testing.T) {
+		b := ledgertest.OpenStore(t)
+		p := submitParams("k1", "t")
+		p.Tenant = "\x00acme"
+		_, err := b.Store.SubmitRun(ctx, p)
+		require.ErrorIs(t, err, ledger.ErrInvalid)
+		run := b.RunningRun(t, "k2", ledger.BudgetLimits{})
+		_, err = b.Store.CreateAction(ctx, ledger.CreateActionParams{RunID: run.ID, IdempotencyKey: "\x00step-1",
+			Tool: "cards.write", ToolVersion: "1", Effect: ledger.EffectWrite, Arguments: json.RawMessage(`{}`)})
+		require.ErrorIs(t, err, ledger.ErrInvalid)
+	})
+
+	t.Run("usage that would overflow is refused and changes nothing", func(t *testing.T) {
+		b := ledgertest.OpenStore(t)
+		run := b.RunningRun(t, "k1", ledger.BudgetLimits{})
+		_, err := b.Store.AddUsage(ctx, ledger.AddUsageParams{RunID: run.ID, Tokens: math.MaxInt64})
+		require.NoError(t, err)
+		_, err = b.Store.AddUsage(ctx, ledger.AddUsageParams{RunID: run.ID, Tokens: 1})
+		require.ErrorIs(t, err, ledger.ErrInvalid)
+		got, err := b.Store.FindRunByID(ctx, run.ID)
+		require.NoError(t, err)
+		require.Equal(t, int64(math.MaxInt64), got.Budget.Used.Tokens)
+	})
+
+	t.Run("no confirmed cancellation while an attempt is in flight", func(t *testing.T) {
+		b := ledgertest.OpenStore(t)
+		run := b.RunningRun(t, "k1", ledger.BudgetLimits{})
+		a := b.Action(t, run.ID, "step-1", ledger.ActionApproved).Action
+		att, err := b.Store.StartAttempt(ctx, ledger.StartAttemptParams{ActionID: a.ID})
+		require.NoError(t, err)
+		_, err = b.Store.RequestCancel(ctx, ledger.RequestCancelParams{RunID: run.ID, Principal: "carol"})
+		require.NoError(t, err)
+		for _, e := range [][2]ledger.CancellationState{{ledger.CancelRequested, ledger.CancelAccepted}, {ledger.CancelAccepted, ledger.CancelStopping}} {
+			_, err = b.Store.TransitionCancellation(ctx, ledger.CancellationTransition{RunID: run.ID, From: e[0], To: e[1]})
+			require.NoError(t, err)
+		}
+		confirm := ledger.CancellationTransition{RunID: run.ID, From: ledger.CancelStopping, To: ledger.CancelStopped}
+		_, err = b.Store.TransitionCancellation(ctx, confirm)
+		require.ErrorIs(t, err, ledger.ErrConflict)
+		require.Contains(t, err.Error(), string(att.ID))
+		// Once a query establishes the effect, the cancellation can be confirmed.
+		_, _, err = b.Store.RecordObservation(ctx, ledger.RecordObservationParams{AttemptID: att.ID, Source: ledger.ObservedQuery, Effect: ledger.EffectNotHappened})
+		require.NoError(t, err)
+		c, err := b.Store.TransitionCancellation(ctx, confirm)
+		require.NoError(t, err)
+		require.Equal(t, ledger.CancelStopped, c.State)
+	})
+
+	t.Run("an invalidated approval also resumes the waiting run", func(t *testing.T) {
+		b := ledgertest.OpenStore(t)
+		run := b.RunningRun(t, "k1", ledger.BudgetLimits{})
+		a := b.Action(t, run.ID, "step-1", ledger.ActionAwaitingApproval).Action
+		_, err := b.Store.TransitionRun(ctx, ledger.RunTransition{ID: run.ID, From: ledger.RunRunning, To: ledger.RunAwaitingApproval})
+		require.NoError(t, err)
+		_, err = b.Store.TransitionAction(ctx, ledger.ActionTransition{ID: a.ID, From: ledger.ActionAwaitingApproval, To: ledger.ActionCancelled})
+		require.NoError(t, err)
+		got, err := b.Store.FindRunByID(ctx, run.ID)
+		require.NoError(t, err)
+		require.Equal(t, ledger.RunRunning, got.State)
+	})
+}
