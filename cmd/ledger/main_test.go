@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/actionledger/ledger/ledger"
@@ -88,6 +89,48 @@ func TestBinary(t *testing.T) {
 	out, err = cmd.CombinedOutput()
 	require.Error(t, err)
 	require.Contains(t, string(out), "ledger: ")
+}
+
+func TestDemo(t *testing.T) {
+	dir := t.TempDir()
+	out, err := run(t, "demo", "--keep", dir)
+	require.NoError(t, err)
+	require.Contains(t, out, "refused (forbidden)", "self-approval is refused")
+	require.Contains(t, out, "(replayed: true)")
+	require.Contains(t, out, "is completed, stop reason completed")
+	require.Contains(t, out, "chain valid: true")
+	require.Contains(t, out, "which the ledger never writes): 1\n")
+
+	// The effect count is readable without the ledger, from the store alone.
+	out, err = run(t, "simulator", "effects", "--store", filepath.Join(dir, "ledger.db.effects.db"), "--json")
+	require.NoError(t, err)
+	lines := strings.Split(strings.TrimSpace(out), "\n")
+	require.Len(t, lines, 1)
+	var e struct {
+		DedupKey        string `json:"dedup_key"`
+		Tool            string `json:"tool"`
+		ArgumentsDigest string `json:"arguments_digest"`
+		CreatedAt       string `json:"created_at"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(lines[0]), &e))
+	require.Equal(t, "cards.write", e.Tool)
+	require.Regexp(t, `^run_[0-9A-Z]{26}/act_[0-9A-Z]{26}$`, e.DedupKey)
+	require.Regexp(t, `^sha256:[0-9a-f]{64}$`, e.ArgumentsDigest)
+
+	// Running the demo again on the same files is the same run: still one effect.
+	out, err = run(t, "demo", "--keep", dir)
+	require.NoError(t, err, out)
+	out, err = run(t, "simulator", "effects", "--store", filepath.Join(dir, "ledger.db.effects.db"))
+	require.NoError(t, err)
+	require.Contains(t, out, "1 effects")
+}
+
+func TestSimulatorEffectsMissingStore(t *testing.T) {
+	missing := filepath.Join(t.TempDir(), "nope.db")
+	_, err := run(t, "simulator", "effects", "--store", missing)
+	require.ErrorIs(t, err, os.ErrNotExist)
+	_, statErr := os.Stat(missing)
+	require.ErrorIs(t, statErr, os.ErrNotExist, "a typo does not create an empty store")
 }
 
 func itoa(n int) string { b, _ := json.Marshal(n); return string(b) }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"log/slog"
 
 	"github.com/actionledger/ledger/ledger"
 	"github.com/spf13/cobra"
@@ -29,9 +30,11 @@ func newRootCmd(stdout, stderr io.Writer) *cobra.Command {
 	}
 	root.SetOut(stdout)
 	root.SetErr(stderr)
-	root.AddCommand(newVersionCmd(), newMigrateCmd())
+	root.AddCommand(newVersionCmd(), newMigrateCmd(), newDemoCmd(), newSimulatorCmd())
 	return root
 }
+
+func discardLogger() *slog.Logger { return slog.New(slog.DiscardHandler) }
 
 // exitCode maps an error to the process exit status: 2 for usage and input
 // errors, 3 for a database too new for this build, 1 otherwise.

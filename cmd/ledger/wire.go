@@ -1,0 +1,83 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+
+	"github.com/actionledger/ledger/approval"
+	"github.com/actionledger/ledger/contracts"
+	"github.com/actionledger/ledger/engine"
+	"github.com/actionledger/ledger/ledger"
+	"github.com/actionledger/ledger/simulator"
+)
+
+// service is the wired service: the ledger store, the simulator's own
+// effect store, the approval service and the engine with the practice-cards
+// agent registered.
+type service struct {
+	store     *ledger.GormStore
+	effects   *simulator.EffectStore
+	approvals *approval.Service
+	engine    *engine.Engine
+}
+
+// serviceConfig says where things live and how they behave.
+type serviceConfig struct {
+	DBPath      string
+	EffectsPath string // "" means <DBPath>.effects.db
+	Simulator   simulator.Config
+	Rules       *contracts.Rules
+	// DevMode relaxes separation of duties so one person can try the flow.
+	DevMode bool
+	Logger  *slog.Logger
+}
+
+func openService(ctx context.Context, cfg serviceConfig) (*service, error) {
+	if cfg.EffectsPath == "" {
+		cfg.EffectsPath = cfg.DBPath + ".effects.db"
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, nil))
+	}
+	store, err := ledger.Open(ctx, ledger.Config{Path: cfg.DBPath})
+	if err != nil {
+		return nil, err
+	}
+	effects, err := simulator.OpenEffectStore(ctx, cfg.EffectsPath, nil)
+	if err != nil {
+		return nil, errors.Join(err, store.Close())
+	}
+	rt := &service{store: store, effects: effects}
+	policy, err := approval.NewPolicy(cfg.Rules, approval.Defaults{})
+	if err != nil {
+		return nil, errors.Join(err, rt.Close())
+	}
+	agent := simulator.PracticeCardsAgent(effects, cfg.Simulator)
+	// The engine needs the approval service for gates, and the service
+	// needs the engine's tool registry for rules: build the registry first.
+	tools := map[string]contracts.ToolDescriptor{}
+	for _, t := range agent.Tools {
+		d := t.Descriptor()
+		tools[d.Name] = d
+	}
+	rt.approvals = approval.NewService(store, policy, func(name string) (contracts.ToolDescriptor, bool) {
+		d, ok := tools[name]
+		return d, ok
+	}, approval.Options{RelaxSeparationOfDuties: cfg.DevMode})
+	rt.engine, err = engine.New(engine.Config{Store: store, Approvals: rt.approvals, Agents: []engine.Agent{agent}, Logger: cfg.Logger})
+	if err != nil {
+		return nil, errors.Join(fmt.Errorf("wire engine: %w", err), rt.Close())
+	}
+	return rt, nil
+}
+
+// Close stops the engine's workers and closes both stores.
+func (rt *service) Close() error {
+	if rt.engine != nil {
+		rt.engine.Stop()
+	}
+	return errors.Join(rt.effects.Close(), rt.store.Close())
+}

@@ -1,0 +1,569 @@
+package simulator
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/actionledger/ledger/ledger"
+
+	_ "github.com/mattn/go-sqlite3" // database/sql driver "sqlite3"
+)
+
+// Effect is one side effect a write tool applied: a row of the effect store.
+// A tool without dedup that runs twice for one dedup key leaves two.
+type Effect struct {
+	Seq             int64           `json:"seq"`
+	DedupKey        string          `json:"dedup_key"`
+	Tool            string          `json:"tool"`
+	ArgumentsDigest ledger.Digest   `json:"arguments_digest"`
+	Output          json.RawMessage `json:"output,omitempty"`
+	CreatedAt       time.Time       `json:"created_at"`
+}
+
+// CallOutcome is what came of one Execute call, as the tool saw it.
+type CallOutcome string
+
+// Call outcomes. The same strings appear in the CHECK constraint of the
+// calls table.
+const (
+	// CallStarted: recorded before anything else; a call still started
+	// afterwards never finished (the process died, or is still in it).
+	CallStarted CallOutcome = "started"
+	// CallEffect: a new effect row was written.
+	CallEffect CallOutcome = "effect"
+	// CallDeduplicated: the dedup key's earlier effect was returned; no row.
+	CallDeduplicated CallOutcome = "deduplicated"
+	// CallRead: a read tool answered; reads write no effect.
+	CallRead CallOutcome = "read"
+	// CallCancelled: the dedup key was cancelled before; no effect.
+	CallCancelled CallOutcome = "cancelled"
+	// CallInvalidArguments: the arguments were not a JSON object; no effect.
+	CallInvalidArguments CallOutcome = "invalid_arguments"
+	// CallSimulatedError: an error fault refused the call; no effect.
+	CallSimulatedError CallOutcome = "simulated_error"
+	// CallTimedOut: a timeout fault held the call until its context ended.
+	CallTimedOut CallOutcome = "timed_out"
+	// CallAborted: the context ended during a slow fault, before any effect.
+	CallAborted CallOutcome = "aborted"
+	// CallCrashedBeforeEffect: a crash fault fired before any effect.
+	CallCrashedBeforeEffect CallOutcome = "crashed_before_effect"
+	// CallCrashedAfterEffect: a crash fault fired after the effect (new or
+	// deduplicated) was committed.
+	CallCrashedAfterEffect CallOutcome = "crashed_after_effect"
+)
+
+// CallRecord is one Execute call of a tool, recorded before the tool does
+// anything, with its outcome filled in afterwards: tool-side evidence of how
+// often, and with which attempt numbers, the engine called.
+type CallRecord struct {
+	Seq       int64       `json:"seq"`
+	DedupKey  string      `json:"dedup_key"`
+	Tool      string      `json:"tool"`
+	Attempt   int64       `json:"attempt"`
+	Outcome   CallOutcome `json:"outcome"`
+	CreatedAt time.Time   `json:"created_at"`
+}
+
+// QueryOutcome is what one Query call answered.
+type QueryOutcome string
+
+// Query outcomes. The same strings appear in the CHECK constraint of the
+// queries table.
+const (
+	QueryHappened    QueryOutcome = "happened"     // a visible effect exists
+	QueryNotHappened QueryOutcome = "not_happened" // no effect at all
+	// QueryNotVisible: an effect exists but is younger than the tool's query
+	// visibility, so the answer was not_happened (eventual consistency).
+	QueryNotVisible QueryOutcome = "not_visible"
+	QueryError      QueryOutcome = "error" // a query_error fault answered
+)
+
+// QueryRecord is one Query call of a tool and its answer.
+type QueryRecord struct {
+	Seq       int64        `json:"seq"`
+	DedupKey  string       `json:"dedup_key"`
+	Tool      string       `json:"tool"`
+	Outcome   QueryOutcome `json:"outcome"`
+	CreatedAt time.Time    `json:"created_at"`
+}
+
+// EffectStore is the tools' own record of the world: a SQLite file separate
+// from the ledger's, so that counting effects in it is evidence independent
+// of the ledger. Times are stored as Unix nanoseconds (UTC) from the store's
+// clock, so an injected clock round-trips exactly.
+//
+// It runs in WAL mode with synchronous=FULL (an effect reported done
+// survives a SIGKILL right after), a busy timeout, and one connection: every
+// write transaction begins IMMEDIATE, so a read-then-write (the dedup check
+// and the insert) never races another writer, in this process or another.
+// It is safe for concurrent use.
+type EffectStore struct {
+	db  *sql.DB
+	now func() time.Time
+}
+
+// schema is applied on every open; every statement is idempotent.
+var schema = []string{
+	`CREATE TABLE IF NOT EXISTS effects (
+		seq INTEGER PRIMARY KEY AUTOINCREMENT,
+		dedup_key TEXT NOT NULL,
+		tool TEXT NOT NULL,
+		arguments_digest TEXT NOT NULL,
+		output TEXT,
+		created_at INTEGER NOT NULL
+	)`,
+	// Not unique: a tool without dedup that runs twice must leave two rows.
+	`CREATE INDEX IF NOT EXISTS effects_dedup_key ON effects (dedup_key, seq)`,
+	`CREATE TABLE IF NOT EXISTS calls (
+		seq INTEGER PRIMARY KEY AUTOINCREMENT,
+		dedup_key TEXT NOT NULL,
+		tool TEXT NOT NULL,
+		attempt INTEGER NOT NULL,
+		outcome TEXT NOT NULL CHECK (outcome IN ('started', 'effect', 'deduplicated', 'read',
+			'cancelled', 'invalid_arguments', 'simulated_error', 'timed_out', 'aborted',
+			'crashed_before_effect', 'crashed_after_effect')),
+		created_at INTEGER NOT NULL
+	)`,
+	`CREATE INDEX IF NOT EXISTS calls_dedup_key ON calls (dedup_key, tool)`,
+	`CREATE TABLE IF NOT EXISTS queries (
+		seq INTEGER PRIMARY KEY AUTOINCREMENT,
+		dedup_key TEXT NOT NULL,
+		tool TEXT NOT NULL,
+		outcome TEXT NOT NULL CHECK (outcome IN ('happened', 'not_happened', 'not_visible', 'error')),
+		created_at INTEGER NOT NULL
+	)`,
+	`CREATE INDEX IF NOT EXISTS queries_dedup_key ON queries (dedup_key, tool)`,
+	`CREATE TABLE IF NOT EXISTS cancels (
+		dedup_key TEXT PRIMARY KEY,
+		created_at INTEGER NOT NULL
+	)`,
+}
+
+// OpenEffectStore opens (creating if needed) the effect store at path. A
+// nil now means time.Now.
+func OpenEffectStore(ctx context.Context, path string, now func() time.Time) (*EffectStore, error) {
+	if path == "" {
+		return nil, errors.New("open effect store: no path")
+	}
+	if now == nil {
+		now = time.Now
+	}
+	db, err := sql.Open("sqlite3", effectsDSN(path))
+	if err != nil {
+		return nil, fmt.Errorf("open effect store %s: %w", path, err)
+	}
+	// One connection: SQLite has one writer anyway, and reads are few.
+	db.SetMaxOpenConns(1)
+	db.SetMaxIdleConns(1)
+	db.SetConnMaxLifetime(0)
+	s := &EffectStore{db: db, now: now}
+	if err := s.init(ctx); err != nil {
+		return nil, errors.Join(fmt.Errorf("open effect store %s: %w", path, err), db.Close())
+	}
+	return s, nil
+}
+
+// effectsDSN is the mattn/go-sqlite3 DSN for path. The path is escaped as a
+// URI path so that '?', '#' and '%' in a file name stay part of it.
+func effectsDSN(path string) string {
+	q := url.Values{}
+	q.Set("_journal_mode", "WAL")
+	q.Set("_synchronous", "FULL")
+	q.Set("_busy_timeout", "5000")
+	q.Set("_txlock", "immediate")
+	escaped := strings.NewReplacer("%", "%25", "?", "%3f", "#", "%23").Replace(path)
+	return "file:" + escaped + "?" + q.Encode()
+}
+
+func (s *EffectStore) init(ctx context.Context) error {
+	var mode string
+	if err := s.db.QueryRowContext(ctx, `PRAGMA journal_mode`).Scan(&mode); err != nil {
+		return fmt.Errorf("journal mode: %w", err)
+	}
+	if !strings.EqualFold(mode, "wal") {
+		return fmt.Errorf("journal mode is %q, want wal", mode)
+	}
+	return s.inTx(ctx, func(tx *sql.Tx) error {
+		for _, stmt := range schema {
+			if _, err := tx.ExecContext(ctx, stmt); err != nil {
+				return fmt.Errorf("schema: %w", err)
+			}
+		}
+		return nil
+	})
+}
+
+// Close closes the store.
+func (s *EffectStore) Close() error {
+	if err := s.db.Close(); err != nil {
+		return fmt.Errorf("close effect store: %w", err)
+	}
+	return nil
+}
+
+// inTx runs fn in one write transaction (BEGIN IMMEDIATE, from the DSN) and
+// commits it if fn returns nil.
+func (s *EffectStore) inTx(ctx context.Context, fn func(tx *sql.Tx) error) error {
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		return fmt.Errorf("begin: %w", err)
+	}
+	if err := fn(tx); err != nil {
+		return errors.Join(err, ignoreDone(tx.Rollback()))
+	}
+	if err := tx.Commit(); err != nil {
+		return fmt.Errorf("commit: %w", err)
+	}
+	return nil
+}
+
+// ignoreDone drops sql.ErrTxDone: database/sql rolls a transaction back by
+// itself when its context ends.
+func ignoreDone(err error) error {
+	if errors.Is(err, sql.ErrTxDone) {
+		return nil
+	}
+	return err
+}
+
+// Effects returns every effect, oldest first.
+func (s *EffectStore) Effects(ctx context.Context) ([]Effect, error) {
+	rows, err := s.db.QueryContext(ctx,
+		`SELECT seq, dedup_key, tool, arguments_digest, output, created_at FROM effects ORDER BY seq`)
+	if err != nil {
+		return nil, fmt.Errorf("effects: %w", err)
+	}
+	defer rows.Close()
+	var out []Effect
+	for rows.Next() {
+		var (
+			e      Effect
+			output sql.NullString
+			at     int64
+		)
+		if err := rows.Scan(&e.Seq, &e.DedupKey, &e.Tool, &e.ArgumentsDigest, &output, &at); err != nil {
+			return nil, fmt.Errorf("effects: %w", err)
+		}
+		if output.Valid {
+			e.Output = json.RawMessage(output.String)
+		}
+		e.CreatedAt = fromNanos(at)
+		out = append(out, e)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("effects: %w", err)
+	}
+	return out, nil
+}
+
+// CountEffects returns how many effects exist for one dedup key: more than
+// one means an action took effect more than once.
+func (s *EffectStore) CountEffects(ctx context.Context, dedupKey string) (int, error) {
+	var n int
+	err := s.db.QueryRowContext(ctx, `SELECT count(*) FROM effects WHERE dedup_key = ?`, dedupKey).Scan(&n)
+	if err != nil {
+		return 0, fmt.Errorf("count effects: %w", err)
+	}
+	return n, nil
+}
+
+// Calls returns every recorded Execute call, oldest first.
+func (s *EffectStore) Calls(ctx context.Context) ([]CallRecord, error) {
+	rows, err := s.db.QueryContext(ctx,
+		`SELECT seq, dedup_key, tool, attempt, outcome, created_at FROM calls ORDER BY seq`)
+	if err != nil {
+		return nil, fmt.Errorf("calls: %w", err)
+	}
+	defer rows.Close()
+	var out []CallRecord
+	for rows.Next() {
+		var (
+			c  CallRecord
+			at int64
+		)
+		if err := rows.Scan(&c.Seq, &c.DedupKey, &c.Tool, &c.Attempt, &c.Outcome, &at); err != nil {
+			return nil, fmt.Errorf("calls: %w", err)
+		}
+		c.CreatedAt = fromNanos(at)
+		out = append(out, c)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("calls: %w", err)
+	}
+	return out, nil
+}
+
+// Queries returns every recorded Query call, oldest first.
+func (s *EffectStore) Queries(ctx context.Context) ([]QueryRecord, error) {
+	rows, err := s.db.QueryContext(ctx,
+		`SELECT seq, dedup_key, tool, outcome, created_at FROM queries ORDER BY seq`)
+	if err != nil {
+		return nil, fmt.Errorf("queries: %w", err)
+	}
+	defer rows.Close()
+	var out []QueryRecord
+	for rows.Next() {
+		var (
+			q  QueryRecord
+			at int64
+		)
+		if err := rows.Scan(&q.Seq, &q.DedupKey, &q.Tool, &q.Outcome, &at); err != nil {
+			return nil, fmt.Errorf("queries: %w", err)
+		}
+		q.CreatedAt = fromNanos(at)
+		out = append(out, q)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("queries: %w", err)
+	}
+	return out, nil
+}
+
+func fromNanos(n int64) time.Time { return time.Unix(0, n).UTC() }
+
+// recordCall records the start of an Execute call and returns its row and
+// its number among the calls of (tool, dedup key), counting this one. The
+// count comes from the table, so it survives restarts.
+func (s *EffectStore) recordCall(ctx context.Context, tool, dedupKey string, attempt int64) (seq int64, n int, err error) {
+	err = s.inTx(ctx, func(tx *sql.Tx) error {
+		res, err := tx.ExecContext(ctx,
+			`INSERT INTO calls (dedup_key, tool, attempt, outcome, created_at) VALUES (?, ?, ?, ?, ?)`,
+			dedupKey, tool, attempt, CallStarted, s.now().UTC().UnixNano())
+		if err != nil {
+			return err
+		}
+		if seq, err = res.LastInsertId(); err != nil {
+			return err
+		}
+		return tx.QueryRowContext(ctx,
+			`SELECT count(*) FROM calls WHERE dedup_key = ? AND tool = ?`, dedupKey, tool).Scan(&n)
+	})
+	if err != nil {
+		return 0, 0, fmt.Errorf("record call: %w", err)
+	}
+	return seq, n, nil
+}
+
+// setCallOutcome records how a call ended.
+func (s *EffectStore) setCallOutcome(ctx context.Context, seq int64, outcome CallOutcome) error {
+	err := s.inTx(ctx, func(tx *sql.Tx) error { return setOutcome(ctx, tx, seq, outcome) })
+	if err != nil {
+		return fmt.Errorf("record call outcome: %w", err)
+	}
+	return nil
+}
+
+func setOutcome(ctx context.Context, tx *sql.Tx, seq int64, outcome CallOutcome) error {
+	_, err := tx.ExecContext(ctx, `UPDATE calls SET outcome = ? WHERE seq = ?`, outcome, seq)
+	return err
+}
+
+// writeParams is one write call's effect.
+type writeParams struct {
+	CallSeq         int64
+	Tool            string
+	DedupKey        string
+	ArgumentsDigest ledger.Digest
+	// Dedup returns the latest effect of the dedup key instead of writing,
+	// if it is younger than Retention (0: no limit).
+	Dedup     bool
+	Retention time.Duration
+	// Output builds the new effect's output from its seq.
+	Output func(seq int64) (json.RawMessage, error)
+	// NewOutcome and DedupOutcome are recorded on the call, in the same
+	// transaction, when an effect is written or deduplicated.
+	NewOutcome   CallOutcome
+	DedupOutcome CallOutcome
+}
+
+// writeResult is what a write call did.
+type writeResult struct {
+	Cancelled    bool            // a tombstone refused the call; nothing else happened
+	Deduplicated bool            // Output is the earlier effect's
+	Output       json.RawMessage // the effect's output
+}
+
+// write applies one write call in one IMMEDIATE transaction: a tombstone
+// refuses it, a live dedup key returns the earlier effect, anything else
+// inserts a new effect row.
+func (s *EffectStore) write(ctx context.Context, p writeParams) (writeResult, error) {
+	var res writeResult
+	err := s.inTx(ctx, func(tx *sql.Tx) error {
+		now := s.now().UTC()
+		var tombstone int
+		if err := tx.QueryRowContext(ctx,
+			`SELECT count(*) FROM cancels WHERE dedup_key = ?`, p.DedupKey).Scan(&tombstone); err != nil {
+			return err
+		}
+		if tombstone > 0 {
+			res.Cancelled = true
+			return setOutcome(ctx, tx, p.CallSeq, CallCancelled)
+		}
+		if p.Dedup {
+			var (
+				output sql.NullString
+				at     int64
+			)
+			err := tx.QueryRowContext(ctx,
+				`SELECT output, created_at FROM effects WHERE dedup_key = ? ORDER BY seq DESC LIMIT 1`,
+				p.DedupKey).Scan(&output, &at)
+			switch {
+			case errors.Is(err, sql.ErrNoRows):
+			case err != nil:
+				return err
+			case p.Retention <= 0 || now.Sub(fromNanos(at)) <= p.Retention:
+				res.Deduplicated = true
+				res.Output = json.RawMessage(output.String)
+				return setOutcome(ctx, tx, p.CallSeq, p.DedupOutcome)
+			}
+		}
+		ins, err := tx.ExecContext(ctx,
+			`INSERT INTO effects (dedup_key, tool, arguments_digest, created_at) VALUES (?, ?, ?, ?)`,
+			p.DedupKey, p.Tool, string(p.ArgumentsDigest), now.UnixNano())
+		if err != nil {
+			return err
+		}
+		seq, err := ins.LastInsertId()
+		if err != nil {
+			return err
+		}
+		if res.Output, err = p.Output(seq); err != nil {
+			return err
+		}
+		if _, err := tx.ExecContext(ctx, `UPDATE effects SET output = ? WHERE seq = ?`, string(res.Output), seq); err != nil {
+			return err
+		}
+		return setOutcome(ctx, tx, p.CallSeq, p.NewOutcome)
+	})
+	if err != nil {
+		return writeResult{}, fmt.Errorf("write effect: %w", err)
+	}
+	return res, nil
+}
+
+// queryParams is one Query call.
+type queryParams struct {
+	Tool     string
+	DedupKey string
+	// Visibility is how long after its creation an effect stays invisible.
+	Visibility time.Duration
+	// Fail reports whether the query with this number (1-based, among the
+	// queries of tool and dedup key, counting this one) is to fail.
+	Fail func(n int) bool
+}
+
+// queryResult is what the store knows of a dedup key's effects.
+type queryResult struct {
+	Outcome QueryOutcome
+	Output  json.RawMessage // the latest visible effect's output
+}
+
+// query numbers and records one query and, unless Fail says otherwise,
+// looks up the dedup key's latest visible effect, in one transaction.
+func (s *EffectStore) query(ctx context.Context, p queryParams) (queryResult, error) {
+	var res queryResult
+	err := s.inTx(ctx, func(tx *sql.Tx) error {
+		now := s.now().UTC()
+		var n int
+		if err := tx.QueryRowContext(ctx,
+			`SELECT count(*) + 1 FROM queries WHERE dedup_key = ? AND tool = ?`, p.DedupKey, p.Tool).Scan(&n); err != nil {
+			return err
+		}
+		res.Outcome = QueryNotHappened
+		switch {
+		case p.Fail != nil && p.Fail(n):
+			res.Outcome = QueryError
+		default:
+			// With no visibility delay every row is visible, whatever the
+			// clock did since it was written.
+			visibleBefore := int64(math.MaxInt64)
+			if p.Visibility > 0 {
+				visibleBefore = now.Add(-p.Visibility).UnixNano()
+			}
+			var (
+				output sql.NullString
+				at     int64
+			)
+			err := tx.QueryRowContext(ctx,
+				`SELECT output, created_at FROM effects WHERE dedup_key = ? ORDER BY seq DESC LIMIT 1`,
+				p.DedupKey).Scan(&output, &at)
+			switch {
+			case errors.Is(err, sql.ErrNoRows):
+			case err != nil:
+				return err
+			default:
+				res.Outcome = QueryNotVisible
+				err := tx.QueryRowContext(ctx,
+					`SELECT output FROM effects WHERE dedup_key = ? AND created_at <= ? ORDER BY seq DESC LIMIT 1`,
+					p.DedupKey, visibleBefore).Scan(&output)
+				switch {
+				case errors.Is(err, sql.ErrNoRows):
+				case err != nil:
+					return err
+				default:
+					res.Outcome, res.Output = QueryHappened, json.RawMessage(output.String)
+				}
+			}
+		}
+		_, err := tx.ExecContext(ctx,
+			`INSERT INTO queries (dedup_key, tool, outcome, created_at) VALUES (?, ?, ?, ?)`,
+			p.DedupKey, p.Tool, res.Outcome, now.UnixNano())
+		return err
+	})
+	if err != nil {
+		return queryResult{}, fmt.Errorf("query effect: %w", err)
+	}
+	return res, nil
+}
+
+// cancelResult is what a cancel did.
+type cancelResult struct {
+	Confirmed bool  // a tombstone is in place and no effect exists
+	EffectSeq int64 // the existing effect, when not confirmed
+}
+
+// cancel refuses future effects of the dedup key, in one transaction with
+// the check that none exists yet.
+func (s *EffectStore) cancel(ctx context.Context, dedupKey string) (cancelResult, error) {
+	var res cancelResult
+	err := s.inTx(ctx, func(tx *sql.Tx) error {
+		err := tx.QueryRowContext(ctx,
+			`SELECT seq FROM effects WHERE dedup_key = ? ORDER BY seq LIMIT 1`, dedupKey).Scan(&res.EffectSeq)
+		switch {
+		case err == nil:
+			return nil
+		case !errors.Is(err, sql.ErrNoRows):
+			return err
+		}
+		_, err = tx.ExecContext(ctx,
+			`INSERT INTO cancels (dedup_key, created_at) VALUES (?, ?) ON CONFLICT (dedup_key) DO NOTHING`,
+			dedupKey, s.now().UTC().UnixNano())
+		res.Confirmed = err == nil
+		return err
+	})
+	if err != nil {
+		return cancelResult{}, fmt.Errorf("cancel effect: %w", err)
+	}
+	return res, nil
+}
+
+// countByTitle returns how many effects carry the title in their output.
+// An empty title counts every effect.
+func (s *EffectStore) countByTitle(ctx context.Context, title string) (int, error) {
+	q, args := `SELECT count(*) FROM effects`, []any{}
+	if title != "" {
+		q, args = q+` WHERE json_extract(output, '$.title') = ?`, []any{title}
+	}
+	var n int
+	if err := s.db.QueryRowContext(ctx, q, args...).Scan(&n); err != nil {
+		return 0, fmt.Errorf("count effects by title: %w", err)
+	}
+	return n, nil
+}
