@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -50,6 +51,9 @@ type Engine struct {
 	cfg       Config
 	log       *slog.Logger
 	pool      atomic.Pointer[pool]
+
+	callsMu sync.Mutex
+	calls   map[ledger.RunID]func() // cancel functions of calls in flight
 }
 
 type registeredAgent struct {
@@ -85,7 +89,7 @@ func New(cfg Config) (*Engine, error) {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
 	e := &Engine{store: cfg.Store, approvals: cfg.Approvals, agents: map[string]*registeredAgent{},
-		now: cfg.Now, cfg: cfg, log: cfg.Logger}
+		now: cfg.Now, cfg: cfg, log: cfg.Logger, calls: map[ledger.RunID]func(){}}
 	for _, a := range cfg.Agents {
 		if a.Name == "" || a.NewModel == nil {
 			return nil, errors.New("engine: an agent needs a name and a model")
