@@ -2,14 +2,11 @@ package ledger_test
 
 import (
 	"context"
-	"database/sql"
 	"encoding/json"
 	"fmt"
 	"path/filepath"
 	"testing"
 	"time"
-
-	_ "github.com/mattn/go-sqlite3" // the driver gorm.io/driver/sqlite registers as "sqlite3"
 
 	"github.com/actionledger/ledger/ledger"
 	"github.com/actionledger/ledger/ledger/ledgertest"
@@ -22,50 +19,7 @@ import (
 // the WAL: the floor is a raw one-row INSERT committed the same way.
 // Machines differ by orders of magnitude in fsync cost; the figure to
 // report is the ratio to the floor measured in the same run
-// (BenchmarkHotPathVsFloor).
-
-// rawFloor is a SQLite file opened with database/sql and the Store's
-// pragmas, holding one small table.
-type rawFloor struct {
-	db *sql.DB
-	n  int
-}
-
-func openRawFloor(b *testing.B, dir string) *rawFloor {
-	b.Helper()
-	dsn := "file:" + filepath.Join(dir, "floor.db") +
-		"?_journal_mode=WAL&_synchronous=FULL&_busy_timeout=5000&_foreign_keys=on&_txlock=immediate"
-	db, err := sql.Open("sqlite3", dsn)
-	if err != nil {
-		b.Fatalf("open floor: %v", err)
-	}
-	b.Cleanup(func() { _ = db.Close() })
-	db.SetMaxOpenConns(1) // one connection, like the Store's writer
-	db.SetMaxIdleConns(1)
-	if _, err := db.Exec(`CREATE TABLE t (id INTEGER PRIMARY KEY, v TEXT)`); err != nil {
-		b.Fatalf("create floor table: %v", err)
-	}
-	var sync int
-	if err := db.QueryRow(`PRAGMA synchronous`).Scan(&sync); err != nil || sync != 2 {
-		b.Fatalf("floor synchronous = %d (%v), want 2 (FULL)", sync, err)
-	}
-	return &rawFloor{db: db}
-}
-
-// commit inserts one row in its own committed transaction.
-func (f *rawFloor) commit(b *testing.B) {
-	tx, err := f.db.Begin()
-	if err != nil {
-		b.Fatalf("floor begin: %v", err)
-	}
-	f.n++
-	if _, err := tx.Exec(`INSERT INTO t (id, v) VALUES (?, ?)`, f.n, "value"); err != nil {
-		b.Fatalf("floor insert: %v", err)
-	}
-	if err := tx.Commit(); err != nil {
-		b.Fatalf("floor commit: %v", err)
-	}
-}
+// (BenchmarkHotPathVsFloor), with the floor from ledgertest.Floor.
 
 // hotPath is a Store with one running run and unlimited budgets.
 type hotPath struct {
@@ -117,11 +71,13 @@ func (h *hotPath) action(b *testing.B) (record, start, finish time.Duration) {
 
 // BenchmarkRawCommit is the floor: one single-row INSERT committed per op.
 func BenchmarkRawCommit(b *testing.B) {
-	f := openRawFloor(b, b.TempDir())
+	f := ledgertest.OpenFloor(b, b.TempDir())
+	n := 0
 	for b.Loop() {
-		f.commit(b)
+		f.Commit(b)
+		n++
 	}
-	b.ReportMetric(float64(f.n)/b.Elapsed().Seconds(), "commits/s")
+	b.ReportMetric(float64(n)/b.Elapsed().Seconds(), "commits/s")
 }
 
 // BenchmarkHotPath measures one tool call's three writes through the Store,
@@ -146,12 +102,12 @@ func BenchmarkHotPath(b *testing.B) {
 // and reports their ratio: the figure that carries from machine to machine.
 func BenchmarkHotPathVsFloor(b *testing.B) {
 	dir := b.TempDir()
-	f := openRawFloor(b, dir)
+	f := ledgertest.OpenFloor(b, dir)
 	h := openHotPath(b, dir)
 	var floor, hot time.Duration
 	for b.Loop() {
 		t0 := time.Now()
-		f.commit(b)
+		f.Commit(b)
 		t1 := time.Now()
 		h.action(b)
 		t2 := time.Now()

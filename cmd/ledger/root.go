@@ -31,6 +31,8 @@ func newRootCmd(stdout, stderr io.Writer) *cobra.Command {
 	root.SetOut(stdout)
 	root.SetErr(stderr)
 	root.AddCommand(newVersionCmd(), newMigrateCmd(), newDemoCmd(), newSimulatorCmd())
+	root.AddCommand(httpCommands()...)
+	root.AddCommand(localCommands()...)
 	return root
 }
 

@@ -1,0 +1,6 @@
+package main
+
+import "github.com/spf13/cobra"
+
+// localCommands are the commands that work on a database file directly.
+func localCommands() []*cobra.Command { return nil }

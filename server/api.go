@@ -1,0 +1,202 @@
+package server
+
+import (
+	"encoding/json"
+	"time"
+
+	"github.com/actionledger/ledger/ledger"
+)
+
+// The wire types of HTTP API v1 (DESIGN.md section 6). The server encodes
+// them and the CLI decodes them: field names are the contract outside
+// clients rely on, so change them only with the design.
+
+// Problem is an RFC 9457 problem document with the stable code clients
+// branch on.
+type Problem struct {
+	Type   string `json:"type"`
+	Title  string `json:"title"`
+	Status int    `json:"status"`
+	Detail string `json:"detail,omitempty"`
+	Code   string `json:"code"`
+	// Errors lists schema validation failures, when there are any.
+	Errors []FieldError `json:"errors,omitempty"`
+}
+
+// FieldError is one failing location of a request body (a JSON pointer).
+type FieldError struct {
+	Location string `json:"location"`
+	Message  string `json:"message"`
+}
+
+// SubmitRequest is the body of POST /v1/runs; it must also pass the
+// contracts run_submission schema (unknown and server-owned fields refused).
+type SubmitRequest struct {
+	SchemaVersion string          `json:"schema_version,omitempty"`
+	Agent         string          `json:"agent"`
+	Input         json.RawMessage `json:"input"`
+	Budgets       *SubmitBudgets  `json:"budgets,omitempty"`
+}
+
+// SubmitBudgets are the optional budgets of a submission.
+type SubmitBudgets struct {
+	MaxAttemptsPerAction int64 `json:"max_attempts_per_action,omitempty"`
+	MaxAttemptsPerRun    int64 `json:"max_attempts_per_run,omitempty"`
+	MaxExecutionMS       int64 `json:"max_execution_ms,omitempty"`
+	DeadlineMS           int64 `json:"deadline_ms,omitempty"`
+	MaxSteps             int64 `json:"max_steps,omitempty"`
+	MaxTokens            int64 `json:"max_tokens,omitempty"`
+}
+
+// SubmitResponse is the 201 answer to a submit, and byte for byte the
+// answer to every replay of the same key and body: it holds only facts
+// fixed when the run was accepted, so it can be rebuilt exactly.
+type SubmitResponse struct {
+	ID            ledger.RunID      `json:"id"`
+	Tenant        string            `json:"tenant"`
+	Agent         string            `json:"agent"`
+	State         ledger.RunState   `json:"state"` // always "queued": the state at acceptance
+	RequestDigest ledger.Digest     `json:"request_digest"`
+	CreatedAt     time.Time         `json:"created_at"`
+	Links         map[string]string `json:"links"` // "self": /v1/runs/{id}
+}
+
+// Run is GET /v1/runs/{run_id}: the run with its actions, attempts,
+// approvals, cancellation and budget.
+type Run struct {
+	ID           ledger.RunID      `json:"id"`
+	Tenant       string            `json:"tenant"`
+	Agent        string            `json:"agent"`
+	State        ledger.RunState   `json:"state"`
+	StopReason   ledger.StopReason `json:"stop_reason,omitempty"`
+	SubmittedBy  string            `json:"submitted_by"`
+	CreatedAt    time.Time         `json:"created_at"`
+	UpdatedAt    time.Time         `json:"updated_at"`
+	Budget       ledger.Budget     `json:"budget"`
+	Cancellation *Cancellation     `json:"cancellation,omitempty"`
+	Actions      []Action          `json:"actions"`
+}
+
+// RunSummary is one row of GET /v1/runs.
+type RunSummary struct {
+	ID          ledger.RunID      `json:"id"`
+	Tenant      string            `json:"tenant"`
+	Agent       string            `json:"agent"`
+	State       ledger.RunState   `json:"state"`
+	StopReason  ledger.StopReason `json:"stop_reason,omitempty"`
+	SubmittedBy string            `json:"submitted_by"`
+	CreatedAt   time.Time         `json:"created_at"`
+}
+
+// RunList is GET /v1/runs: a page, and the cursor of the next one ("" at
+// the end).
+type RunList struct {
+	Runs       []RunSummary `json:"runs"`
+	NextCursor string       `json:"next_cursor,omitempty"`
+}
+
+// Action is one action with its digest, redacted arguments, attempts and
+// approvals (GET /v1/actions/{action_id}, and within a run).
+type Action struct {
+	ID           ledger.ActionID    `json:"id"`
+	RunID        ledger.RunID       `json:"run_id"`
+	Seq          int64              `json:"seq"`
+	Tool         string             `json:"tool"`
+	ToolVersion  string             `json:"tool_version"`
+	Effect       ledger.Effect      `json:"effect"`
+	State        ledger.ActionState `json:"state"`
+	ActionDigest ledger.Digest      `json:"action_digest"`
+	Arguments    json.RawMessage    `json:"arguments"`
+	DedupKey     string             `json:"dedup_key"`
+	Supersedes   ledger.ActionID    `json:"supersedes,omitempty"`
+	CreatedAt    time.Time          `json:"created_at"`
+	Attempts     []Attempt          `json:"attempts"`
+	Approvals    []Approval         `json:"approvals"`
+}
+
+// Attempt keeps status (what was seen of the call) and effect (did the
+// world change) as separate facts.
+type Attempt struct {
+	ID                ledger.AttemptID     `json:"id"`
+	No                int64                `json:"attempt_no"`
+	Status            ledger.AttemptStatus `json:"status"`
+	Effect            ledger.EffectFact    `json:"effect"`
+	EffectObservation ledger.ObservationID `json:"effect_observation_id,omitempty"`
+	Error             *ledger.AttemptError `json:"error,omitempty"`
+	StartedAt         time.Time            `json:"started_at"`
+	FinishedAt        *time.Time           `json:"finished_at,omitempty"`
+}
+
+// Approval is one approval request and its decision.
+type Approval struct {
+	ID           ledger.ApprovalID    `json:"id"`
+	ActionID     ledger.ActionID      `json:"action_id"`
+	RunID        ledger.RunID         `json:"run_id"`
+	ActionDigest ledger.Digest        `json:"action_digest"`
+	State        ledger.ApprovalState `json:"state"`
+	DecidedBy    string               `json:"decided_by,omitempty"`
+	Reason       string               `json:"reason,omitempty"`
+	RequestedAt  time.Time            `json:"requested_at"`
+	ExpiresAt    *time.Time           `json:"expires_at,omitempty"`
+	DecidedAt    *time.Time           `json:"decided_at,omitempty"`
+}
+
+// ApprovalList is GET /v1/approvals.
+type ApprovalList struct {
+	Approvals []Approval `json:"approvals"`
+}
+
+// Cancellation shows the four facts of a cancellation, each with its time.
+type Cancellation struct {
+	State       ledger.CancellationState `json:"state"`
+	RequestedBy string                   `json:"requested_by"`
+	Reason      string                   `json:"reason,omitempty"`
+	RequestedAt time.Time                `json:"requested_at"`
+	AcceptedAt  *time.Time               `json:"accepted_at,omitempty"`
+	StoppingAt  *time.Time               `json:"stopping_at,omitempty"`
+	StoppedAt   *time.Time               `json:"stopped_at,omitempty"`
+}
+
+// CancelRequest is the optional body of POST /v1/runs/{run_id}/cancel.
+type CancelRequest struct {
+	Reason string `json:"reason,omitempty"`
+}
+
+// DecisionRequest is the body of approve and deny.
+type DecisionRequest struct {
+	ActionDigest ledger.Digest `json:"action_digest"`
+	Reason       string        `json:"reason,omitempty"`
+}
+
+// DecisionResponse is the answer to approve and deny.
+type DecisionResponse struct {
+	Approval Approval `json:"approval"`
+	Action   Action   `json:"action"`
+}
+
+// ResolveRequest is the body of POST /v1/actions/{action_id}/resolve.
+type ResolveRequest struct {
+	Outcome string `json:"outcome"` // happened | not_happened | abandon
+	Note    string `json:"note,omitempty"`
+}
+
+// TimelineEvent is one event of GET /v1/runs/{run_id}/timeline.
+type TimelineEvent struct {
+	Seq        int64           `json:"seq"`
+	Type       string          `json:"type"`
+	EntityType string          `json:"entity_type"`
+	EntityID   string          `json:"entity_id"`
+	FromState  string          `json:"from_state,omitempty"`
+	ToState    string          `json:"to_state,omitempty"`
+	Actor      string          `json:"actor,omitempty"`
+	Data       json.RawMessage `json:"data,omitempty"`
+	CreatedAt  time.Time       `json:"created_at"`
+	Hash       string          `json:"hash"`
+}
+
+// Timeline is GET /v1/runs/{run_id}/timeline, with the chain verified.
+type Timeline struct {
+	RunID  ledger.RunID       `json:"run_id"`
+	Chain  ledger.ChainReport `json:"chain"`
+	Events []TimelineEvent    `json:"events"`
+}
