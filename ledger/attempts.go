@@ -85,8 +85,8 @@ func checkAttemptBudget(b Budget, a *Action, tx *txn) error {
 		return Errorf(CodeBudgetExceeded, "run %s used %d of %d attempts", a.RunID, u.Attempts, l.MaxAttemptsPerRun)
 	case l.MaxExecution > 0 && u.Execution >= l.MaxExecution:
 		return Errorf(CodeBudgetExceeded, "run %s used %s of %s execution time", a.RunID, u.Execution, l.MaxExecution)
-	case l.Deadline != nil && !tx.now.Before(*l.Deadline):
-		return Errorf(CodeBudgetExceeded, "run %s passed its deadline %s", a.RunID, l.Deadline.Format("2006-01-02T15:04:05Z07:00"))
+	case b.Deadline != nil && !tx.now.Before(*b.Deadline):
+		return Errorf(CodeBudgetExceeded, "run %s passed its deadline %s", a.RunID, b.Deadline.Format("2006-01-02T15:04:05Z07:00"))
 	}
 	return nil
 }

@@ -156,16 +156,18 @@ type Observation struct {
 	ObservedAt time.Time         `json:"observed_at"`
 }
 
-// BudgetLimits are the limits fixed at submit; zero means "no limit" except
-// where a caller fills in defaults.
+// BudgetLimits are the limits a submission asks for; zero means "no
+// limit". They are part of the request, so they hold only relative values:
+// a replay of the same request must have the same digest.
 type BudgetLimits struct {
 	MaxAttemptsPerAction int64         `json:"max_attempts_per_action,omitempty"`
 	MaxAttemptsPerRun    int64         `json:"max_attempts_per_run,omitempty"`
 	MaxExecution         time.Duration `json:"max_execution,omitempty"`
 	MaxSteps             int64         `json:"max_steps,omitempty"`
 	MaxTokens            int64         `json:"max_tokens,omitempty"`
-	// Deadline is the wall-clock deadline fixed at submit; nil for none.
-	Deadline *time.Time `json:"deadline,omitempty"`
+	// DeadlineAfter fixes the run's wall-clock deadline at submit time plus
+	// this much (Budget.Deadline); 0 for none.
+	DeadlineAfter time.Duration `json:"deadline_after,omitempty"`
 }
 
 // BudgetUsage is what a run has used; persisted, never reset by a restart.
@@ -182,7 +184,9 @@ type BudgetUsage struct {
 // Budget is a run's limits and usage.
 type Budget struct {
 	Limits BudgetLimits `json:"limits"`
-	Used   BudgetUsage  `json:"used"`
+	// Deadline is the wall-clock deadline fixed at submit; nil for none.
+	Deadline *time.Time  `json:"deadline,omitempty"`
+	Used     BudgetUsage `json:"used"`
 }
 
 // Event is one entry of a run's append-only, hash-chained log. Every

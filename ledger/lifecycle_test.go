@@ -317,7 +317,6 @@ func TestAttempts(t *testing.T) {
 
 	t.Run("run budgets: attempts, execution time, deadline", func(t *testing.T) {
 		b := ledgertest.OpenStore(t)
-		deadline := b.Clock.Now().Add(time.Hour)
 		cases := map[string]struct {
 			limits ledger.BudgetLimits
 			spend  func(s ledger.Store, a *ledger.Action)
@@ -334,7 +333,7 @@ func TestAttempts(t *testing.T) {
 				_, err := s.AddUsage(ctx, ledger.AddUsageParams{RunID: a.RunID, Steps: 1, Execution: time.Minute})
 				require.NoError(t, err)
 			}},
-			"deadline": {ledger.BudgetLimits{Deadline: &deadline}, func(s ledger.Store, a *ledger.Action) {
+			"deadline": {ledger.BudgetLimits{DeadlineAfter: time.Hour}, func(s ledger.Store, a *ledger.Action) {
 				b.Clock.Advance(2 * time.Hour)
 			}},
 		}

@@ -333,8 +333,7 @@ func (w *propWorld) drawBudgets(t *rapid.T) ledger.BudgetLimits {
 	case 3:
 		return ledger.BudgetLimits{MaxExecution: time.Minute}
 	case 4:
-		deadline := w.b.Clock.Now().Add(time.Hour)
-		return ledger.BudgetLimits{Deadline: &deadline}
+		return ledger.BudgetLimits{DeadlineAfter: time.Hour}
 	default:
 		return ledger.BudgetLimits{}
 	}

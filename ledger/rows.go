@@ -217,20 +217,27 @@ func (r *runRow) toRun(b *budgetRow) *Run {
 		UpdatedAt:      fromMicros(r.UpdatedAt),
 	}
 	if b != nil {
-		run.Budget = b.toBudget()
+		run.Budget = b.toBudget(r.CreatedAt)
 	}
 	return run
 }
 
-func (b *budgetRow) toBudget() Budget {
+// toBudget needs the run's creation time: the deadline is stored absolute
+// and shown both ways.
+func (b *budgetRow) toBudget(runCreatedAt int64) Budget {
+	var after time.Duration
+	if b.DeadlineAt != nil {
+		after = time.Duration(*b.DeadlineAt-runCreatedAt) * time.Microsecond
+	}
 	return Budget{
+		Deadline: timePtr(b.DeadlineAt),
 		Limits: BudgetLimits{
 			MaxAttemptsPerAction: b.MaxAttemptsPerAction,
 			MaxAttemptsPerRun:    b.MaxAttemptsPerRun,
 			MaxExecution:         time.Duration(b.MaxExecutionUs) * time.Microsecond,
 			MaxSteps:             b.MaxSteps,
 			MaxTokens:            b.MaxTokens,
-			Deadline:             timePtr(b.DeadlineAt),
+			DeadlineAfter:        after,
 		},
 		Used: BudgetUsage{
 			Attempts:          b.AttemptsUsed,

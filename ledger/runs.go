@@ -47,7 +47,7 @@ func firstErr(errs ...error) error {
 
 // check refuses negative limits; zero means no limit.
 func (l BudgetLimits) check() error {
-	if l.MaxAttemptsPerAction < 0 || l.MaxAttemptsPerRun < 0 || l.MaxExecution < 0 || l.MaxSteps < 0 || l.MaxTokens < 0 {
+	if l.MaxAttemptsPerAction < 0 || l.MaxAttemptsPerRun < 0 || l.MaxExecution < 0 || l.MaxSteps < 0 || l.MaxTokens < 0 || l.DeadlineAfter < 0 {
 		return Errorf(CodeInvalid, "budget limits cannot be negative")
 	}
 	return nil
@@ -116,7 +116,11 @@ func (s *GormStore) SubmitRun(ctx context.Context, p SubmitRunParams) (SubmitRun
 		b := budgetRow{
 			RunID: row.ID, MaxAttemptsPerAction: l.MaxAttemptsPerAction, MaxAttemptsPerRun: l.MaxAttemptsPerRun,
 			MaxExecutionUs: l.MaxExecution.Microseconds(), MaxSteps: l.MaxSteps, MaxTokens: l.MaxTokens,
-			DeadlineAt: microsPtr(l.Deadline), Version: 1,
+			Version: 1,
+		}
+		if l.DeadlineAfter > 0 {
+			at := micros(tx.now) + l.DeadlineAfter.Microseconds()
+			b.DeadlineAt = &at
 		}
 		if err := tx.db.Create(&b).Error; err != nil {
 			return err
@@ -288,12 +292,11 @@ func (s *GormStore) AddUsage(ctx context.Context, p AddUsageParams) (*Budget, er
 				"execution_us": p.Execution.Microseconds(), "tokens_unavailable": p.TokensUnavailable}}); err != nil {
 			return err
 		}
-		var b budgetRow
-		if err := tx.db.Where("run_id = ?", p.RunID).Take(&b).Error; err != nil {
+		run, err := tx.findRun(p.RunID)
+		if err != nil {
 			return err
 		}
-		bb := b.toBudget()
-		out = &bb
+		out = &run.Budget
 		return nil
 	})
 	return out, err

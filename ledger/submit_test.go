@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/actionledger/ledger/ledger"
 	"github.com/actionledger/ledger/ledger/ledgertest"
@@ -76,6 +77,21 @@ func TestSubmitRun(t *testing.T) {
 		got, err := b.Store.FindRunByID(ctx, first.Run.ID)
 		require.NoError(t, err)
 		require.Equal(t, first.Run, got)
+	})
+
+	t.Run("a deadline is fixed at submit and does not change the digest of a replay", func(t *testing.T) {
+		b := ledgertest.OpenStore(t)
+		p := submitParams("k1", "cards")
+		p.Budgets.DeadlineAfter = time.Hour
+		first, err := b.Store.SubmitRun(ctx, p)
+		require.NoError(t, err)
+		require.Equal(t, b.Clock.Now().Add(time.Hour), *first.Run.Budget.Deadline)
+		require.Equal(t, time.Hour, first.Run.Budget.Limits.DeadlineAfter)
+		b.Clock.Advance(time.Minute)
+		again, err := b.Store.SubmitRun(ctx, p)
+		require.NoError(t, err)
+		require.True(t, again.Replayed)
+		require.Equal(t, first.Run.Budget.Deadline, again.Run.Budget.Deadline, "the replay keeps the first deadline")
 	})
 
 	t.Run("keys are per tenant", func(t *testing.T) {
