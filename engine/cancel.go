@@ -2,9 +2,12 @@ package engine
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"time"
 
 	"github.com/actionledger/ledger/ledger"
+	"github.com/actionledger/ledger/recovery"
 )
 
 // CancelParams asks for a run to be cancelled.
@@ -37,6 +40,21 @@ func (e *Engine) Cancel(ctx context.Context, p CancelParams) (*ledger.Cancellati
 			return nil, fmt.Errorf("cancel %s: %w", p.RunID, err)
 		}
 	}
+	// Move the run to stopping now, so the pool picks it up even when it
+	// was waiting for a person; a worker advancing it meanwhile loses its
+	// guarded update and re-reads.
+	if c.State == ledger.CancelAccepted {
+		run, err := e.store.FindRunByID(ctx, p.RunID)
+		if err != nil {
+			return nil, fmt.Errorf("cancel %s: %w", p.RunID, err)
+		}
+		if _, err := e.stepCancel(ctx, run, c); err != nil && !errors.Is(err, ledger.ErrConflict) {
+			return nil, fmt.Errorf("cancel %s: %w", p.RunID, err)
+		}
+		if c, err = e.store.FindCancellation(ctx, p.RunID); err != nil {
+			return nil, fmt.Errorf("cancel %s: %w", p.RunID, err)
+		}
+	}
 	e.interruptCall(p.RunID)
 	e.Notify()
 	return c, nil
@@ -63,4 +81,60 @@ func (e *Engine) trackCall(run ledger.RunID, stop func()) (untrack func()) {
 		delete(e.calls, run)
 		e.callsMu.Unlock()
 	}
+}
+
+// stepCancel moves a run whose cancel was accepted towards stopped, one
+// fact at a time: the run goes to stopping and the cancellation with it;
+// actions not yet running are cancelled; an attempt left in flight is
+// settled by recovery (cancelled by the tool, established by query, or
+// handed to review); then the cancellation is confirmed and the run stops
+// with user_cancelled.
+func (e *Engine) stepCancel(ctx context.Context, run *ledger.Run, c *ledger.Cancellation) (bool, error) {
+	if c.State == ledger.CancelAccepted {
+		if run.State != ledger.RunStopping {
+			if _, err := e.store.TransitionRun(ctx, ledger.RunTransition{ID: run.ID, From: run.State, To: ledger.RunStopping,
+				Actor: "engine", Data: map[string]any{"cause": "cancel accepted"}}); err != nil {
+				return false, err
+			}
+		}
+		if _, err := e.store.TransitionCancellation(ctx, ledger.CancellationTransition{RunID: run.ID,
+			From: ledger.CancelAccepted, To: ledger.CancelStopping, Actor: "engine"}); err != nil {
+			return false, err
+		}
+		return true, nil
+	}
+	actions, err := e.store.FindActions(ctx, ledger.ActionFilter{RunID: &run.ID})
+	if err != nil {
+		return false, err
+	}
+	for _, a := range actions {
+		switch a.State {
+		case ledger.ActionProposed, ledger.ActionAwaitingApproval, ledger.ActionApproved:
+			if _, err := e.store.TransitionAction(ctx, ledger.ActionTransition{ID: a.ID, From: a.State, To: ledger.ActionCancelled,
+				Actor: "engine", Data: map[string]any{"cause": "run cancelled"}}); err != nil {
+				return false, err
+			}
+		case ledger.ActionRunning, ledger.ActionUncertain:
+			d, err := e.recoverer.Recover(ctx, run, a)
+			if err != nil {
+				return false, err
+			}
+			if d.Kind == recovery.Wait {
+				e.deferRun(run.ID, 2*time.Second)
+				return false, nil
+			}
+		}
+	}
+	if _, err := e.store.TransitionCancellation(ctx, ledger.CancellationTransition{RunID: run.ID,
+		From: ledger.CancelStopping, To: ledger.CancelStopped, Actor: "engine"}); err != nil {
+		return false, err
+	}
+	run, err = e.store.FindRunByID(ctx, run.ID)
+	if err != nil {
+		return false, err
+	}
+	if !run.State.Terminal() {
+		return false, e.finish(ctx, run, ledger.StopUserCancelled, map[string]any{"cancellation": c.ID})
+	}
+	return false, nil
 }

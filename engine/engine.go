@@ -11,9 +11,31 @@ import (
 	"time"
 
 	"github.com/actionledger/ledger/approval"
+	"github.com/actionledger/ledger/budget"
 	"github.com/actionledger/ledger/contracts"
 	"github.com/actionledger/ledger/ledger"
+	"github.com/actionledger/ledger/recovery"
 )
+
+// FaultPoint names a dangerous moment of an attempt, where a fault plan
+// may kill the process to prove recovery (DESIGN.md section 8).
+type FaultPoint string
+
+// The fault points of an attempt, in order.
+const (
+	FaultBeforeAttemptRecorded FaultPoint = "before_attempt_recorded"
+	FaultAfterAttemptRecorded  FaultPoint = "after_attempt_recorded" // recorded, tool not called yet
+	FaultAfterToolCall         FaultPoint = "after_tool_call"        // the tool acted, its result not recorded
+	FaultAfterResultRecorded   FaultPoint = "after_result_recorded"  // recorded, next step not taken
+)
+
+// FaultPoints lists them all.
+func FaultPoints() []FaultPoint {
+	return []FaultPoint{FaultBeforeAttemptRecorded, FaultAfterAttemptRecorded, FaultAfterToolCall, FaultAfterResultRecorded}
+}
+
+// errRunCancelled is the cause of a call's context cancelled by Cancel.
+var errRunCancelled = errors.New("run cancelled")
 
 // Approvals is what the engine needs of package approval: the gate rules
 // choose for a new action, and the sweep that expires stale approvals.
@@ -37,7 +59,18 @@ type Config struct {
 	PollInterval time.Duration
 	// DefaultToolTimeout bounds a call whose descriptor sets none; 0 means 30s.
 	DefaultToolTimeout time.Duration
-	Logger             *slog.Logger
+	// Policy holds the loop policies; zero fields take budget's defaults.
+	Policy budget.Policy
+	// MaxAttemptsPerAction caps retries of one action when the run's own
+	// budget sets no limit, so a tool that keeps failing cannot be retried
+	// forever; 0 means 5. It counts persisted attempts, so restarts do not
+	// reset it.
+	MaxAttemptsPerAction int64
+	// FaultFunc, if set, is called at each FaultPoint. Only a process
+	// started with an explicit fault plan sets it (see cmd/ledger); nothing
+	// reachable from the network can.
+	FaultFunc func(FaultPoint)
+	Logger    *slog.Logger
 }
 
 // Engine drives runs over the Store. Advance moves one run as far as it can
@@ -51,9 +84,14 @@ type Engine struct {
 	cfg       Config
 	log       *slog.Logger
 	pool      atomic.Pointer[pool]
+	policy    budget.Policy
+	recoverer *recovery.Recoverer
 
 	callsMu sync.Mutex
 	calls   map[ledger.RunID]func() // cancel functions of calls in flight
+	// notBefore holds runs recovery told to wait, until when; in memory
+	// only: a restart scans everything again anyway.
+	notBefore map[ledger.RunID]time.Time
 }
 
 type registeredAgent struct {
@@ -88,8 +126,12 @@ func New(cfg Config) (*Engine, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
+	if cfg.MaxAttemptsPerAction <= 0 {
+		cfg.MaxAttemptsPerAction = 5
+	}
 	e := &Engine{store: cfg.Store, approvals: cfg.Approvals, agents: map[string]*registeredAgent{},
-		now: cfg.Now, cfg: cfg, log: cfg.Logger, calls: map[ledger.RunID]func(){}}
+		now: cfg.Now, cfg: cfg, log: cfg.Logger, calls: map[ledger.RunID]func(){},
+		notBefore: map[ledger.RunID]time.Time{}, policy: cfg.Policy.WithDefaults()}
 	for _, a := range cfg.Agents {
 		if a.Name == "" || a.NewModel == nil {
 			return nil, errors.New("engine: an agent needs a name and a model")
@@ -111,7 +153,52 @@ func New(cfg Config) (*Engine, error) {
 		}
 		e.agents[a.Name] = ra
 	}
+	e.recoverer = recovery.New(recovery.Config{Store: cfg.Store, Probes: e.probe, Retry: e.retryVerdict, Now: cfg.Now})
 	return e, nil
+}
+
+// probe gives recovery what a registered tool guarantees and can answer.
+func (e *Engine) probe(name, version string) (recovery.Probe, bool) {
+	for _, a := range e.agents {
+		t, ok := a.tools[name]
+		if !ok || t.desc.Version != version {
+			continue
+		}
+		p := recovery.Probe{Tool: recovery.ToolFor(t.desc)}
+		if q, ok := t.Tool.(Querier); ok && t.desc.Guarantees.Query {
+			p.QueryFunc = func(ctx context.Context, key string) (ledger.EffectFact, json.RawMessage, error) {
+				r, err := q.Query(ctx, key)
+				return r.Effect, r.Output, err
+			}
+		}
+		if c, ok := t.Tool.(Canceller); ok && t.desc.Guarantees.Cancel {
+			p.CancelFunc = func(ctx context.Context, key string) (bool, json.RawMessage, error) {
+				r, err := c.Cancel(ctx, key)
+				return r.Confirmed, r.Detail, err
+			}
+		}
+		return p, true
+	}
+	return recovery.Probe{}, false
+}
+
+// retryVerdict is the budget's answer to "may this action have one more
+// attempt?": the run's persisted budgets, then the engine's cap.
+func (e *Engine) retryVerdict(run *ledger.Run, a *ledger.Action, now time.Time) (ledger.StopReason, string) {
+	if v := e.policy.BeforeAttempt(run, a, now); v.Stopped() {
+		return v.Stop, v.Rationale
+	}
+	if run.Budget.Limits.MaxAttemptsPerAction == 0 && a.AttemptCount >= e.cfg.MaxAttemptsPerAction {
+		return ledger.StopRetryBudgetExhausted, fmt.Sprintf("action %s used %d attempts, the engine's cap when the run sets none", a.ID, a.AttemptCount)
+	}
+	return "", ""
+}
+
+// Recover runs the recovery scan: every approved, running or uncertain
+// action of a live run gets its decision, recorded with its rationale, and
+// acted on. Call it at start-up, before Start, while nothing is in flight.
+func (e *Engine) Recover(ctx context.Context) (recovery.ScanReport, error) {
+	return e.recoverer.Scan(ctx)
 }
 
 // HasAgent reports whether runs may name agent.
@@ -132,6 +219,7 @@ func (e *Engine) Tool(name string) (contracts.ToolDescriptor, bool) {
 // point, including after a crash: every step it takes is derived from the
 // ledger, and every write is idempotent or guarded.
 func (e *Engine) Advance(ctx context.Context, id ledger.RunID) error {
+	conflicts := 0
 	for {
 		if err := ctx.Err(); err != nil {
 			return err
@@ -141,9 +229,16 @@ func (e *Engine) Advance(ctx context.Context, id ledger.RunID) error {
 			return fmt.Errorf("advance %s: %w", id, err)
 		}
 		more, err := e.step(ctx, run)
+		if errors.Is(err, ledger.ErrConflict) && conflicts < 3 {
+			// Someone moved the run underneath (a cancel, an approval, a
+			// person's resolution): read it again and go on from there.
+			conflicts++
+			continue
+		}
 		if err != nil {
 			return fmt.Errorf("advance %s: %w", id, err)
 		}
+		conflicts = 0
 		if !more {
 			return nil
 		}
@@ -152,6 +247,16 @@ func (e *Engine) Advance(ctx context.Context, id ledger.RunID) error {
 
 // step takes one step of run and reports whether another may follow.
 func (e *Engine) step(ctx context.Context, run *ledger.Run) (bool, error) {
+	if run.State.Terminal() {
+		return false, nil
+	}
+	c, err := e.store.FindCancellation(ctx, run.ID)
+	switch {
+	case err == nil && c.State != ledger.CancelRequested && c.State != ledger.CancelStopped:
+		return e.stepCancel(ctx, run, c)
+	case err != nil && !errors.Is(err, ledger.ErrNotFound):
+		return false, err
+	}
 	switch run.State {
 	case ledger.RunQueued:
 		if _, ok := e.agents[run.Agent]; !ok {
@@ -194,15 +299,62 @@ func (e *Engine) stepRunning(ctx context.Context, run *ledger.Run) (bool, error)
 		case ledger.ActionExpired:
 			return false, e.finish(ctx, run, ledger.StopApprovalExpired, map[string]any{"action_id": last.ID})
 		case ledger.ActionRunning, ledger.ActionUncertain:
-			// An attempt this process is not running: the process that
-			// started it died. Until the recovery table decides, a person
-			// does: an unknown effect is never taken as "did not happen".
-			return false, e.toReview(ctx, run, last)
+			// Running here means the process that started the attempt died
+			// (this one runs each run in one worker); uncertain means the
+			// call ended without an established effect. Either way the
+			// recovery table decides, with the tool's guarantees.
+			return e.recover(ctx, run, last)
 		case ledger.ActionNeedsReview:
 			return e.moveRun(ctx, run, ledger.RunNeedsReview, map[string]any{"action_id": last.ID})
+		case ledger.ActionFailed:
+			return false, e.finish(ctx, run, ledger.StopToolError, map[string]any{"action_id": last.ID})
+		case ledger.ActionAbandoned:
+			return false, e.finish(ctx, run, ledger.StopUserCancelled, map[string]any{"action_id": last.ID, "cause": "a person abandoned the action in review"})
+		case ledger.ActionCancelled:
+			return false, e.finish(ctx, run, ledger.StopUserCancelled, map[string]any{"action_id": last.ID})
 		}
 	}
+	if v := e.policy.BeforeStep(run, e.now()); v.Stopped() {
+		return false, e.finish(ctx, run, v.Stop, map[string]any{"rationale": v.Rationale})
+	}
 	return e.modelStep(ctx, run, agent, actions)
+}
+
+// recover applies the recovery table to an action whose outcome is not
+// settled, and says whether the run can go on now.
+func (e *Engine) recover(ctx context.Context, run *ledger.Run, a *ledger.Action) (bool, error) {
+	d, err := e.recoverer.Recover(ctx, run, a)
+	if err != nil {
+		return false, err
+	}
+	switch d.Kind {
+	case recovery.Wait:
+		e.deferRun(run.ID, 2*time.Second)
+		return false, nil
+	case recovery.Review, recovery.Stop:
+		return false, nil
+	default:
+		return true, nil
+	}
+}
+
+// deferRun keeps the pool away from a run for a while (recovery said wait).
+func (e *Engine) deferRun(id ledger.RunID, d time.Duration) {
+	e.callsMu.Lock()
+	e.notBefore[id] = e.now().Add(d)
+	e.callsMu.Unlock()
+}
+
+// deferred reports whether the pool should leave a run alone for now.
+func (e *Engine) deferred(id ledger.RunID) bool {
+	e.callsMu.Lock()
+	defer e.callsMu.Unlock()
+	t, ok := e.notBefore[id]
+	if ok && !e.now().Before(t) {
+		delete(e.notBefore, id)
+		return false
+	}
+	return ok
 }
 
 // current is the action the run is on: the last one recorded that was not
@@ -261,6 +413,15 @@ func (e *Engine) modelStep(ctx context.Context, run *ledger.Run, agent *register
 		if err := tool.args.Validate(s.Arguments); err != nil {
 			return false, e.finish(ctx, run, ledger.StopInvalidModelResponse, map[string]any{"error": "arguments of " + s.Tool + ": " + err.Error()})
 		}
+		entries := make([]budget.Entry, len(hist.Entries))
+		for i, h := range hist.Entries {
+			entries[i] = budget.Entry{Action: h.Action, Attempt: h.Attempt}
+		}
+		if v, err := e.policy.Loop(entries, s.Tool, s.Arguments); err != nil {
+			return false, e.finish(ctx, run, ledger.StopInvalidModelResponse, map[string]any{"error": err.Error()})
+		} else if v.Stopped() {
+			return false, e.finish(ctx, run, v.Stop, map[string]any{"rationale": v.Rationale})
+		}
 		gate := e.approvals.Gate(run.Tenant, tool.desc)
 		_, err := e.store.CreateAction(ctx, ledger.CreateActionParams{
 			RunID: run.ID, IdempotencyKey: fmt.Sprintf("step-%d", len(actions)+1),
@@ -300,41 +461,61 @@ func (e *Engine) attempt(ctx context.Context, run *ledger.Run, agent *registered
 	if !ok || tool.desc.Version != a.ToolVersion {
 		return false, e.finish(ctx, run, ledger.StopInternalError, map[string]any{"error": fmt.Sprintf("tool %s@%s is not registered", a.Tool, a.ToolVersion)})
 	}
+	if reason, why := e.retryVerdict(run, a, e.now()); reason != "" {
+		return false, e.finish(ctx, run, reason, map[string]any{"action_id": a.ID, "rationale": why})
+	}
+	e.fault(FaultBeforeAttemptRecorded)
 	att, err := e.store.StartAttempt(ctx, ledger.StartAttemptParams{ActionID: a.ID, Actor: "engine"})
 	switch {
 	case errors.Is(err, ledger.ErrBudgetExceeded):
+		// The store's own guard: another process spent the budget first.
 		return false, e.finish(ctx, run, ledger.StopRetryBudgetExhausted, map[string]any{"action_id": a.ID, "error": err.Error()})
+	case errors.Is(err, ledger.ErrConflict):
+		return true, nil // a cancel was accepted meanwhile: the next step handles it
 	case err != nil:
 		return false, err
 	}
+	e.fault(FaultAfterAttemptRecorded)
 	timeout := tool.desc.Timeout()
 	if timeout <= 0 {
 		timeout = e.cfg.DefaultToolTimeout
 	}
-	callCtx, cancel := context.WithTimeout(ctx, timeout)
+	callCtx, cancelTimeout := context.WithTimeout(ctx, timeout)
+	callCtx, cancelCall := context.WithCancelCause(callCtx)
+	untrack := e.trackCall(run.ID, func() { cancelCall(errRunCancelled) })
 	res, callErr := tool.Execute(callCtx, Call{RunID: run.ID, ActionID: a.ID, Attempt: att.No, DedupKey: a.DedupKey, Arguments: a.Arguments})
-	cancel()
+	untrack()
+	cancelledByRun := errors.Is(context.Cause(callCtx), errRunCancelled)
+	cancelCall(nil)
+	cancelTimeout()
+	e.fault(FaultAfterToolCall)
 	if callErr != nil && ctx.Err() != nil {
 		// We are shutting down, not the tool failing: leave the attempt
 		// started; recovery finds it and decides with the tool's guarantees.
 		return false, ctx.Err()
 	}
 	fin := outcome(tool.desc, res, callErr)
+	if callErr != nil && cancelledByRun {
+		fin = ledger.FinishAttemptParams{Status: ledger.AttemptCancelled, ActionState: ledger.ActionUncertain,
+			Error:       &ledger.AttemptError{Code: "cancelled", Message: "the run was cancelled during the call"},
+			Observation: &ledger.ObservationInput{Source: ledger.ObservedResult, Effect: ledger.EffectUnknown}}
+	}
 	fin.AttemptID, fin.Actor = att.ID, "engine"
 	if _, err := e.store.FinishAttempt(ctx, fin); err != nil {
 		return false, err
 	}
+	e.fault(FaultAfterResultRecorded)
 	switch fin.ActionState {
-	case ledger.ActionSucceeded:
-		return true, nil
 	case ledger.ActionFailed:
 		return false, e.finish(ctx, run, ledger.StopToolError, map[string]any{"action_id": a.ID, "error": fin.Error})
-	default: // uncertain: the effect is unknown
-		fresh, err := e.store.FindActionByID(ctx, a.ID)
-		if err != nil {
-			return false, err
-		}
-		return false, e.toReview(ctx, run, fresh)
+	default: // succeeded: the next model step; uncertain: recovery decides
+		return true, nil
+	}
+}
+
+func (e *Engine) fault(p FaultPoint) {
+	if e.cfg.FaultFunc != nil {
+		e.cfg.FaultFunc(p)
 	}
 }
 
@@ -375,35 +556,6 @@ func outcome(d contracts.ToolDescriptor, res Result, err error) ledger.FinishAtt
 			Error:       &ledger.AttemptError{Code: "tool_error", Message: err.Error()},
 			Observation: &ledger.ObservationInput{Source: ledger.ObservedResult, Effect: ledger.EffectUnknown}}
 	}
-}
-
-// toReview hands an action whose effect is unknown to a person: any
-// interrupted attempt is marked uncertain, the action needs review, and so
-// does the run.
-func (e *Engine) toReview(ctx context.Context, run *ledger.Run, a *ledger.Action) error {
-	if a.State == ledger.ActionRunning {
-		started := ledger.AttemptStarted
-		open, err := e.store.FindAttempts(ctx, ledger.AttemptFilter{ActionID: &a.ID, Status: &started})
-		if err != nil {
-			return err
-		}
-		for _, att := range open {
-			if _, err := e.store.FinishAttempt(ctx, ledger.FinishAttemptParams{AttemptID: att.ID, Status: ledger.AttemptUncertain,
-				ActionState: ledger.ActionUncertain, Actor: "engine",
-				Error: &ledger.AttemptError{Code: "interrupted", Message: "the process running this attempt stopped before recording its outcome"}}); err != nil {
-				return err
-			}
-		}
-		a.State = ledger.ActionUncertain
-	}
-	if a.State == ledger.ActionUncertain {
-		if _, err := e.store.TransitionAction(ctx, ledger.ActionTransition{ID: a.ID, From: ledger.ActionUncertain, To: ledger.ActionNeedsReview,
-			Actor: "engine", Data: map[string]any{"rationale": "effect unknown: a person decides"}}); err != nil {
-			return err
-		}
-	}
-	_, err := e.moveRun(ctx, run, ledger.RunNeedsReview, map[string]any{"action_id": a.ID})
-	return err
 }
 
 // moveRun moves a running run; true means the engine may go on.

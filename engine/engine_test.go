@@ -286,26 +286,65 @@ func TestToolFailures(t *testing.T) {
 		require.Equal(t, "simulated_error", atts[0].Error.Code)
 	})
 
-	t.Run("a timeout leaves the effect unknown: review", func(t *testing.T) {
+	none := &contracts.Guarantees{}
+
+	t.Run("timeouts of a queryable tool: query, retry, then the retry budget stops the run", func(t *testing.T) {
 		b := setup(t, simulator.Config{Tools: map[string]simulator.ToolConfig{
 			"cards.write": {TimeoutMS: ptr(int64(20)), Faults: []simulator.Fault{{Kind: simulator.FaultTimeout}}}}})
+		run := approve(t, b)
+		require.Equal(t, ledger.RunStopped, run.State)
+		require.Equal(t, ledger.StopRetryBudgetExhausted, run.StopReason)
+		atts, err := b.Store.FindAttempts(ctx, ledger.AttemptFilter{RunID: &run.ID})
+		require.NoError(t, err)
+		require.Len(t, atts, 5, "the engine's cap when the run sets no budget")
+		for _, a := range atts {
+			require.Equal(t, ledger.AttemptTimedOut, a.Status)
+			require.Equal(t, ledger.EffectNotHappened, a.Effect, "established by query, not assumed")
+		}
+		require.Equal(t, 0, b.effectCount(t))
+		require.Equal(t, 5, countDecisions(t, b, run.ID, "query"))
+	})
+
+	t.Run("a timeout of a tool that guarantees nothing goes to review", func(t *testing.T) {
+		b := setup(t, simulator.Config{Tools: map[string]simulator.ToolConfig{
+			"cards.write": {Guarantees: none, TimeoutMS: ptr(int64(20)), Faults: []simulator.Fault{{Kind: simulator.FaultTimeout}}}}})
 		run := approve(t, b)
 		require.Equal(t, ledger.RunNeedsReview, run.State)
 		atts, err := b.Store.FindAttempts(ctx, ledger.AttemptFilter{RunID: &run.ID})
 		require.NoError(t, err)
+		require.Len(t, atts, 1, "never retried")
 		require.Equal(t, ledger.AttemptTimedOut, atts[0].Status)
 		require.Equal(t, ledger.EffectUnknown, atts[0].Effect, "a timeout is not 'did not happen'")
 		a, err := b.Store.FindActionByID(ctx, atts[0].ActionID)
 		require.NoError(t, err)
 		require.Equal(t, ledger.ActionNeedsReview, a.State)
+		require.Equal(t, 1, countDecisions(t, b, run.ID, "review"))
 	})
 
-	t.Run("an attempt left started by a dead process goes to review", func(t *testing.T) {
+	t.Run("an attempt left started by a dead process: query, then retry once", func(t *testing.T) {
 		b := setup(t, simulator.Config{})
 		run := b.advance(t, b.submit(t, "practice-cards", "k1").ID)
 		a := b.pendingAction(t, run.ID)
 		require.NoError(t, b.decide("bob", a, a.ActionDigest, ledger.DecisionGrant))
-		// Another process recorded the attempt and died before the outcome.
+		// Another process recorded the attempt and died before calling the tool.
+		_, err := b.Store.StartAttempt(ctx, ledger.StartAttemptParams{ActionID: a.ID})
+		require.NoError(t, err)
+		run = b.advance(t, run.ID)
+		require.Equal(t, ledger.RunCompleted, run.State)
+		require.Equal(t, 1, b.effectCount(t))
+		atts, err := b.Store.FindAttempts(ctx, ledger.AttemptFilter{ActionID: &a.ID})
+		require.NoError(t, err)
+		require.Len(t, atts, 2)
+		require.Equal(t, ledger.AttemptUncertain, atts[0].Status)
+		require.Equal(t, ledger.EffectNotHappened, atts[0].Effect)
+		require.Equal(t, ledger.EffectHappened, atts[1].Effect)
+	})
+
+	t.Run("an attempt left started by a dead process, tool guarantees nothing: review, no call", func(t *testing.T) {
+		b := setup(t, simulator.Config{Tools: map[string]simulator.ToolConfig{"cards.write": {Guarantees: none}}})
+		run := b.advance(t, b.submit(t, "practice-cards", "k1").ID)
+		a := b.pendingAction(t, run.ID)
+		require.NoError(t, b.decide("bob", a, a.ActionDigest, ledger.DecisionGrant))
 		_, err := b.Store.StartAttempt(ctx, ledger.StartAttemptParams{ActionID: a.ID})
 		require.NoError(t, err)
 		run = b.advance(t, run.ID)
@@ -316,6 +355,26 @@ func TestToolFailures(t *testing.T) {
 		require.Len(t, atts, 1)
 		require.Equal(t, ledger.AttemptUncertain, atts[0].Status)
 	})
+}
+
+// countDecisions counts recovery decisions of a kind in a run's events.
+func countDecisions(t *testing.T, b *bundle, run ledger.RunID, kind string) int {
+	t.Helper()
+	events, err := b.Store.FindEvents(context.Background(), run)
+	require.NoError(t, err)
+	n := 0
+	for _, e := range events {
+		if e.Type != "recovery.decision" {
+			continue
+		}
+		var d struct{ Decision, Rationale string }
+		require.NoError(t, json.Unmarshal(e.Data, &d))
+		require.NotEmpty(t, d.Rationale)
+		if d.Decision == kind {
+			n++
+		}
+	}
+	return n
 }
 
 // TestWorkerPoolResumesOnApproval: no goroutine waits for the person; the

@@ -92,6 +92,9 @@ func (e *Engine) dispatch(ctx context.Context, p *pool) {
 			e.log.Error("find runnable runs", "err", err)
 		}
 		for _, id := range ids {
+			if e.deferred(id) {
+				continue
+			}
 			mu.Lock()
 			skip := busy[id]
 			busy[id] = true
@@ -114,11 +117,11 @@ func (e *Engine) dispatch(ctx context.Context, p *pool) {
 	}
 }
 
-// Runnable lists runs the engine can advance without a person: queued and
-// running ones, oldest first.
+// Runnable lists runs the engine can advance without a person: queued,
+// running and stopping ones, oldest first.
 func (e *Engine) Runnable(ctx context.Context) ([]ledger.RunID, error) {
 	var ids []ledger.RunID
-	for _, st := range []ledger.RunState{ledger.RunQueued, ledger.RunRunning} {
+	for _, st := range []ledger.RunState{ledger.RunQueued, ledger.RunRunning, ledger.RunStopping} {
 		runs, err := e.store.FindRuns(ctx, ledger.RunFilter{State: &st, Limit: 256})
 		if err != nil {
 			return nil, err

@@ -99,6 +99,11 @@ type Store interface {
 	// run's persisted budget.
 	AddUsage(ctx context.Context, p AddUsageParams) (*Budget, error)
 
+	// RecordDecision appends a recovery decision about an action, with its
+	// rationale, to the run's event log (type "recovery.decision"). It
+	// changes no state: acting on the decision is the caller's next call.
+	RecordDecision(ctx context.Context, p RecordDecisionParams) (*Event, error)
+
 	// FindEvents returns a run's events in sequence order.
 	FindEvents(ctx context.Context, run RunID) ([]*Event, error)
 	// VerifyChain walks a run's event chain and names the first broken link.
@@ -311,6 +316,16 @@ type AddUsageParams struct {
 	Execution time.Duration
 	// TokensUnavailable marks that a step reported no token usage.
 	TokensUnavailable bool
+}
+
+// RecordDecisionParams is one recovery decision.
+type RecordDecisionParams struct {
+	ActionID  ActionID
+	AttemptID AttemptID // the attempt it is about, if any
+	Decision  string    // continue, reconcile, stop, review, wait, query, cancel
+	Rationale string
+	Actor     string
+	Data      map[string]any // extra facts the decision used
 }
 
 // ChainReport is the result of walking a run's event chain.
