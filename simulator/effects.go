@@ -140,9 +140,13 @@ var schema = []string{
 		created_at INTEGER NOT NULL
 	)`,
 	`CREATE INDEX IF NOT EXISTS queries_dedup_key ON queries (dedup_key, tool)`,
+	// A cancel refuses the calls of its dedup key that had started when it
+	// was made (seq up to up_to_call): it stops what is in flight. A call
+	// that starts later, a retry under the same approval, proceeds.
 	`CREATE TABLE IF NOT EXISTS cancels (
 		dedup_key TEXT PRIMARY KEY,
-		created_at INTEGER NOT NULL
+		created_at INTEGER NOT NULL,
+		up_to_call INTEGER NOT NULL DEFAULT 0
 	)`,
 }
 
@@ -399,7 +403,7 @@ func (s *EffectStore) write(ctx context.Context, p writeParams) (writeResult, er
 		now := s.now().UTC()
 		var tombstone int
 		if err := tx.QueryRowContext(ctx,
-			`SELECT count(*) FROM cancels WHERE dedup_key = ?`, p.DedupKey).Scan(&tombstone); err != nil {
+			`SELECT count(*) FROM cancels WHERE dedup_key = ? AND up_to_call >= ?`, p.DedupKey, p.CallSeq).Scan(&tombstone); err != nil {
 			return err
 		}
 		if tombstone > 0 {
@@ -543,8 +547,10 @@ func (s *EffectStore) cancel(ctx context.Context, dedupKey string) (cancelResult
 			return err
 		}
 		_, err = tx.ExecContext(ctx,
-			`INSERT INTO cancels (dedup_key, created_at) VALUES (?, ?) ON CONFLICT (dedup_key) DO NOTHING`,
-			dedupKey, s.now().UTC().UnixNano())
+			`INSERT INTO cancels (dedup_key, created_at, up_to_call)
+			 VALUES (?, ?, (SELECT COALESCE(MAX(seq), 0) FROM calls WHERE dedup_key = ?))
+			 ON CONFLICT (dedup_key) DO UPDATE SET up_to_call = excluded.up_to_call`,
+			dedupKey, s.now().UTC().UnixNano(), dedupKey)
 		res.Confirmed = err == nil
 		return err
 	})

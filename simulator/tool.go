@@ -307,8 +307,9 @@ func (t *Tool) Query(ctx context.Context, dedupKey string) (engine.QueryResult, 
 
 // Cancel implements engine.Canceller. In one transaction: if an effect of
 // the dedup key exists the cancel is not confirmed (the simulator undoes
-// nothing); otherwise a tombstone is written, so that every later Execute
-// with the key is refused, and the cancel is confirmed. Cancelling twice
+// nothing); otherwise a tombstone is written that refuses every call of the
+// key in flight at this moment (a call started later, such as a retry under
+// the same approval, proceeds), and the cancel is confirmed. Cancelling twice
 // confirms twice. A tool without the cancel guarantee fails with
 // errors.ErrUnsupported.
 func (t *Tool) Cancel(ctx context.Context, dedupKey string) (engine.CancelResult, error) {

@@ -247,20 +247,32 @@ func TestToolCancel(t *testing.T) {
 
 	t.Run("BeforeEffect", func(t *testing.T) {
 		s := newSetup(t)
-		tool := writeTool(s.store, simulator.ToolConfig{Guarantees: &allOn})
+		tool := writeTool(s.store, simulator.ToolConfig{Guarantees: &allOn,
+			Faults: []simulator.Fault{{Kind: simulator.FaultSlow, Calls: []int{1}, Delay: 300 * time.Millisecond}}})
+		// A call in flight when the cancel comes is refused.
+		done := make(chan error, 1)
+		go func() { _, err := tool.Execute(ctx, call("k", 1)); done <- err }()
+		require.Eventually(t, func() bool {
+			calls, err := s.store.Calls(ctx)
+			return err == nil && len(calls) == 1
+		}, 5*time.Second, time.Millisecond)
 		c, err := tool.Cancel(ctx, "k")
 		require.NoError(t, err)
 		require.True(t, c.Confirmed)
 		c, err = tool.Cancel(ctx, "k")
 		require.NoError(t, err)
 		require.True(t, c.Confirmed, "cancelling twice confirms twice")
-
-		_, err = tool.Execute(ctx, call("k", 1))
-		requireToolError(t, err, simulator.CodeCancelled, ledger.EffectNotHappened)
+		requireToolError(t, <-done, simulator.CodeCancelled, ledger.EffectNotHappened)
 		require.Equal(t, 0, effectCount(t, s.store, "k"))
 		calls, err := s.store.Calls(ctx)
 		require.NoError(t, err)
 		require.Equal(t, simulator.CallCancelled, calls[0].Outcome)
+
+		// A call that starts after the cancel (a retry under the same
+		// approval) proceeds.
+		_, err = tool.Execute(ctx, call("k", 2))
+		require.NoError(t, err)
+		require.Equal(t, 1, effectCount(t, s.store, "k"))
 
 		// Other keys are untouched.
 		_, err = tool.Execute(ctx, call("other", 1))
