@@ -92,9 +92,6 @@ func (e *Engine) dispatch(ctx context.Context, p *pool) {
 			e.log.Error("find runnable runs", "err", err)
 		}
 		for _, id := range ids {
-			if e.deferred(id) {
-				continue
-			}
 			mu.Lock()
 			skip := busy[id]
 			busy[id] = true
@@ -118,7 +115,8 @@ func (e *Engine) dispatch(ctx context.Context, p *pool) {
 }
 
 // Runnable lists runs the engine can advance without a person: queued,
-// running and stopping ones, oldest first.
+// running and stopping ones, oldest first, less those recovery told to
+// wait a while.
 func (e *Engine) Runnable(ctx context.Context) ([]ledger.RunID, error) {
 	var ids []ledger.RunID
 	for _, st := range []ledger.RunState{ledger.RunQueued, ledger.RunRunning, ledger.RunStopping} {
@@ -127,7 +125,9 @@ func (e *Engine) Runnable(ctx context.Context) ([]ledger.RunID, error) {
 			return nil, err
 		}
 		for _, r := range runs {
-			ids = append(ids, r.ID)
+			if !e.deferred(r.ID) {
+				ids = append(ids, r.ID)
+			}
 		}
 	}
 	return ids, nil

@@ -1,10 +1,84 @@
 package main
 
-import "context"
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"sort"
+
+	"github.com/actionledger/ledger/recovery"
+	"github.com/spf13/cobra"
+)
 
 // recover runs the recovery scan over the ledger before the service takes
 // work, so every interrupted action gets its decision first.
 func (svc *service) recover(ctx context.Context) error {
-	_ = ctx
-	return nil // the scan lands with the recovery package (issue 4)
+	rep, err := svc.engine.Recover(ctx)
+	if err != nil {
+		return fmt.Errorf("recovery scan: %w", err)
+	}
+	if rep.Actions > 0 || len(rep.Errors) > 0 {
+		slog.InfoContext(ctx, "recovery scan", "actions", rep.Actions, "decisions", rep.Decisions, "errors", len(rep.Errors))
+	}
+	return nil
+}
+
+func newRecoverCmd() *cobra.Command {
+	var (
+		dbPath string
+		asJSON bool
+	)
+	cmd := &cobra.Command{
+		Use:   "recover",
+		Short: "Decide, record and act on every interrupted action of the database",
+		Long: `Run the recovery scan on a database file: every approved, running or uncertain action of
+a live run gets one decision from the recovery table (continue, reconcile, stop or review),
+recorded with its rationale as an event, and acted on. Run it while no server uses the file;
+` + "`ledger serve`" + ` runs the same scan at start-up.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx := cmd.Context()
+			faults, sim, err := faultsFromEnv()
+			if err != nil {
+				return err
+			}
+			svc, err := openService(ctx, serviceConfig{DBPath: dbPath, Simulator: sim, FaultFunc: faults, Logger: discardLogger()})
+			if err != nil {
+				return err
+			}
+			defer svc.Close()
+			rep, err := svc.engine.Recover(ctx)
+			if err != nil {
+				return err
+			}
+			return printScan(cmd, rep, asJSON)
+		},
+	}
+	cmd.Flags().StringVar(&dbPath, "db", "./ledger.db", "path of the SQLite database")
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	return cmd
+}
+
+func printScan(cmd *cobra.Command, rep recovery.ScanReport, asJSON bool) error {
+	out := cmd.OutOrStdout()
+	if asJSON {
+		return json.NewEncoder(out).Encode(rep)
+	}
+	fmt.Fprintf(out, "%d actions scanned\n", rep.Actions)
+	kinds := make([]string, 0, len(rep.Decisions))
+	for k := range rep.Decisions {
+		kinds = append(kinds, string(k))
+	}
+	sort.Strings(kinds)
+	for _, k := range kinds {
+		fmt.Fprintf(out, "  %-10s %d\n", k, rep.Decisions[recovery.Kind(k)])
+	}
+	for _, e := range rep.Errors {
+		fmt.Fprintf(out, "  error: %s\n", e)
+	}
+	if len(rep.Errors) > 0 {
+		return fmt.Errorf("recovery: %d actions could not be recovered", len(rep.Errors))
+	}
+	return nil
 }

@@ -33,6 +33,8 @@ type serviceConfig struct {
 	// DevMode relaxes separation of duties so one person can try the flow.
 	DevMode bool
 	Logger  *slog.Logger
+	// FaultFunc is set only from an explicit fault plan (faults.go).
+	FaultFunc func(engine.FaultPoint)
 }
 
 func openService(ctx context.Context, cfg serviceConfig) (*service, error) {
@@ -67,7 +69,7 @@ func openService(ctx context.Context, cfg serviceConfig) (*service, error) {
 		d, ok := tools[name]
 		return d, ok
 	}, approval.Options{RelaxSeparationOfDuties: cfg.DevMode})
-	rt.engine, err = engine.New(engine.Config{Store: store, Approvals: rt.approvals, Agents: []engine.Agent{agent}, Logger: cfg.Logger})
+	rt.engine, err = engine.New(engine.Config{Store: store, Approvals: rt.approvals, Agents: []engine.Agent{agent}, Logger: cfg.Logger, FaultFunc: cfg.FaultFunc})
 	if err != nil {
 		return nil, errors.Join(fmt.Errorf("wire engine: %w", err), rt.Close())
 	}

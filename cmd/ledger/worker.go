@@ -1,0 +1,73 @@
+package main
+
+import (
+	"fmt"
+
+	"github.com/spf13/cobra"
+)
+
+func newWorkerCmd() *cobra.Command {
+	var (
+		dbPath    string
+		untilIdle bool
+	)
+	cmd := &cobra.Command{
+		Use:   "worker",
+		Short: "Advance runs on a database file without serving HTTP",
+		Long: `Run the recovery scan, then advance every runnable run (queued, running, stopping)
+until none is left (--until-idle) or until interrupted. Runs waiting for a person stay
+waiting. The crash tests and the fault matrix start this command with a fault plan.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx := cmd.Context()
+			faults, sim, err := faultsFromEnv()
+			if err != nil {
+				return err
+			}
+			svc, err := openService(ctx, serviceConfig{DBPath: dbPath, Simulator: sim, FaultFunc: faults, Logger: discardLogger()})
+			if err != nil {
+				return err
+			}
+			defer svc.Close()
+			if err := svc.recover(ctx); err != nil {
+				return err
+			}
+			advanced := 0
+			for {
+				ids, err := svc.engine.Runnable(ctx)
+				if err != nil {
+					return err
+				}
+				progressed := false
+				for _, id := range ids {
+					before, err := svc.store.FindRunByID(ctx, id)
+					if err != nil {
+						return err
+					}
+					if err := svc.engine.Advance(ctx, id); err != nil {
+						return err
+					}
+					after, err := svc.store.FindRunByID(ctx, id)
+					if err != nil {
+						return err
+					}
+					if after.EventSeq != before.EventSeq {
+						progressed, advanced = true, advanced+1
+					}
+				}
+				if !progressed {
+					if untilIdle {
+						fmt.Fprintf(cmd.OutOrStdout(), "idle after %d advances\n", advanced)
+						return nil
+					}
+					svc.engine.Start(ctx)
+					<-ctx.Done()
+					return nil
+				}
+			}
+		},
+	}
+	cmd.Flags().StringVar(&dbPath, "db", "./ledger.db", "path of the SQLite database")
+	cmd.Flags().BoolVar(&untilIdle, "until-idle", false, "exit once no run can advance without a person")
+	return cmd
+}
