@@ -304,30 +304,34 @@ type ScanReport struct {
 // with the others.
 func (r *Recoverer) Scan(ctx context.Context) (ScanReport, error) {
 	rep := ScanReport{Decisions: map[Kind]int{}}
+	// Snapshot first: acting moves actions between these states (running →
+	// approved), and each must be decided once per scan.
+	var actions []*ledger.Action
 	for _, st := range []ledger.ActionState{ledger.ActionRunning, ledger.ActionUncertain, ledger.ActionApproved} {
-		actions, err := r.cfg.Store.FindActions(ctx, ledger.ActionFilter{State: &st})
+		found, err := r.cfg.Store.FindActions(ctx, ledger.ActionFilter{State: &st})
 		if err != nil {
 			return rep, fmt.Errorf("recovery scan: %w", err)
 		}
-		for _, a := range actions {
-			run, err := r.cfg.Store.FindRunByID(ctx, a.RunID)
-			if err != nil {
-				return rep, fmt.Errorf("recovery scan: %w", err)
-			}
-			if run.State.Terminal() {
-				continue
-			}
-			rep.Actions++
-			d, err := r.Recover(ctx, run, a)
-			if err != nil {
-				if ctx.Err() != nil {
-					return rep, ctx.Err()
-				}
-				rep.Errors = append(rep.Errors, err.Error())
-				continue
-			}
-			rep.Decisions[d.Kind]++
+		actions = append(actions, found...)
+	}
+	for _, a := range actions {
+		run, err := r.cfg.Store.FindRunByID(ctx, a.RunID)
+		if err != nil {
+			return rep, fmt.Errorf("recovery scan: %w", err)
 		}
+		if run.State.Terminal() {
+			continue
+		}
+		rep.Actions++
+		d, err := r.Recover(ctx, run, a)
+		if err != nil {
+			if ctx.Err() != nil {
+				return rep, ctx.Err()
+			}
+			rep.Errors = append(rep.Errors, err.Error())
+			continue
+		}
+		rep.Decisions[d.Kind]++
 	}
 	return rep, nil
 }

@@ -1,0 +1,198 @@
+package recovery_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/actionledger/ledger/contracts"
+	"github.com/actionledger/ledger/ledger"
+	"github.com/actionledger/ledger/ledger/ledgertest"
+	"github.com/actionledger/ledger/recovery"
+	"github.com/stretchr/testify/require"
+)
+
+// interrupted is a run whose approved action's attempt was started and
+// never finished.
+func interrupted(t *testing.T, b *ledgertest.Bundle, limits ledger.BudgetLimits) (*ledger.Run, *ledger.Action) {
+	t.Helper()
+	run := b.RunningRun(t, "k", limits)
+	a := b.Action(t, run.ID, "step-1", ledger.ActionApproved).Action
+	_, err := b.Store.StartAttempt(context.Background(), ledger.StartAttemptParams{ActionID: a.ID})
+	require.NoError(t, err)
+	return run, a
+}
+
+func queryProbe(answer func() (ledger.EffectFact, error)) recovery.ProbeFunc {
+	return func(string, string) (recovery.Probe, bool) {
+		return recovery.Probe{Tool: recovery.Tool{Guarantees: contracts.Guarantees{Query: true}},
+			QueryFunc: func(context.Context, string) (ledger.EffectFact, json.RawMessage, error) {
+				e, err := answer()
+				return e, nil, err
+			}}, true
+	}
+}
+
+func TestScan(t *testing.T) {
+	ctx := context.Background()
+
+	t.Run("a query that finds the effect reconciles without calling the tool", func(t *testing.T) {
+		b := ledgertest.OpenStore(t)
+		run, a := interrupted(t, b, ledger.BudgetLimits{})
+		r := recovery.New(recovery.Config{Store: b.Store, Now: b.Clock.Now,
+			Probes: queryProbe(func() (ledger.EffectFact, error) { return ledger.EffectHappened, nil })})
+		rep, err := r.Scan(ctx)
+		require.NoError(t, err)
+		require.Equal(t, map[recovery.Kind]int{recovery.Reconcile: 1}, rep.Decisions)
+		got, err := b.Store.FindActionByID(ctx, a.ID)
+		require.NoError(t, err)
+		require.Equal(t, ledger.ActionSucceeded, got.State)
+		atts, err := b.Store.FindAttempts(ctx, ledger.AttemptFilter{ActionID: &a.ID})
+		require.NoError(t, err)
+		require.Len(t, atts, 1)
+		require.Equal(t, ledger.AttemptUncertain, atts[0].Status, "status: the call's outcome was never seen")
+		require.Equal(t, ledger.EffectHappened, atts[0].Effect, "effect: established by the query")
+		events, err := b.Store.FindEvents(ctx, run.ID)
+		require.NoError(t, err)
+		var kinds []string
+		for _, e := range events {
+			if e.Type == "recovery.decision" {
+				var d struct{ Decision, Rationale string }
+				require.NoError(t, json.Unmarshal(e.Data, &d))
+				require.NotEmpty(t, d.Rationale)
+				kinds = append(kinds, d.Decision)
+			}
+		}
+		require.Equal(t, []string{"query", "reconcile"}, kinds, "every decision is recorded, probes too")
+	})
+
+	t.Run("failed queries are never 'did not happen': wait, then review when the budget is spent", func(t *testing.T) {
+		b := ledgertest.OpenStore(t)
+		run, a := interrupted(t, b, ledger.BudgetLimits{})
+		r := recovery.New(recovery.Config{Store: b.Store, Now: b.Clock.Now, MaxQueryFailures: 3,
+			Probes: queryProbe(func() (ledger.EffectFact, error) { return "", errors.New("503 from the tool") })})
+		for i, want := range []recovery.Kind{recovery.Wait, recovery.Wait, recovery.Review} {
+			rep, err := r.Scan(ctx)
+			require.NoError(t, err)
+			require.Equal(t, 1, rep.Decisions[want], "scan %d", i+1)
+		}
+		got, err := b.Store.FindActionByID(ctx, a.ID)
+		require.NoError(t, err)
+		require.Equal(t, ledger.ActionNeedsReview, got.State)
+		r2, err := b.Store.FindRunByID(ctx, run.ID)
+		require.NoError(t, err)
+		require.Equal(t, ledger.RunNeedsReview, r2.State)
+		atts, err := b.Store.FindAttempts(ctx, ledger.AttemptFilter{ActionID: &a.ID})
+		require.NoError(t, err)
+		require.Equal(t, ledger.EffectUnknown, atts[0].Effect)
+		obs, err := b.Store.FindObservations(ctx, ledger.ObservationFilter{AttemptID: &atts[0].ID})
+		require.NoError(t, err)
+		require.Len(t, obs, 3, "each failed query is kept as evidence")
+	})
+
+	t.Run("an 'unknown' answer goes to review", func(t *testing.T) {
+		b := ledgertest.OpenStore(t)
+		_, a := interrupted(t, b, ledger.BudgetLimits{})
+		r := recovery.New(recovery.Config{Store: b.Store, Now: b.Clock.Now,
+			Probes: queryProbe(func() (ledger.EffectFact, error) { return ledger.EffectUnknown, nil })})
+		rep, err := r.Scan(ctx)
+		require.NoError(t, err)
+		require.Equal(t, 1, rep.Decisions[recovery.Review])
+		got, err := b.Store.FindActionByID(ctx, a.ID)
+		require.NoError(t, err)
+		require.Equal(t, ledger.ActionNeedsReview, got.State)
+	})
+
+	t.Run("not happened with no attempt left stops the run with the budget's reason", func(t *testing.T) {
+		b := ledgertest.OpenStore(t)
+		run, a := interrupted(t, b, ledger.BudgetLimits{MaxAttemptsPerAction: 1})
+		r := recovery.New(recovery.Config{Store: b.Store, Now: b.Clock.Now,
+			Probes: queryProbe(func() (ledger.EffectFact, error) { return ledger.EffectNotHappened, nil }),
+			Retry: func(run *ledger.Run, a *ledger.Action, _ time.Time) (ledger.StopReason, string) {
+				if a.AttemptCount >= run.Budget.Limits.MaxAttemptsPerAction {
+					return ledger.StopRetryBudgetExhausted, "1 of 1 attempts used"
+				}
+				return "", ""
+			}})
+		rep, err := r.Scan(ctx)
+		require.NoError(t, err)
+		require.Equal(t, 1, rep.Decisions[recovery.Stop])
+		got, err := b.Store.FindRunByID(ctx, run.ID)
+		require.NoError(t, err)
+		require.Equal(t, ledger.RunStopped, got.State)
+		require.Equal(t, ledger.StopRetryBudgetExhausted, got.StopReason)
+		act, err := b.Store.FindActionByID(ctx, a.ID)
+		require.NoError(t, err)
+		require.Equal(t, ledger.ActionFailed, act.State)
+	})
+
+	t.Run("an unknown tool guarantees nothing: review", func(t *testing.T) {
+		b := ledgertest.OpenStore(t)
+		_, a := interrupted(t, b, ledger.BudgetLimits{})
+		r := recovery.New(recovery.Config{Store: b.Store, Now: b.Clock.Now,
+			Probes: func(string, string) (recovery.Probe, bool) { return recovery.Probe{}, false }})
+		rep, err := r.Scan(ctx)
+		require.NoError(t, err)
+		require.Equal(t, 1, rep.Decisions[recovery.Review])
+		got, err := b.Store.FindActionByID(ctx, a.ID)
+		require.NoError(t, err)
+		require.Equal(t, ledger.ActionNeedsReview, got.State)
+	})
+}
+
+func TestResolve(t *testing.T) {
+	ctx := context.Background()
+	inReview := func(t *testing.T) (*ledgertest.Bundle, *ledger.Run, *ledger.Action) {
+		b := ledgertest.OpenStore(t)
+		run, a := interrupted(t, b, ledger.BudgetLimits{})
+		r := recovery.New(recovery.Config{Store: b.Store, Now: b.Clock.Now,
+			Probes: func(string, string) (recovery.Probe, bool) { return recovery.Probe{}, true }})
+		_, err := r.Scan(ctx)
+		require.NoError(t, err)
+		return b, run, a
+	}
+	for outcome, want := range map[recovery.Outcome]struct {
+		action ledger.ActionState
+		effect ledger.EffectFact
+	}{
+		recovery.OutcomeHappened:    {ledger.ActionSucceeded, ledger.EffectHappened},
+		recovery.OutcomeNotHappened: {ledger.ActionFailed, ledger.EffectNotHappened},
+		recovery.OutcomeAbandon:     {ledger.ActionAbandoned, ledger.EffectUnknown},
+	} {
+		t.Run(string(outcome), func(t *testing.T) {
+			b, run, a := inReview(t)
+			got, err := recovery.Resolve(ctx, b.Store, recovery.ResolveParams{Tenant: "acme", Principal: "bob", ActionID: a.ID,
+				Outcome: outcome, Note: "checked the tool's console"})
+			require.NoError(t, err)
+			require.Equal(t, want.action, got.State)
+			atts, err := b.Store.FindAttempts(ctx, ledger.AttemptFilter{ActionID: &a.ID})
+			require.NoError(t, err)
+			require.Equal(t, want.effect, atts[0].Effect)
+			r, err := b.Store.FindRunByID(ctx, run.ID)
+			require.NoError(t, err)
+			require.Equal(t, ledger.RunRunning, r.State, "the run leaves review for the engine to go on or stop")
+		})
+	}
+	t.Run("errors change nothing", func(t *testing.T) {
+		b, _, a := inReview(t)
+		for name, p := range map[string]recovery.ResolveParams{
+			"bad outcome":    {Tenant: "acme", Principal: "bob", ActionID: a.ID, Outcome: "maybe"},
+			"no principal":   {Tenant: "acme", ActionID: a.ID, Outcome: recovery.OutcomeHappened},
+			"other tenant":   {Tenant: "globex", Principal: "bob", ActionID: a.ID, Outcome: recovery.OutcomeHappened},
+			"unknown action": {Tenant: "acme", Principal: "bob", ActionID: "act_nope", Outcome: recovery.OutcomeHappened},
+		} {
+			_, err := recovery.Resolve(ctx, b.Store, p)
+			require.Error(t, err, name)
+			require.NotEqual(t, ledger.CodeInternal, ledger.Code(err), name)
+		}
+		got, err := b.Store.FindActionByID(ctx, a.ID)
+		require.NoError(t, err)
+		require.Equal(t, ledger.ActionNeedsReview, got.State)
+		_, err = recovery.Resolve(ctx, b.Store, recovery.ResolveParams{Tenant: "acme", Principal: "bob", ActionID: a.ID, Outcome: recovery.OutcomeHappened})
+		require.NoError(t, err)
+		_, err = recovery.Resolve(ctx, b.Store, recovery.ResolveParams{Tenant: "acme", Principal: "bob", ActionID: a.ID, Outcome: recovery.OutcomeHappened})
+		require.ErrorIs(t, err, ledger.ErrConflict, "not in review any more")
+	})
+}
