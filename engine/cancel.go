@@ -101,6 +101,7 @@ func (e *Engine) stepCancel(ctx context.Context, run *ledger.Run, c *ledger.Canc
 			From: ledger.CancelAccepted, To: ledger.CancelStopping, Actor: "engine"}); err != nil {
 			return false, err
 		}
+		e.fault(FaultCancelStopping)
 		return true, nil
 	}
 	actions, err := e.store.FindActions(ctx, ledger.ActionFilter{RunID: &run.ID})

@@ -27,11 +27,21 @@ const (
 	FaultAfterAttemptRecorded  FaultPoint = "after_attempt_recorded" // recorded, tool not called yet
 	FaultAfterToolCall         FaultPoint = "after_tool_call"        // the tool acted, its result not recorded
 	FaultAfterResultRecorded   FaultPoint = "after_result_recorded"  // recorded, next step not taken
+	// FaultAwaitingApproval: the run has just started waiting for a person.
+	FaultAwaitingApproval FaultPoint = "awaiting_approval"
+	// FaultCancelStopping: a cancel is accepted and stopping, nothing
+	// confirmed yet.
+	FaultCancelStopping FaultPoint = "cancel_stopping"
 )
 
-// FaultPoints lists them all.
+// FaultPoints lists the four crash points of an attempt, in order.
 func FaultPoints() []FaultPoint {
 	return []FaultPoint{FaultBeforeAttemptRecorded, FaultAfterAttemptRecorded, FaultAfterToolCall, FaultAfterResultRecorded}
+}
+
+// AllFaultPoints lists every fault point, the attempt's and the others.
+func AllFaultPoints() []FaultPoint {
+	return append(FaultPoints(), FaultAwaitingApproval, FaultCancelStopping)
 }
 
 // errRunCancelled is the cause of a call's context cancelled by Cancel.
@@ -165,6 +175,9 @@ func (e *Engine) probe(name, version string) (recovery.Probe, bool) {
 			continue
 		}
 		p := recovery.Probe{Tool: recovery.ToolFor(t.desc)}
+		if broken("retry_unknown") {
+			p.Tool.Guarantees.Dedup = true
+		}
 		if q, ok := t.Tool.(Querier); ok && t.desc.Guarantees.Query {
 			p.QueryFunc = func(ctx context.Context, key string) (ledger.EffectFact, json.RawMessage, error) {
 				r, err := q.Query(ctx, key)
@@ -287,7 +300,11 @@ func (e *Engine) stepRunning(ctx context.Context, run *ledger.Run) (bool, error)
 		case ledger.ActionApproved:
 			return e.attempt(ctx, run, agent, last)
 		case ledger.ActionAwaitingApproval, ledger.ActionProposed:
-			return e.moveRun(ctx, run, ledger.RunAwaitingApproval, map[string]any{"action_id": last.ID})
+			more, err := e.moveRun(ctx, run, ledger.RunAwaitingApproval, map[string]any{"action_id": last.ID})
+			if err == nil {
+				e.fault(FaultAwaitingApproval)
+			}
+			return more, err
 		case ledger.ActionDenied:
 			reason := ledger.StopPolicyDenied
 			if decided, err := e.store.FindApprovals(ctx, ledger.ApprovalFilter{ActionID: &last.ID, State: ptr(ledger.ApprovalDenied)}); err != nil {
@@ -465,6 +482,13 @@ func (e *Engine) attempt(ctx context.Context, run *ledger.Run, agent *registered
 		return false, e.finish(ctx, run, reason, map[string]any{"action_id": a.ID, "rationale": why})
 	}
 	e.fault(FaultBeforeAttemptRecorded)
+	var early *Result // only a broken test build calls the tool before recording the attempt
+	var earlyErr error
+	if broken("call_before_record") {
+		r, err := tool.Execute(ctx, Call{RunID: run.ID, ActionID: a.ID, DedupKey: a.DedupKey, Arguments: a.Arguments})
+		early, earlyErr = &r, err
+		e.fault(FaultAfterToolCall)
+	}
 	att, err := e.store.StartAttempt(ctx, ledger.StartAttemptParams{ActionID: a.ID, Actor: "engine"})
 	switch {
 	case errors.Is(err, ledger.ErrBudgetExceeded):
@@ -483,7 +507,13 @@ func (e *Engine) attempt(ctx context.Context, run *ledger.Run, agent *registered
 	callCtx, cancelTimeout := context.WithTimeout(ctx, timeout)
 	callCtx, cancelCall := context.WithCancelCause(callCtx)
 	untrack := e.trackCall(run.ID, func() { cancelCall(errRunCancelled) })
-	res, callErr := tool.Execute(callCtx, Call{RunID: run.ID, ActionID: a.ID, Attempt: att.No, DedupKey: a.DedupKey, Arguments: a.Arguments})
+	var res Result
+	var callErr error
+	if early != nil {
+		res, callErr = *early, earlyErr
+	} else {
+		res, callErr = tool.Execute(callCtx, Call{RunID: run.ID, ActionID: a.ID, Attempt: att.No, DedupKey: a.DedupKey, Arguments: a.Arguments})
+	}
 	untrack()
 	cancelledByRun := errors.Is(context.Cause(callCtx), errRunCancelled)
 	cancelCall(nil)

@@ -50,8 +50,8 @@ func faultsFromEnv() (func(engine.FaultPoint), simulator.Config, error) {
 	if err := dec.Decode(&plan); err != nil {
 		return nil, sim, fmt.Errorf("%s: %w", envFaultPlan, err)
 	}
-	if !slices.Contains(engine.FaultPoints(), plan.Point) {
-		return nil, sim, fmt.Errorf("%s: unknown point %q (one of %v)", envFaultPlan, plan.Point, engine.FaultPoints())
+	if !slices.Contains(engine.AllFaultPoints(), plan.Point) {
+		return nil, sim, fmt.Errorf("%s: unknown point %q (one of %v)", envFaultPlan, plan.Point, engine.AllFaultPoints())
 	}
 	if plan.Hit <= 0 {
 		plan.Hit = 1
