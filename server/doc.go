@@ -2,5 +2,69 @@
 // routing, bearer-token authentication with roles, tenant checks on every
 // object read, problem+json errors from one code→status table, and the
 // Idempotency-Key semantics of submit. It is the only package that imports
-// Echo; it sits on top of engine, approval, recovery and ledger.
+// Echo; it sits on top of engine, approval, recovery and ledger, and holds
+// no goroutines of its own.
+//
+// Build a Server with New and serve Handler. The wire types (api.go) are
+// the contract with clients; openapi.json documents the routes, and a test
+// holds the document and the router equal.
+//
+// # Authentication and roles
+//
+// Tokens come from a tokens file holding only SHA-256 hashes (LoadTokens);
+// a request's bearer token is hashed and looked up, and never logged.
+// Missing, malformed and unknown tokens are 401 with WWW-Authenticate.
+// With no tokens (Config.Tokens nil) the server is in dev mode: every
+// request is principal dev in tenant default with every role. The caller
+// (ledger serve) must bind to loopback and log loudly that it does so; the
+// server also refuses clients whose address is not loopback (403), in case
+// it did not. Relaxing separation of duties in dev mode is the caller's
+// choice, made when it builds the approval service.
+//
+// Roles, where DESIGN.md is terse:
+//   - submitter: POST /v1/runs; reads its own runs, their actions and
+//     timelines; cancels its own runs. It sees nothing else: another
+//     principal's run is 404 to it, as an unknown one is.
+//   - approver: reads the tenant's runs, actions and approvals; approves,
+//     denies and resolves. Timelines and evidence are for auditors.
+//   - auditor: reads everything of the tenant, timelines and evidence
+//     included; writes nothing.
+//   - admin: all of the above, and cancels any run of the tenant.
+//
+// A role check runs before any object is loaded, so a 403 says nothing
+// about ids; an object of another tenant is 404, never 403.
+//
+// # Requests
+//
+// Bodies must be application/json (a UTF-8 charset parameter is allowed;
+// 415), at most Config.MaxBodyBytes (413), well-formed JSON without
+// duplicate keys or nesting deeper than 32 (400 invalid_json), and match
+// their schema (400 schema_violation, with the failing locations): the
+// contracts run_submission schema for submit, strict decoding (unknown
+// fields refused) for the others. Cancel's body is optional.
+//
+// Submit answers 201 with facts fixed at acceptance only, so a replay of
+// the same (tenant, key, body) gets the same bytes with
+// Idempotent-Replayed: true. deadline_ms enters the request as a relative
+// duration (ledger.BudgetLimits.DeadlineAfter); the store fixes the
+// absolute deadline at creation, so replays keep their digest. While a
+// (tenant, key) is being processed by this server, the same key is 409
+// request_in_progress with Retry-After: 1; across processes the store alone
+// guarantees one run per key.
+//
+// # Redaction
+//
+// Every argument and event datum the API shows passes through a Redactor.
+// The default, SecretPathRedactor, replaces the values at a tool's
+// secret_paths with "[redacted]" and hides the arguments of tools it does
+// not know as a whole; the evidence work plugs a keyed-HMAC redactor in
+// through Config.Redactor.
+//
+// # Metrics
+//
+// /metrics serves Config.Registry without authentication: request counts
+// and durations by route template (never raw paths), store gauges computed
+// at scrape time (ledger_runs, ledger_approvals_waiting, ledger_attempts),
+// and ledger_recovery_decisions_total for the recovery scan. The gauges
+// count tenants together; keep /metrics on an operator's network.
 package server

@@ -19,6 +19,6 @@ func main() {
 	stop()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "ledger:", err)
-		os.Exit(exitCode(err))
+		os.Exit(exitStatus(err))
 	}
 }

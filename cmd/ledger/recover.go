@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"log/slog"
 	"sort"
 
 	"github.com/actionledger/ledger/recovery"
@@ -19,7 +18,7 @@ func (svc *service) recover(ctx context.Context) error {
 		return fmt.Errorf("recovery scan: %w", err)
 	}
 	if rep.Actions > 0 || len(rep.Errors) > 0 {
-		slog.InfoContext(ctx, "recovery scan", "actions", rep.Actions, "decisions", rep.Decisions, "errors", len(rep.Errors))
+		svc.log.InfoContext(ctx, "recovery scan", "actions", rep.Actions, "decisions", rep.Decisions, "errors", len(rep.Errors))
 	}
 	return nil
 }

@@ -22,6 +22,7 @@ type service struct {
 	effects   *simulator.EffectStore
 	approvals *approval.Service
 	engine    *engine.Engine
+	log       *slog.Logger
 }
 
 // serviceConfig says where things live and how they behave.
@@ -52,7 +53,7 @@ func openService(ctx context.Context, cfg serviceConfig) (*service, error) {
 	if err != nil {
 		return nil, errors.Join(err, store.Close())
 	}
-	rt := &service{store: store, effects: effects}
+	rt := &service{store: store, effects: effects, log: cfg.Logger}
 	policy, err := approval.NewPolicy(cfg.Rules, approval.Defaults{})
 	if err != nil {
 		return nil, errors.Join(err, rt.Close())

@@ -1,0 +1,239 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"net/url"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/actionledger/ledger/server"
+	"github.com/spf13/cobra"
+)
+
+func newRunsCmd() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "runs",
+		Short: "List and inspect runs on the server",
+		Args:  usageArgs(cobra.NoArgs),
+	}
+	cmd.AddCommand(newRunsListCmd(), newRunsShowCmd(), newRunsTimelineCmd())
+	return asUsage(cmd)
+}
+
+func newRunsListCmd() *cobra.Command {
+	var (
+		o      clientOptions
+		state  string
+		limit  int
+		cursor string
+	)
+	cmd := &cobra.Command{
+		Use:   "list [--state S] [--limit N] [--cursor C]",
+		Short: "List the runs the token may read, oldest first (GET /v1/runs)",
+		Long: `List runs the token may read. --state filters by run state (queued, running,
+awaiting_approval, needs_review, stopping, completed, stopped, failed). When more runs
+remain, the last line gives the --cursor of the next page.`,
+		Args: usageArgs(cobra.NoArgs),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if limit < 0 {
+				return usagef("--limit must not be negative")
+			}
+			c, err := o.newClient()
+			if err != nil {
+				return err
+			}
+			q := url.Values{}
+			if state != "" {
+				q.Set("state", state)
+			}
+			if limit > 0 {
+				q.Set("limit", strconv.Itoa(limit))
+			}
+			if cursor != "" {
+				q.Set("cursor", cursor)
+			}
+			var list server.RunList
+			raw, err := c.getJSON(cmd.Context(), "/v1/runs", q, &list)
+			if err != nil {
+				return err
+			}
+			if o.asJSON {
+				return printJSON(cmd.OutOrStdout(), raw)
+			}
+			return printRunList(cmd.OutOrStdout(), list)
+		},
+	}
+	cmd.Flags().StringVar(&state, "state", "", "only runs in this state")
+	cmd.Flags().IntVar(&limit, "limit", 0, "at most this many runs (0: the server's page size)")
+	cmd.Flags().StringVar(&cursor, "cursor", "", "the next_cursor of the previous page")
+	addClientFlags(cmd, &o)
+	return asUsage(cmd)
+}
+
+func printRunList(w io.Writer, list server.RunList) error {
+	if len(list.Runs) == 0 && list.NextCursor == "" {
+		_, err := fmt.Fprintln(w, "no runs")
+		return err
+	}
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "RUN\tSTATE\tSTOP REASON\tAGENT\tSUBMITTED BY\tCREATED")
+	for _, r := range list.Runs {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", r.ID, r.State, orDash(string(r.StopReason)), r.Agent, r.SubmittedBy, fmtTime(r.CreatedAt))
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if list.NextCursor != "" {
+		_, err := fmt.Fprintf(w, "\nmore: --cursor %s\n", list.NextCursor)
+		return err
+	}
+	return nil
+}
+
+func newRunsShowCmd() *cobra.Command {
+	var o clientOptions
+	cmd := &cobra.Command{
+		Use:   "show RUN",
+		Short: "Show a run with its actions, attempts, approvals and cancellation (GET /v1/runs/RUN)",
+		Long: `Show one run. Each action is listed with its full digest: approve and deny take
+exactly that digest (--digest), so copy it from here or from "ledger approvals list".`,
+		Args: usageArgs(cobra.ExactArgs(1)),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := o.newClient()
+			if err != nil {
+				return err
+			}
+			var run server.Run
+			raw, err := c.getJSON(cmd.Context(), idPath("/v1/runs/%s", args[0]), nil, &run)
+			if err != nil {
+				return err
+			}
+			if o.asJSON {
+				return printJSON(cmd.OutOrStdout(), raw)
+			}
+			return printRun(cmd.OutOrStdout(), run)
+		},
+	}
+	addClientFlags(cmd, &o)
+	return asUsage(cmd)
+}
+
+func printRun(w io.Writer, r server.Run) error {
+	tw := tabwriter.NewWriter(w, 0, 4, 1, ' ', 0)
+	fmt.Fprintf(tw, "run:\t%s\n", r.ID)
+	fmt.Fprintf(tw, "state:\t%s\n", r.State)
+	fmt.Fprintf(tw, "stop reason:\t%s\n", orDash(string(r.StopReason)))
+	fmt.Fprintf(tw, "agent:\t%s\n", r.Agent)
+	fmt.Fprintf(tw, "tenant:\t%s\n", r.Tenant)
+	fmt.Fprintf(tw, "submitted by:\t%s\n", r.SubmittedBy)
+	fmt.Fprintf(tw, "created:\t%s\n", fmtTime(r.CreatedAt))
+	fmt.Fprintf(tw, "updated:\t%s\n", fmtTime(r.UpdatedAt))
+	if c := r.Cancellation; c != nil {
+		fmt.Fprintf(tw, "cancellation:\t%s (requested by %s at %s%s)\n", c.State, c.RequestedBy, fmtTime(c.RequestedAt), reasonSuffix(c.Reason))
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if len(r.Actions) == 0 {
+		_, err := fmt.Fprintln(w, "\nno actions yet")
+		return err
+	}
+	fmt.Fprintln(w)
+	tw = tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "ACTION\tTOOL\tEFFECT\tSTATE\tDIGEST")
+	for _, a := range r.Actions {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", a.ID, a.Tool, a.Effect, a.State, a.ActionDigest)
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	for _, a := range r.Actions {
+		if len(a.Attempts) == 0 && len(a.Approvals) == 0 {
+			continue
+		}
+		fmt.Fprintf(w, "\n%s (%s):\n", a.ID, a.Tool)
+		// Attempts and approvals are two tables: their columns differ.
+		tw = tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+		for _, at := range a.Attempts {
+			errText := ""
+			if at.Error != nil {
+				errText = fmt.Sprintf("\terror %s: %s", at.Error.Code, at.Error.Message)
+			}
+			fmt.Fprintf(tw, "  attempt %d\t%s\tstatus %s\teffect %s\tstarted %s\tfinished %s%s\n",
+				at.No, at.ID, at.Status, at.Effect, fmtTime(at.StartedAt), fmtTimePtr(at.FinishedAt), errText)
+		}
+		if err := tw.Flush(); err != nil {
+			return err
+		}
+		tw = tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+		for _, ap := range a.Approvals {
+			decided := ""
+			if ap.DecidedBy != "" {
+				decided = fmt.Sprintf("\tby %s at %s%s", ap.DecidedBy, fmtTimePtr(ap.DecidedAt), reasonSuffix(ap.Reason))
+			}
+			fmt.Fprintf(tw, "  approval\t%s\t%s\texpires %s\tdigest %s%s\n", ap.ID, ap.State, fmtTimePtr(ap.ExpiresAt), ap.ActionDigest, decided)
+		}
+		if err := tw.Flush(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func reasonSuffix(reason string) string {
+	if reason == "" {
+		return ""
+	}
+	return fmt.Sprintf(": %q", reason)
+}
+
+func newRunsTimelineCmd() *cobra.Command {
+	var o clientOptions
+	cmd := &cobra.Command{
+		Use:   "timeline RUN",
+		Short: "Show a run's redacted event timeline and whether its hash chain verifies (GET /v1/runs/RUN/timeline)",
+		Args:  usageArgs(cobra.ExactArgs(1)),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := o.newClient()
+			if err != nil {
+				return err
+			}
+			var tl server.Timeline
+			raw, err := c.getJSON(cmd.Context(), idPath("/v1/runs/%s/timeline", args[0]), nil, &tl)
+			if err != nil {
+				return err
+			}
+			if o.asJSON {
+				return printJSON(cmd.OutOrStdout(), raw)
+			}
+			return printTimeline(cmd.OutOrStdout(), tl)
+		},
+	}
+	addClientFlags(cmd, &o)
+	return asUsage(cmd)
+}
+
+func printTimeline(w io.Writer, tl server.Timeline) error {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "SEQ\tTIME\tEVENT\tENTITY\tTRANSITION\tACTOR")
+	for _, e := range tl.Events {
+		transition := "-"
+		if e.FromState != "" || e.ToState != "" {
+			transition = orDash(e.FromState) + " -> " + orDash(e.ToState)
+		}
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\n", e.Seq, fmtTime(e.CreatedAt), e.Type,
+			strings.TrimSpace(e.EntityType+" "+e.EntityID), transition, orDash(e.Actor))
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	ch := tl.Chain
+	if ch.OK {
+		_, err := fmt.Fprintf(w, "\nchain: ok (%d events)\n", ch.Events)
+		return err
+	}
+	_, err := fmt.Fprintf(w, "\nchain: BROKEN at event %d: %s\n", ch.BrokenSeq, ch.Reason)
+	return err
+}

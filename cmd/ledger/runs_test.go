@@ -1,0 +1,145 @@
+package main
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+
+	"github.com/actionledger/ledger/server"
+	"github.com/stretchr/testify/require"
+)
+
+func TestRunsList(t *testing.T) {
+	t.Run("OK", func(t *testing.T) {
+		env := newAPIEnv(t, envOptions{})
+		out, _, err := env.cli(t, "alice", "runs", "list")
+		require.NoError(t, err)
+		require.Equal(t, "no runs\n", out)
+
+		waiting, _ := env.awaiting(t, "k1")
+		queued := env.submit(t, "alice", "k2")
+		out, _, err = env.cli(t, "bob", "runs", "list")
+		require.NoError(t, err)
+		golden(t, "two", out)
+		require.Contains(t, out, string(waiting))
+		require.Contains(t, out, string(queued))
+
+		out, _, err = env.cli(t, "bob", "runs", "list", "--state", "awaiting_approval")
+		require.NoError(t, err)
+		require.Contains(t, out, string(waiting))
+		require.NotContains(t, out, string(queued))
+	})
+
+	t.Run("Pages", func(t *testing.T) {
+		env := newAPIEnv(t, envOptions{})
+		for _, k := range []string{"k1", "k2", "k3"} {
+			env.submit(t, "alice", k)
+		}
+		seen := map[string]bool{}
+		var cursor string
+		for range 3 {
+			args := []string{"runs", "list", "--limit", "2", "--json"}
+			if cursor != "" {
+				args = append(args, "--cursor", cursor)
+			}
+			out, _, err := env.cli(t, "alice", args...)
+			require.NoError(t, err)
+			var page server.RunList
+			require.NoError(t, json.Unmarshal([]byte(out), &page))
+			require.LessOrEqual(t, len(page.Runs), 2)
+			for _, r := range page.Runs {
+				require.False(t, seen[string(r.ID)], "no run twice")
+				seen[string(r.ID)] = true
+			}
+			if cursor = page.NextCursor; cursor == "" {
+				break
+			}
+		}
+		require.Len(t, seen, 3)
+
+		out, _, err := env.cli(t, "alice", "runs", "list", "--limit", "2")
+		require.NoError(t, err)
+		require.Regexp(t, `\nmore: --cursor \S+\n$`, out)
+	})
+
+	t.Run("OtherTenantSeesNothing", func(t *testing.T) {
+		env := newAPIEnv(t, envOptions{})
+		env.submit(t, "alice", "k1")
+		out, _, err := env.cli(t, "carol", "runs", "list", "--json")
+		require.NoError(t, err)
+		var page server.RunList
+		require.NoError(t, json.Unmarshal([]byte(out), &page))
+		require.Empty(t, page.Runs)
+	})
+
+	t.Run("ErrUsage", func(t *testing.T) {
+		env := newAPIEnv(t, envOptions{})
+		_, _, err := env.cli(t, "alice", "runs", "list", "--limit", "-1")
+		requireExit(t, err, 2)
+		_, _, err = env.cli(t, "alice", "runs", "list", "extra")
+		requireExit(t, err, 2)
+	})
+}
+
+func TestRunsShow(t *testing.T) {
+	t.Run("OK", func(t *testing.T) {
+		env := newAPIEnv(t, envOptions{})
+		id, action := env.awaiting(t, "k1")
+		out, _, err := env.cli(t, "alice", "runs", "show", string(id))
+		require.NoError(t, err)
+		golden(t, "awaiting_approval", out)
+		require.Contains(t, out, string(action.ActionDigest), "the digest in full, to copy into approve")
+
+		out, _, err = env.cli(t, "alice", "runs", "show", string(id), "--json")
+		require.NoError(t, err)
+		var run server.Run
+		require.NoError(t, json.Unmarshal([]byte(out), &run))
+		require.Equal(t, id, run.ID)
+		require.Equal(t, "awaiting_approval", string(run.State))
+		require.True(t, strings.HasPrefix(out, "{\n  \""), "pretty-printed")
+	})
+
+	t.Run("ErrNotFound", func(t *testing.T) {
+		env := newAPIEnv(t, envOptions{})
+		_, _, err := env.cli(t, "alice", "runs", "show", "run_01JAAAAAAAAAAAAAAAAAAAAAAA")
+		requireExit(t, err, 5)
+		require.Contains(t, err.Error(), "404 not_found: ")
+
+		id := env.submit(t, "alice", "k1")
+		_, _, err = env.cli(t, "carol", "runs", "show", string(id))
+		requireExit(t, err, 5)
+		require.Contains(t, err.Error(), "404 not_found: ", "another tenant's run is not found, never forbidden")
+	})
+
+	t.Run("ErrUsage", func(t *testing.T) {
+		_, _, err := runCLI(t, nil, "runs", "show")
+		requireExit(t, err, 2)
+		_, _, err = runCLI(t, nil, "runs", "show", "a", "b")
+		requireExit(t, err, 2)
+	})
+}
+
+func TestRunsTimeline(t *testing.T) {
+	t.Run("OK", func(t *testing.T) {
+		env := newAPIEnv(t, envOptions{})
+		id, _ := env.awaiting(t, "k1")
+		out, _, err := env.cli(t, "alice", "runs", "timeline", string(id))
+		require.NoError(t, err)
+		require.Contains(t, out, "SEQ  TIME")
+		require.Contains(t, out, "queued -> running")
+		require.Regexp(t, `\nchain: ok \(\d+ events\)\n$`, out)
+
+		out, _, err = env.cli(t, "alice", "runs", "timeline", string(id), "--json")
+		require.NoError(t, err)
+		var tl server.Timeline
+		require.NoError(t, json.Unmarshal([]byte(out), &tl))
+		require.True(t, tl.Chain.OK)
+		require.NotEmpty(t, tl.Events)
+	})
+
+	t.Run("ErrNotFound", func(t *testing.T) {
+		env := newAPIEnv(t, envOptions{})
+		_, _, err := env.cli(t, "alice", "runs", "timeline", "run_01JAAAAAAAAAAAAAAAAAAAAAAA")
+		requireExit(t, err, 5)
+	})
+}

@@ -1,0 +1,232 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/actionledger/ledger/contracts"
+	"github.com/actionledger/ledger/server"
+	"github.com/spf13/cobra"
+)
+
+// envTokensFile names the tokens file when --tokens is not given.
+const envTokensFile = "LEDGER_TOKENS_FILE"
+
+// devModeWarning is logged at start-up without a tokens file.
+const devModeWarning = "DEV MODE: no tokens file; every request is principal dev in tenant default with all roles; separation of duties relaxed; loopback only"
+
+// serveOptions are the flags of ledger serve.
+type serveOptions struct {
+	dbPath          string
+	addr            string
+	tokensPath      string
+	rulesPath       string
+	logFormat       string
+	logLevel        string
+	maxBodyBytes    int64
+	shutdownTimeout time.Duration
+}
+
+func newServeCmd() *cobra.Command {
+	var o serveOptions
+	cmd := &cobra.Command{
+		Use:   "serve [--db PATH] [--addr HOST:PORT] [--tokens FILE]",
+		Short: "Run the HTTP API and the engine's workers",
+		Long: `Serve HTTP API v1 on --addr over the ledger database --db, and advance runs with
+the engine's worker pool. Before it accepts requests, serve runs the recovery scan, so
+every action interrupted by a crash gets its decision first.
+
+Authentication: --tokens (or $LEDGER_TOKENS_FILE) names a JSON file of token hashes,
+{"tokens": [{"sha256": "…", "principal": "alice", "tenant": "acme", "roles": ["submitter"]}]};
+make entries with "ledger token new". The file is read once at start-up: restart serve
+after changing it. Without a tokens file serve runs in DEV MODE: every request is
+principal "dev" in tenant "default" with every role, separation of duties is relaxed,
+and --addr must be a loopback address (exit status 2 otherwise).
+
+The simulator's write tool keeps its side effects beside the database, in
+<db>.effects.db.
+
+On SIGTERM or SIGINT serve stops accepting connections, waits up to
+--shutdown-timeout for requests in flight, stops the workers (an attempt interrupted
+mid-call stays started; the recovery scan of the next start settles it), closes the
+stores and exits 0. Logs are structured (slog), JSON on stderr by default.`,
+		Args: usageArgs(cobra.NoArgs),
+		RunE: func(cmd *cobra.Command, _ []string) error { return runServe(cmd.Context(), &o, cmd.ErrOrStderr()) },
+	}
+	f := cmd.Flags()
+	f.StringVar(&o.dbPath, "db", "./ledger.db", "path of the SQLite database")
+	f.StringVar(&o.addr, "addr", "127.0.0.1:8080", "listen address HOST:PORT (port 0 picks a free one)")
+	f.StringVar(&o.tokensPath, "tokens", "", "tokens file (env "+envTokensFile+"); none means dev mode")
+	f.StringVar(&o.rulesPath, "rules", "", "approval rules file (schema rules); default: reads run, writes need approval")
+	f.StringVar(&o.logFormat, "log-format", "json", "log format: json or text")
+	f.StringVar(&o.logLevel, "log-level", "info", "log level: debug, info, warn or error")
+	f.Int64Var(&o.maxBodyBytes, "max-body-bytes", 1<<20, "largest request body accepted (413 above)")
+	f.DurationVar(&o.shutdownTimeout, "shutdown-timeout", 15*time.Second, "how long to wait for requests in flight on shutdown")
+	return asUsage(cmd)
+}
+
+// newLogger builds the structured logger of serve.
+func newLogger(w io.Writer, format, level string) (*slog.Logger, error) {
+	var lvl slog.Level
+	if err := lvl.UnmarshalText([]byte(level)); err != nil {
+		return nil, usagef("--log-level %q: want debug, info, warn or error", level)
+	}
+	opts := &slog.HandlerOptions{Level: lvl}
+	switch format {
+	case "json":
+		return slog.New(slog.NewJSONHandler(w, opts)), nil
+	case "text":
+		return slog.New(slog.NewTextHandler(w, opts)), nil
+	default:
+		return nil, usagef("--log-format %q: want json or text", format)
+	}
+}
+
+func runServe(ctx context.Context, o *serveOptions, stderr io.Writer) (err error) {
+	log, err := newLogger(stderr, o.logFormat, o.logLevel)
+	if err != nil {
+		return err
+	}
+	if o.maxBodyBytes <= 0 {
+		return usagef("--max-body-bytes must be positive")
+	}
+	if o.shutdownTimeout <= 0 {
+		return usagef("--shutdown-timeout must be positive")
+	}
+	if _, _, err := net.SplitHostPort(o.addr); err != nil {
+		return usagef("--addr %q: want HOST:PORT: %v", o.addr, err)
+	}
+	tokensPath := o.tokensPath
+	if tokensPath == "" {
+		tokensPath = os.Getenv(envTokensFile)
+	}
+	var tokens *server.Tokens
+	devMode := tokensPath == ""
+	if devMode {
+		if !isLoopback(o.addr) {
+			return usagef("dev mode (no --tokens and no $%s) serves loopback addresses only, not %q: give a tokens file, or --addr 127.0.0.1:PORT", envTokensFile, o.addr)
+		}
+		log.Warn(devModeWarning, "dev_mode", true, "principal", "dev", "tenant", "default")
+	} else {
+		if tokens, err = server.LoadTokens(tokensPath); err != nil {
+			return &usageError{err: fmt.Errorf("tokens file: %w", err)}
+		}
+	}
+	var rules *contracts.Rules
+	if o.rulesPath != "" {
+		data, err := os.ReadFile(o.rulesPath)
+		if err != nil {
+			return usagef("--rules: %w", err)
+		}
+		if rules, err = contracts.ParseRules(data); err != nil {
+			return &usageError{err: fmt.Errorf("rules file %s: %w", o.rulesPath, err)}
+		}
+	}
+
+	// Fault plans and simulator settings come from the process environment
+	// only (faults.go): whoever starts the process chose them, never a
+	// request. They are for the crash tests and the fault matrix.
+	faults, sim, err := faultsFromEnv()
+	if err != nil {
+		return &usageError{err: err}
+	}
+	if plan, simCfg := os.Getenv(envFaultPlan), os.Getenv(envSimulatorConfig); plan != "" || simCfg != "" {
+		log.Warn("FAULT INJECTION: this process runs with a fault plan or simulator configuration from its environment; it may kill itself or fail tool calls on purpose",
+			"fault_plan", plan, "simulator_config", simCfg)
+	}
+
+	svc, err := openService(ctx, serviceConfig{DBPath: o.dbPath, Rules: rules, DevMode: devMode, Simulator: sim, FaultFunc: faults, Logger: log})
+	if err != nil {
+		return err
+	}
+	defer func() {
+		// Last: the workers are stopped by now (Close stops them again,
+		// harmlessly), so nothing writes to the stores while they close.
+		if cerr := svc.Close(); cerr != nil {
+			err = errors.Join(err, fmt.Errorf("close stores: %w", cerr))
+		}
+	}()
+	srv, err := server.New(server.Config{
+		Store:        svc.store,
+		Engine:       svc.engine,
+		Approvals:    svc.approvals,
+		Tokens:       tokens,
+		Logger:       log,
+		MaxBodyBytes: o.maxBodyBytes,
+		Now:          time.Now,
+	})
+	if err != nil {
+		return fmt.Errorf("build server: %w", err)
+	}
+	// Every action a crash interrupted gets its decision before the first
+	// request or worker can touch it.
+	if err := svc.recover(ctx); err != nil {
+		return err
+	}
+	var lc net.ListenConfig
+	ln, err := lc.Listen(ctx, "tcp", o.addr)
+	if err != nil {
+		return fmt.Errorf("listen on %s: %w", o.addr, err)
+	}
+	// The workers outlive the signal: they are stopped explicitly, after
+	// the HTTP server has drained, not by the signal's context.
+	svc.engine.Start(context.WithoutCancel(ctx))
+	defer svc.engine.Stop()
+
+	hs := &http.Server{
+		Handler:           srv.Handler(),
+		ReadHeaderTimeout: 10 * time.Second,
+		ReadTimeout:       30 * time.Second,
+		WriteTimeout:      60 * time.Second,
+		IdleTimeout:       2 * time.Minute,
+		MaxHeaderBytes:    64 << 10,
+		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+	}
+	serveErr := make(chan error, 1)
+	go func() { serveErr <- hs.Serve(ln) }()
+	url := "http://" + ln.Addr().String()
+	log.Info("listening on "+url, "addr", ln.Addr().String(), "url", url, "db", o.dbPath, "dev_mode", devMode)
+
+	select {
+	case err := <-serveErr:
+		// Serve never returns nil; ErrServerClosed cannot happen before Shutdown.
+		return fmt.Errorf("serve: %w", err)
+	case <-ctx.Done():
+	}
+	log.Info("shutting down", "cause", context.Cause(ctx).Error(), "timeout", o.shutdownTimeout.String())
+	shutdownCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), o.shutdownTimeout)
+	defer cancel()
+	if err := hs.Shutdown(shutdownCtx); err != nil {
+		log.Warn("requests still in flight at the shutdown timeout; closing their connections", "err", err)
+		_ = hs.Close()
+	}
+	if err := <-serveErr; err != nil && !errors.Is(err, http.ErrServerClosed) {
+		return fmt.Errorf("serve: %w", err)
+	}
+	svc.engine.Stop()
+	log.Info("stopped")
+	return nil
+}
+
+// isLoopback reports whether addr's host is a loopback address: "localhost"
+// or a literal loopback IP. An empty host means every interface, and a
+// name other than localhost could resolve anywhere; both are refused.
+func isLoopback(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	if strings.EqualFold(host, "localhost") {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}

@@ -1,0 +1,247 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"net/http"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/actionledger/ledger/server"
+	"github.com/stretchr/testify/require"
+)
+
+// syncBuffer is a bytes.Buffer safe for the server goroutine to write while
+// the test reads.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// eventually polls cond every 50ms until it holds or 20s have passed.
+func eventually(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after 20s waiting for %s", what)
+		}
+		<-tick.C
+	}
+}
+
+// listenURL finds the "listening on http://…" line of serve's log, JSON or
+// text.
+func listenURL(log string) string {
+	sc := bufio.NewScanner(strings.NewReader(log))
+	for sc.Scan() {
+		var line struct {
+			Msg string `json:"msg"`
+			URL string `json:"url"`
+		}
+		if json.Unmarshal(sc.Bytes(), &line) == nil && strings.HasPrefix(line.Msg, "listening on http://") {
+			return line.URL
+		}
+		if m := textListening.FindStringSubmatch(sc.Text()); m != nil {
+			return m[1]
+		}
+	}
+	return ""
+}
+
+var textListening = regexp.MustCompile(`msg="listening on (http://[^"]+)"`)
+
+// startServe runs `ledger serve args…` in process until the test ends, and
+// returns its URL, its log and a stop function that cancels its context (a
+// signal, for main) and returns what Run returned.
+func startServe(t *testing.T, args ...string) (string, *syncBuffer, func() error) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	logs := &syncBuffer{}
+	done := make(chan error, 1)
+	go func() { done <- Run(ctx, append([]string{"serve"}, args...), &bytes.Buffer{}, logs) }()
+	var once sync.Once
+	var result error
+	stop := func() error {
+		once.Do(func() {
+			cancel()
+			select {
+			case result = <-done:
+			case <-time.After(10 * time.Second):
+				t.Fatal("serve did not stop within 10s of its signal")
+			}
+		})
+		return result
+	}
+	t.Cleanup(func() { _ = stop() })
+	var url string
+	eventually(t, "serve to listen", func() bool {
+		select {
+		case err := <-done:
+			t.Fatalf("serve exited early: %v\n%s", err, logs.String())
+		default:
+		}
+		url = listenURL(logs.String())
+		return url != ""
+	})
+	return url, logs, stop
+}
+
+func TestServe(t *testing.T) {
+	t.Run("DevMode", func(t *testing.T) {
+		dir := t.TempDir()
+		url, logs, stop := startServe(t, "--db", filepath.Join(dir, "ledger.db"), "--addr", "127.0.0.1:0")
+		require.Regexp(t, `^http://127\.0\.0\.1:\d+$`, url)
+		require.Contains(t, logs.String(), `"level":"WARN","msg":"`+devModeWarning+`"`)
+
+		res, err := http.Get(url + "/healthz")
+		require.NoError(t, err)
+		require.NoError(t, res.Body.Close())
+		require.Equal(t, http.StatusOK, res.StatusCode)
+
+		// No token needed; the one principal is dev in tenant default.
+		md := filepath.Join(dir, "doc.md")
+		require.NoError(t, os.WriteFile(md, []byte("# Go\n\n## Goroutines\n\nLightweight threads.\n"), 0o644))
+		out, _, err := runCLI(t, nil, "submit", "--title", "Go", "--markdown-file", md, "--server", url, "--json")
+		require.NoError(t, err)
+		var sr server.SubmitResponse
+		require.NoError(t, json.Unmarshal([]byte(out), &sr))
+		require.Equal(t, "default", sr.Tenant)
+
+		// The workers advance the run to its approval without being asked.
+		var run server.Run
+		eventually(t, "the run to await approval", func() bool {
+			out, _, err := runCLI(t, nil, "runs", "show", string(sr.ID), "--server", url, "--json")
+			require.NoError(t, err)
+			require.NoError(t, json.Unmarshal([]byte(out), &run))
+			return run.State == "awaiting_approval"
+		})
+		// Separation of duties is relaxed: dev approves dev's run.
+		a := run.Actions[len(run.Actions)-1]
+		_, _, err = runCLI(t, nil, "approve", string(a.ID), "--digest", string(a.ActionDigest), "--server", url)
+		require.NoError(t, err)
+		eventually(t, "the run to complete", func() bool {
+			out, _, err := runCLI(t, nil, "runs", "show", string(sr.ID), "--server", url, "--json")
+			require.NoError(t, err)
+			require.NoError(t, json.Unmarshal([]byte(out), &run))
+			return run.State == "completed"
+		})
+
+		require.NoError(t, stop(), "a signal is a clean exit")
+		require.Contains(t, logs.String(), `"msg":"stopped"`)
+		_, err = http.Get(url + "/healthz")
+		require.Error(t, err, "no longer listening")
+	})
+
+	t.Run("ErrDevModeNotLoopback", func(t *testing.T) {
+		dir := t.TempDir()
+		for _, addr := range []string{"0.0.0.0:0", ":0", "[::]:0", "example.com:0"} {
+			_, _, err := runCLI(t, nil, "serve", "--db", filepath.Join(dir, "ledger.db"), "--addr", addr)
+			requireExit(t, err, 2)
+			require.Contains(t, err.Error(), "dev mode")
+			require.Contains(t, err.Error(), "loopback")
+		}
+		_, err := os.Stat(filepath.Join(dir, "ledger.db"))
+		require.ErrorIs(t, err, os.ErrNotExist, "refused before opening anything")
+	})
+
+	t.Run("Tokens", func(t *testing.T) {
+		dir := t.TempDir()
+		tokens := filepath.Join(dir, "tokens.json")
+		out, _, err := runCLI(t, nil, "token", "new", "--principal", "alice", "--tenant", "acme", "--role", "submitter", "--add-to", tokens)
+		require.NoError(t, err)
+		token, _, _ := strings.Cut(out, "\n")
+		t.Setenv(envTokensFile, tokens) // the environment names the file
+
+		url, logs, stop := startServe(t, "--db", filepath.Join(dir, "ledger.db"), "--addr", "127.0.0.1:0", "--log-format", "json")
+		require.NotContains(t, logs.String(), "DEV MODE")
+
+		_, _, err = runCLI(t, nil, "runs", "list", "--server", url)
+		requireExit(t, err, 4)
+		out, _, err = runCLI(t, nil, "runs", "list", "--server", url, "--token", token)
+		require.NoError(t, err)
+		require.Equal(t, "no runs\n", out)
+		require.NoError(t, stop())
+		require.NotContains(t, logs.String(), token, "tokens are never logged")
+	})
+
+	t.Run("TextLogs", func(t *testing.T) {
+		url, logs, stop := startServe(t, "--db", filepath.Join(t.TempDir(), "ledger.db"), "--addr", "localhost:0", "--log-format", "text")
+		require.Contains(t, logs.String(), `level=WARN msg="DEV MODE: no tokens file;`)
+		require.NotEmpty(t, url)
+		require.NoError(t, stop())
+	})
+
+	t.Run("FaultEnvironment", func(t *testing.T) {
+		t.Setenv(envSimulatorConfig, `{"tools": {"cards.write": {"faults": [{"kind": "error"}]}}}`)
+		_, logs, stop := startServe(t, "--db", filepath.Join(t.TempDir(), "ledger.db"), "--addr", "127.0.0.1:0")
+		require.Contains(t, logs.String(), `"level":"WARN","msg":"FAULT INJECTION: `)
+		require.NoError(t, stop())
+
+		t.Setenv(envSimulatorConfig, `{"tools": {"nope": {}}}`)
+		_, _, err := runCLI(t, nil, "serve", "--db", filepath.Join(t.TempDir(), "ledger.db"), "--addr", "127.0.0.1:0")
+		requireExit(t, err, 2)
+		require.Contains(t, err.Error(), envSimulatorConfig)
+	})
+
+	t.Run("ErrUsage", func(t *testing.T) {
+		dir := t.TempDir()
+		db := filepath.Join(dir, "ledger.db")
+		bad := filepath.Join(dir, "bad.json")
+		require.NoError(t, os.WriteFile(bad, []byte(`{"tokens": [{"sha256": "nope"}]}`), 0o600))
+		for name, args := range map[string][]string{
+			"missing tokens file": {"--tokens", filepath.Join(dir, "missing.json")},
+			"invalid tokens file": {"--tokens", bad},
+			"log format":          {"--log-format", "xml"},
+			"log level":           {"--log-level", "loud"},
+			"addr":                {"--addr", "8080"},
+			"missing rules file":  {"--rules", filepath.Join(dir, "missing.json")},
+			"invalid rules file":  {"--rules", bad},
+			"positional":          {"extra"},
+		} {
+			t.Run(name, func(t *testing.T) {
+				_, _, err := runCLI(t, nil, append([]string{"serve", "--db", db}, args...)...)
+				requireExit(t, err, 2)
+			})
+		}
+	})
+}
+
+func TestIsLoopback(t *testing.T) {
+	for addr, want := range map[string]bool{
+		"127.0.0.1:8080": true,
+		"127.0.0.2:0":    true,
+		"[::1]:8080":     true,
+		"localhost:8080": true,
+		"LOCALHOST:1":    true,
+		"0.0.0.0:8080":   false,
+		":8080":          false,
+		"[::]:8080":      false,
+		"10.0.0.1:8080":  false,
+		"example.com:80": false,
+		"127.0.0.1":      false,
+	} {
+		require.Equal(t, want, isLoopback(addr), addr)
+	}
+}

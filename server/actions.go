@@ -1,0 +1,162 @@
+package server
+
+import (
+	"context"
+	"net/http"
+	"strconv"
+	"unicode/utf8"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/actionledger/ledger/approval"
+	"github.com/actionledger/ledger/ledger"
+	"github.com/actionledger/ledger/recovery"
+)
+
+// visibleAction loads an action the identity may see: its tenant's, and
+// for a submitter-only principal one of a run it submitted. Anything else
+// is the same 404 as an unknown id.
+func (s *Server) visibleAction(ctx context.Context, id Identity, actionID string) (*ledger.Action, error) {
+	if actionID == "" || len(actionID) > maxIDLength || !utf8.ValidString(actionID) {
+		return nil, notFound("action", actionID)
+	}
+	a, err := s.store.FindActionByID(ctx, ledger.ActionID(actionID))
+	switch {
+	case ledger.Code(err) == ledger.CodeNotFound:
+		return nil, notFound("action", actionID)
+	case err != nil:
+		return nil, err
+	case a.Tenant != id.Tenant:
+		return nil, notFound("action", actionID)
+	}
+	if !id.readsTenant() {
+		r, err := s.store.FindRunByID(ctx, a.RunID)
+		if err != nil {
+			return nil, err
+		}
+		if r.SubmittedBy != id.Principal {
+			return nil, notFound("action", actionID)
+		}
+	}
+	return a, nil
+}
+
+// getAction is GET /v1/actions/{action_id}: the action with its digest,
+// redacted arguments, attempts and approvals.
+func (s *Server) getAction(c echo.Context) error {
+	id, err := needRole(c, Roles()...)
+	if err != nil {
+		return err
+	}
+	ctx := c.Request().Context()
+	a, err := s.visibleAction(ctx, id, c.Param("action_id"))
+	if err != nil {
+		return err
+	}
+	v, err := s.loadAction(ctx, a)
+	if err != nil {
+		return err
+	}
+	return sendJSON(c, http.StatusOK, v)
+}
+
+// listApprovals is GET /v1/approvals?state=pending: the tenant's approvals
+// in one state (pending if absent), oldest first. The Store cannot page
+// approvals, so the list is whole.
+func (s *Server) listApprovals(c echo.Context) error {
+	id, err := needRole(c, RoleApprover, RoleAuditor)
+	if err != nil {
+		return err
+	}
+	st := ledger.ApprovalPending
+	if v := c.QueryParam("state"); v != "" {
+		st = ledger.ApprovalState(v)
+		if !st.Valid() {
+			return badQuery("state", "unknown approval state "+strconv.Quote(v))
+		}
+	}
+	aprs, err := s.store.FindApprovals(c.Request().Context(), ledger.ApprovalFilter{Tenant: &id.Tenant, State: &st})
+	if err != nil {
+		return err
+	}
+	out := ApprovalList{Approvals: make([]Approval, 0, len(aprs))}
+	for _, a := range aprs {
+		out.Approvals = append(out.Approvals, approvalView(a))
+	}
+	return sendJSON(c, http.StatusOK, out)
+}
+
+// approve is POST /v1/actions/{action_id}/approve.
+func (s *Server) approve(c echo.Context) error { return s.decide(c, ledger.DecisionGrant) }
+
+// deny is POST /v1/actions/{action_id}/deny.
+func (s *Server) deny(c echo.Context) error { return s.decide(c, ledger.DecisionDeny) }
+
+// decide grants or denies an action's pending approval through the
+// approval service, which checks the tenant (404), separation of duties
+// (403) and, in the deciding transaction, that the approval is pending,
+// bound to the digest sent and not expired (409, nothing changes).
+func (s *Server) decide(c echo.Context, d ledger.ApprovalDecision) error {
+	id, err := needRole(c, RoleApprover)
+	if err != nil {
+		return err
+	}
+	body, err := s.readBody(c, false)
+	if err != nil {
+		return err
+	}
+	var req DecisionRequest
+	if err := decodeStrict(body, &req, "action_digest"); err != nil {
+		return err
+	}
+	actionID := c.Param("action_id")
+	if len(actionID) > maxIDLength {
+		return notFound("action", actionID)
+	}
+	ctx := c.Request().Context()
+	res, err := s.approvals.Decide(ctx, approval.DecideParams{Tenant: id.Tenant, Principal: id.Principal,
+		ActionID: ledger.ActionID(actionID), ActionDigest: req.ActionDigest, Decision: d, Reason: req.Reason})
+	if err != nil {
+		return err
+	}
+	s.engine.Notify()
+	av, err := s.loadAction(ctx, res.Action)
+	if err != nil {
+		return err
+	}
+	return sendJSON(c, http.StatusOK, DecisionResponse{Approval: approvalView(res.Approval), Action: av})
+}
+
+// resolve is POST /v1/actions/{action_id}/resolve: a person settles an
+// action in review with happened, not_happened or abandon. 409 if the
+// action is not in review; 404 for another tenant's.
+func (s *Server) resolve(c echo.Context) error {
+	id, err := needRole(c, RoleApprover)
+	if err != nil {
+		return err
+	}
+	body, err := s.readBody(c, false)
+	if err != nil {
+		return err
+	}
+	var req ResolveRequest
+	if err := decodeStrict(body, &req, "outcome"); err != nil {
+		return err
+	}
+	actionID := c.Param("action_id")
+	if len(actionID) > maxIDLength {
+		return notFound("action", actionID)
+	}
+	ctx := c.Request().Context()
+	a, err := recovery.Resolve(ctx, s.store, recovery.ResolveParams{Tenant: id.Tenant, Principal: id.Principal,
+		ActionID: ledger.ActionID(actionID), Outcome: recovery.Outcome(req.Outcome), Note: req.Note})
+	if err != nil {
+		return err
+	}
+	s.engine.Notify()
+	v, err := s.loadAction(ctx, a)
+	if err != nil {
+		return err
+	}
+	return sendJSON(c, http.StatusOK, v)
+}

@@ -1,0 +1,323 @@
+package server
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"regexp"
+	"slices"
+	"strings"
+	"unicode"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/actionledger/ledger/ledger"
+)
+
+// Role is what a principal may do in its tenant (DESIGN.md section 6).
+type Role string
+
+// Roles. Admin holds every other role.
+const (
+	// RoleSubmitter submits runs, and reads and cancels its own.
+	RoleSubmitter Role = "submitter"
+	// RoleApprover reads the tenant's runs, actions and approvals, and
+	// approves, denies and resolves.
+	RoleApprover Role = "approver"
+	// RoleAuditor reads everything of the tenant, timelines and evidence
+	// included, and writes nothing.
+	RoleAuditor Role = "auditor"
+	// RoleAdmin may do all of the above.
+	RoleAdmin Role = "admin"
+)
+
+// Roles lists every role in a fixed order.
+func Roles() []Role { return []Role{RoleSubmitter, RoleApprover, RoleAuditor, RoleAdmin} }
+
+// Valid reports whether r is a known role.
+func (r Role) Valid() bool { return slices.Contains(Roles(), r) }
+
+// Identity is who a request acts as: the only value the server keeps in a
+// request's context.
+type Identity struct {
+	Principal string
+	Tenant    string
+	Roles     []Role
+}
+
+// Has reports whether the identity holds role r; admin holds every role.
+func (id Identity) Has(r Role) bool {
+	return slices.Contains(id.Roles, r) || slices.Contains(id.Roles, RoleAdmin)
+}
+
+// HasAny reports whether the identity holds one of roles.
+func (id Identity) HasAny(roles ...Role) bool {
+	return slices.ContainsFunc(roles, id.Has)
+}
+
+// readsTenant reports whether the identity sees every object of its tenant,
+// not only the runs it submitted.
+func (id Identity) readsTenant() bool { return id.HasAny(RoleApprover, RoleAuditor) }
+
+// identityKey is the private context key of the request's Identity.
+type identityKey struct{}
+
+func withIdentity(ctx context.Context, id Identity) context.Context {
+	return context.WithValue(ctx, identityKey{}, id)
+}
+
+// identityFrom returns the request's identity; the auth middleware sets it
+// on every /v1 route that needs one.
+func identityFrom(c echo.Context) (Identity, bool) {
+	id, ok := c.Request().Context().Value(identityKey{}).(Identity)
+	return id, ok
+}
+
+// TokenEntry is one line of a tokens file: the SHA-256 of a token (64
+// lowercase hex digits; the token itself is never stored) and who it
+// stands for.
+type TokenEntry struct {
+	SHA256    string   `json:"sha256"`
+	Principal string   `json:"principal"`
+	Tenant    string   `json:"tenant"`
+	Roles     []string `json:"roles"`
+}
+
+// TokensFile is the document of a tokens file (DESIGN.md section 6):
+//
+//	{"tokens": [{"sha256": "<64 hex>", "principal": "alice", "tenant": "acme", "roles": ["approver"]}]}
+type TokensFile struct {
+	Tokens []TokenEntry `json:"tokens"`
+}
+
+// Tokens is a loaded tokens file: a lookup from a token's hash to its
+// identity. It is immutable and safe for concurrent use. A nil *Tokens in
+// Config means dev mode.
+type Tokens struct {
+	byHash map[string]Identity
+}
+
+// Len returns how many tokens are known.
+func (t *Tokens) Len() int { return len(t.byHash) }
+
+var hashPattern = regexp.MustCompile(`^[0-9a-f]{64}$`)
+
+// LoadTokens reads and checks a tokens file. See ParseTokens.
+func LoadTokens(path string) (*Tokens, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("load tokens: %w", err)
+	}
+	t, err := ParseTokens(data)
+	if err != nil {
+		return nil, fmt.Errorf("load tokens %s: %w", path, err)
+	}
+	return t, nil
+}
+
+// ParseTokens checks a tokens file's content: JSON without duplicate keys,
+// no unknown fields, a "tokens" array whose entries each have a 64-hex-digit
+// lowercase sha256 (unique in the file), a principal and a tenant (non-empty,
+// no control characters, at most 256 and 128 bytes) and at least one known
+// role (submitter, approver, auditor, admin). An empty array is accepted: a
+// server that lets nobody in. Errors name the entry by index, never a hash.
+func ParseTokens(data []byte) (*Tokens, error) {
+	if err := ledger.CheckJSON(data); err != nil {
+		return nil, fmt.Errorf("tokens file: %w", err)
+	}
+	var f struct {
+		Tokens *[]TokenEntry `json:"tokens"`
+	}
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&f); err != nil {
+		return nil, fmt.Errorf("tokens file: %w", err)
+	}
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+		return nil, errors.New("tokens file: unexpected data after the top-level value")
+	}
+	if f.Tokens == nil {
+		return nil, errors.New(`tokens file: "tokens" is required`)
+	}
+	t := &Tokens{byHash: make(map[string]Identity, len(*f.Tokens))}
+	for i, e := range *f.Tokens {
+		id, err := checkEntry(e)
+		if err != nil {
+			return nil, fmt.Errorf("tokens file: tokens[%d]: %w", i, err)
+		}
+		if _, dup := t.byHash[e.SHA256]; dup {
+			return nil, fmt.Errorf("tokens file: tokens[%d]: the same sha256 appears twice", i)
+		}
+		t.byHash[e.SHA256] = id
+	}
+	return t, nil
+}
+
+// checkEntry validates one entry and returns its identity.
+func checkEntry(e TokenEntry) (Identity, error) {
+	if !hashPattern.MatchString(e.SHA256) {
+		return Identity{}, errors.New("sha256 must be 64 lowercase hex digits")
+	}
+	return checkIdentity(e.Principal, e.Tenant, e.Roles)
+}
+
+func checkIdentity(principal, tenant string, roles []string) (Identity, error) {
+	if err := checkName("principal", principal, 256); err != nil {
+		return Identity{}, err
+	}
+	if err := checkName("tenant", tenant, 128); err != nil {
+		return Identity{}, err
+	}
+	if len(roles) == 0 {
+		return Identity{}, errors.New("at least one role is required")
+	}
+	id := Identity{Principal: principal, Tenant: tenant}
+	for _, r := range roles {
+		if !Role(r).Valid() {
+			return Identity{}, fmt.Errorf("unknown role %q (known: submitter, approver, auditor, admin)", r)
+		}
+		if !slices.Contains(id.Roles, Role(r)) {
+			id.Roles = append(id.Roles, Role(r))
+		}
+	}
+	return id, nil
+}
+
+func checkName(field, s string, maxLen int) error {
+	switch {
+	case strings.TrimSpace(s) == "":
+		return fmt.Errorf("%s is required", field)
+	case len(s) > maxLen:
+		return fmt.Errorf("%s is longer than %d bytes", field, maxLen)
+	case strings.ContainsFunc(s, unicode.IsControl):
+		return fmt.Errorf("%s contains control characters", field)
+	}
+	return nil
+}
+
+// TokenPrefix starts every token NewTokenLine makes, so a leaked token is
+// recognisable to secret scanners.
+const TokenPrefix = "lgr_"
+
+// NewTokenLine makes a token for principal in tenant with roles: 32 bytes
+// from crypto/rand, base64url without padding, after TokenPrefix. It returns
+// the token, to hand to the person once, and the entry to add to the tokens
+// file, which holds only the token's SHA-256.
+func NewTokenLine(principal, tenant string, roles []string) (token string, line TokenEntry, err error) {
+	if _, err := checkIdentity(principal, tenant, roles); err != nil {
+		return "", TokenEntry{}, fmt.Errorf("new token: %w", err)
+	}
+	var b [32]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return "", TokenEntry{}, fmt.Errorf("new token: %w", err)
+	}
+	token = TokenPrefix + base64.RawURLEncoding.EncodeToString(b[:])
+	return token, TokenEntry{SHA256: HashToken(token), Principal: principal, Tenant: tenant,
+		Roles: slices.Clone(roles)}, nil
+}
+
+// HashToken returns the hex SHA-256 of a token, as a tokens file stores it.
+func HashToken(token string) string {
+	sum := sha256.Sum256([]byte(token))
+	return hex.EncodeToString(sum[:])
+}
+
+// maxTokenLength bounds the bearer token read from a request.
+const maxTokenLength = 512
+
+// token68 is RFC 7235's token68: the characters a bearer token may use.
+var token68 = regexp.MustCompile(`^[A-Za-z0-9\-._~+/]+=*$`)
+
+// bearer extracts the token of the one Authorization header.
+func bearer(r *http.Request) (string, error) {
+	vals := r.Header.Values("Authorization")
+	switch len(vals) {
+	case 0:
+		return "", errors.New("missing Authorization header")
+	case 1:
+	default:
+		return "", errors.New("more than one Authorization header")
+	}
+	scheme, tok, ok := strings.Cut(vals[0], " ")
+	switch {
+	case !ok || !strings.EqualFold(scheme, "Bearer"):
+		return "", errors.New("the Authorization header must be Bearer <token>")
+	case len(tok) > maxTokenLength || !token68.MatchString(tok):
+		return "", errors.New("malformed bearer token")
+	}
+	return tok, nil
+}
+
+// authenticate is the middleware of the /v1 routes that need an identity.
+// With tokens, the bearer token's hash is looked up; a missing, malformed
+// or unknown token is 401 with WWW-Authenticate. The token is never logged.
+// Without tokens (dev mode) every request is principal dev in tenant
+// default with every role; the caller binds to loopback, and this refuses
+// any client whose address is not loopback as well (403), in case it did
+// not.
+func (s *Server) authenticate(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		r := c.Request()
+		var id Identity
+		if s.tokens == nil {
+			if !loopback(r.RemoteAddr) {
+				return forbidden("dev mode serves loopback clients only")
+			}
+			id = DevIdentity()
+		} else {
+			tok, err := bearer(r)
+			if err != nil {
+				return &apiError{code: CodeUnauthorized, detail: err.Error()}
+			}
+			known, ok := s.tokens.byHash[HashToken(tok)]
+			if !ok {
+				return &apiError{code: CodeUnauthorized, detail: "unknown token"}
+			}
+			id = known
+		}
+		c.SetRequest(r.WithContext(withIdentity(r.Context(), id)))
+		return next(c)
+	}
+}
+
+// DevIdentity is who every request is in dev mode.
+func DevIdentity() Identity {
+	return Identity{Principal: "dev", Tenant: "default", Roles: Roles()}
+}
+
+// loopback reports whether a RemoteAddr is a loopback address.
+func loopback(remote string) bool {
+	host, _, err := net.SplitHostPort(remote)
+	if err != nil {
+		host = remote
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
+// needRole returns 403 unless the identity holds one of roles. It runs
+// before any object is loaded, so it reveals nothing about ids.
+func needRole(c echo.Context, roles ...Role) (Identity, error) {
+	id, ok := identityFrom(c)
+	if !ok {
+		return Identity{}, &apiError{code: string(ledger.CodeInternal), detail: "no identity", err: errors.New("route without authentication")}
+	}
+	if !id.HasAny(roles...) {
+		names := make([]string, len(roles))
+		for i, r := range roles {
+			names[i] = string(r)
+		}
+		return Identity{}, forbidden("this needs one of the roles %s", strings.Join(names, ", "))
+	}
+	return id, nil
+}

@@ -1,0 +1,218 @@
+package server_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/stretchr/testify/require"
+
+	"github.com/actionledger/ledger/contracts"
+	"github.com/actionledger/ledger/server"
+)
+
+func TestHealth(t *testing.T) {
+	t.Run("Healthz", func(t *testing.T) {
+		e := newEnv(t, options{})
+		res := e.get(t, "", "/healthz")
+		require.Equal(t, http.StatusOK, res.Status)
+		require.JSONEq(t, `{"status":"ok"}`, string(res.Body))
+	})
+	t.Run("Readyz", func(t *testing.T) {
+		e := newEnv(t, options{})
+		res := e.get(t, "", "/readyz")
+		require.Equal(t, http.StatusOK, res.Status, string(res.Body))
+	})
+	t.Run("ErrNotReady", func(t *testing.T) {
+		e := newEnv(t, options{config: func(c *server.Config) {
+			c.ReadyFunc = func(context.Context) error { return errors.New("disk /secret/path gone") }
+		}})
+		p := requireProblem(t, e.get(t, "", "/readyz"), http.StatusServiceUnavailable, server.CodeNotReady)
+		require.NotContains(t, p.Detail, "/secret/path", "causes go to the log")
+	})
+	t.Run("ErrStoreClosed", func(t *testing.T) {
+		e := newEnv(t, options{})
+		require.NoError(t, e.Store.Close())
+		requireProblem(t, e.get(t, "", "/readyz"), http.StatusServiceUnavailable, server.CodeNotReady)
+		// Every other failing read is a 500 whose detail says nothing.
+		p := requireProblem(t, e.get(t, "bob", "/v1/runs"), http.StatusInternalServerError, "internal")
+		require.Equal(t, "internal error", p.Detail)
+	})
+}
+
+func TestMetrics(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	e := newEnv(t, options{config: func(c *server.Config) { c.Registry = reg }})
+	_, a := e.awaiting(t, "alice", "k1")
+	e.get(t, "bob", "/v1/actions/"+string(a.ID))
+	e.get(t, "", "/nowhere/"+strings.Repeat("x", 10))
+	e.srv.RecoveryDecisions().WithLabelValues("review").Inc()
+
+	res := e.get(t, "", "/metrics")
+	require.Equal(t, http.StatusOK, res.Status)
+	body := string(res.Body)
+	for _, want := range []string{
+		`ledger_http_requests_total{code="201",method="POST",route="/v1/runs"} 1`,
+		`ledger_http_requests_total{code="200",method="GET",route="/v1/actions/:action_id"} 1`,
+		`ledger_http_requests_total{code="404",method="GET",route="unmatched"} 1`,
+		`ledger_http_request_duration_seconds_bucket{method="POST",route="/v1/runs",le="+Inf"} 1`,
+		`ledger_runs{state="awaiting_approval"} 1`,
+		`ledger_runs{state="completed"} 0`,
+		`ledger_approvals_waiting 1`,
+		`ledger_attempts{effect="unknown",status="started"} 0`,
+		`ledger_recovery_decisions_total{decision="review"} 1`,
+	} {
+		require.Contains(t, body, want)
+	}
+	require.NotContains(t, body, "nowhere", "raw paths never become labels")
+	require.NotContains(t, body, e.tokens["bob"])
+
+	// A second server on the same registry is a wiring error, not a panic.
+	_, err := server.New(server.Config{Store: e.Store, Engine: e.engine, Approvals: e.approvals, Registry: reg})
+	require.Error(t, err)
+}
+
+func TestUnknownRoutes(t *testing.T) {
+	e := newEnv(t, options{})
+	t.Run("NotFound", func(t *testing.T) {
+		for _, p := range []string{"/", "/v1", "/v2/runs", "/v1/runs/x/y/z", "/v1/nope"} {
+			requireProblem(t, e.get(t, "", p), http.StatusNotFound, server.CodeRouteNotFound)
+		}
+	})
+	t.Run("MethodNotAllowed", func(t *testing.T) {
+		for _, tc := range []struct{ method, path string }{
+			{http.MethodDelete, "/v1/runs"},
+			{http.MethodPut, "/v1/runs/run_x"},
+			{http.MethodGet, "/v1/runs/run_x/cancel"},
+			{http.MethodPost, "/healthz"},
+		} {
+			res := e.send(t, request{principal: "bob", method: tc.method, path: tc.path})
+			requireProblem(t, res, http.StatusMethodNotAllowed, server.CodeMethodNotAllowed)
+			require.NotEmpty(t, res.Header.Get("Allow"))
+		}
+	})
+}
+
+func TestProblemTable(t *testing.T) {
+	for code, status := range map[string]int{
+		"invalid": 400, "not_found": 404, "conflict": 409, "forbidden": 403, "approval_required": 409,
+		"budget_exceeded": 409, "unsupported_version": 500, "internal": 500,
+		server.CodeUnauthorized: 401, server.CodePayloadTooLarge: 413, server.CodeUnsupportedMediaType: 415,
+		server.CodeIdempotencyKeyInvalid: 400, server.CodeIdempotencyKeyReused: 422, server.CodeRequestInProgress: 409,
+		server.CodeInvalidJSON: 400, server.CodeSchemaViolation: 400, server.CodeNotImplemented: 501,
+		server.CodeMethodNotAllowed: 405, server.CodeRouteNotFound: 404, server.CodeNotReady: 503,
+		"no_such_code": 500,
+	} {
+		require.Equal(t, status, server.StatusOf(code), code)
+	}
+}
+
+// TestOpenAPI holds the document and the router equal: every served route
+// is documented and every documented operation is served.
+func TestOpenAPI(t *testing.T) {
+	e := newEnv(t, options{})
+	res := e.get(t, "", "/v1/openapi.json")
+	require.Equal(t, http.StatusOK, res.Status)
+	require.Equal(t, "application/json", res.Header.Get("Content-Type"))
+	var doc struct {
+		OpenAPI    string                               `json:"openapi"`
+		Paths      map[string]map[string]map[string]any `json:"paths"`
+		Components struct {
+			Schemas map[string]json.RawMessage `json:"schemas"`
+		} `json:"components"`
+	}
+	require.NoError(t, json.Unmarshal(res.Body, &doc))
+	require.Equal(t, "3.1.0", doc.OpenAPI)
+
+	var documented []string
+	for path, ops := range doc.Paths {
+		for method, op := range ops {
+			if method == "parameters" {
+				continue
+			}
+			documented = append(documented, strings.ToUpper(method)+" "+path)
+			require.NotEmpty(t, op["operationId"], path)
+			require.NotEmpty(t, op["responses"], path)
+		}
+	}
+	var served []string
+	for _, r := range e.srv.RouteTable() {
+		served = append(served, r[0]+" "+r[1])
+	}
+	slices.Sort(documented)
+	slices.Sort(served)
+	require.Equal(t, served, documented)
+	require.Len(t, served, 15)
+
+	// The submission schema is the contracts' own.
+	var sub, want map[string]any
+	require.NoError(t, json.Unmarshal(doc.Components.Schemas["RunSubmission"], &sub))
+	require.NoError(t, json.Unmarshal(contracts.SchemaJSON(contracts.SchemaRunSubmission), &want))
+	delete(want, "$id")
+	delete(want, "$schema")
+	require.Equal(t, want, sub)
+
+	// Every $ref points at something in the document.
+	var walk func(v any)
+	var whole map[string]any
+	require.NoError(t, json.Unmarshal(res.Body, &whole))
+	walk = func(v any) {
+		switch x := v.(type) {
+		case map[string]any:
+			if ref, ok := x["$ref"].(string); ok {
+				parts := strings.Split(strings.TrimPrefix(ref, "#/"), "/")
+				var node any = whole
+				for _, p := range parts {
+					m, ok := node.(map[string]any)
+					require.True(t, ok, ref)
+					node, ok = m[p]
+					require.True(t, ok, "dangling %s", ref)
+				}
+			}
+			for _, c := range x {
+				walk(c)
+			}
+		case []any:
+			for _, c := range x {
+				walk(c)
+			}
+		}
+	}
+	walk(whole)
+}
+
+func TestRedactPaths(t *testing.T) {
+	doc := json.RawMessage(`{"a":{"b":"secret","c":[1,{"d":"x"}]},"e~f":"s2","g/h":"s3","n":12345678901234567890}`)
+	for name, tc := range map[string]struct {
+		paths []string
+		want  string
+	}{
+		"none":          {nil, string(doc)},
+		"nested":        {[]string{"/a/b"}, `{"a":{"b":"[redacted]","c":[1,{"d":"x"}]},"e~f":"s2","g/h":"s3","n":12345678901234567890}`},
+		"array index":   {[]string{"/a/c/1/d"}, `{"a":{"b":"secret","c":[1,{"d":"[redacted]"}]},"e~f":"s2","g/h":"s3","n":12345678901234567890}`},
+		"escapes":       {[]string{"/e~0f", "/g~1h"}, `{"a":{"b":"secret","c":[1,{"d":"x"}]},"e~f":"[redacted]","g/h":"[redacted]","n":12345678901234567890}`},
+		"whole subtree": {[]string{"/a"}, `{"a":"[redacted]","e~f":"s2","g/h":"s3","n":12345678901234567890}`},
+		"missing":       {[]string{"/zz", "/a/c/9", "/a/c/01"}, `{"a":{"b":"secret","c":[1,{"d":"x"}]},"e~f":"s2","g/h":"s3","n":12345678901234567890}`},
+		"root":          {[]string{""}, `"[redacted]"`},
+	} {
+		t.Run(name, func(t *testing.T) {
+			got, err := server.RedactPaths(doc, tc.paths)
+			require.NoError(t, err)
+			require.JSONEq(t, tc.want, string(got))
+		})
+	}
+	_, err := server.RedactPaths(doc, []string{"a/b"})
+	require.Error(t, err)
+
+	t.Run("UnknownToolIsRedactedWhole", func(t *testing.T) {
+		r := server.SecretPathRedactor{Tools: func(string) (contracts.ToolDescriptor, bool) { return contracts.ToolDescriptor{}, false }}
+		got, err := r.RedactArguments("gone.tool", doc)
+		require.NoError(t, err)
+		require.JSONEq(t, `"[redacted]"`, string(got))
+	})
+}
