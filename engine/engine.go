@@ -80,7 +80,9 @@ type Config struct {
 	// started with an explicit fault plan sets it (see cmd/ledger); nothing
 	// reachable from the network can.
 	FaultFunc func(FaultPoint)
-	Logger    *slog.Logger
+	// OnDecision, if set, sees every recovery decision (for metrics).
+	OnDecision func(recovery.Decision)
+	Logger     *slog.Logger
 }
 
 // Engine drives runs over the Store. Advance moves one run as far as it can
@@ -163,7 +165,8 @@ func New(cfg Config) (*Engine, error) {
 		}
 		e.agents[a.Name] = ra
 	}
-	e.recoverer = recovery.New(recovery.Config{Store: cfg.Store, Probes: e.probe, Retry: e.retryVerdict, Now: cfg.Now})
+	e.recoverer = recovery.New(recovery.Config{Store: cfg.Store, Probes: e.probe, Retry: e.retryVerdict, Now: cfg.Now,
+		OnDecision: cfg.OnDecision})
 	return e, nil
 }
 

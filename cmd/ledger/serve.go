@@ -10,10 +10,13 @@ import (
 	"net/http"
 	"os"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/actionledger/ledger/contracts"
+	"github.com/actionledger/ledger/recovery"
 	"github.com/actionledger/ledger/server"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spf13/cobra"
 )
 
@@ -143,7 +146,16 @@ func runServe(ctx context.Context, o *serveOptions, stderr io.Writer) (err error
 			"fault_plan", plan, "simulator_config", simCfg)
 	}
 
-	svc, err := openService(ctx, serviceConfig{DBPath: o.dbPath, Rules: rules, DevMode: devMode, Simulator: sim, FaultFunc: faults, Logger: log})
+	// Recovery decisions are counted by the server's metrics, which exist
+	// only once the server does; the scan runs after both.
+	var decisions atomic.Pointer[prometheus.CounterVec]
+	onDecision := func(d recovery.Decision) {
+		if c := decisions.Load(); c != nil {
+			c.WithLabelValues(string(d.Kind)).Inc()
+		}
+	}
+	svc, err := openService(ctx, serviceConfig{DBPath: o.dbPath, Rules: rules, DevMode: devMode, Simulator: sim, FaultFunc: faults,
+		Logger: log, OnDecision: onDecision})
 	if err != nil {
 		return err
 	}
@@ -168,6 +180,7 @@ func runServe(ctx context.Context, o *serveOptions, stderr io.Writer) (err error
 	}
 	// Every action a crash interrupted gets its decision before the first
 	// request or worker can touch it.
+	decisions.Store(srv.RecoveryDecisions())
 	if err := svc.recover(ctx); err != nil {
 		return err
 	}

@@ -11,6 +11,7 @@ import (
 	"github.com/actionledger/ledger/contracts"
 	"github.com/actionledger/ledger/engine"
 	"github.com/actionledger/ledger/ledger"
+	"github.com/actionledger/ledger/recovery"
 	"github.com/actionledger/ledger/simulator"
 )
 
@@ -36,6 +37,8 @@ type serviceConfig struct {
 	Logger  *slog.Logger
 	// FaultFunc is set only from an explicit fault plan (faults.go).
 	FaultFunc func(engine.FaultPoint)
+	// OnDecision sees every recovery decision (serve counts them).
+	OnDecision func(recovery.Decision)
 }
 
 func openService(ctx context.Context, cfg serviceConfig) (*service, error) {
@@ -70,7 +73,8 @@ func openService(ctx context.Context, cfg serviceConfig) (*service, error) {
 		d, ok := tools[name]
 		return d, ok
 	}, approval.Options{RelaxSeparationOfDuties: cfg.DevMode})
-	rt.engine, err = engine.New(engine.Config{Store: store, Approvals: rt.approvals, Agents: []engine.Agent{agent}, Logger: cfg.Logger, FaultFunc: cfg.FaultFunc})
+	rt.engine, err = engine.New(engine.Config{Store: store, Approvals: rt.approvals, Agents: []engine.Agent{agent}, Logger: cfg.Logger, FaultFunc: cfg.FaultFunc,
+		OnDecision: cfg.OnDecision})
 	if err != nil {
 		return nil, errors.Join(fmt.Errorf("wire engine: %w", err), rt.Close())
 	}
