@@ -305,6 +305,20 @@ func TestToolFailures(t *testing.T) {
 		require.Equal(t, 5, countDecisions(t, b, run.ID, "query"))
 	})
 
+	t.Run("an error of unknown effect: query finds nothing, retry succeeds once", func(t *testing.T) {
+		b := setup(t, simulator.Config{Tools: map[string]simulator.ToolConfig{
+			"cards.write": {Faults: []simulator.Fault{{Kind: simulator.FaultErrorUnknown, Calls: []int{1}}}}}})
+		run := approve(t, b)
+		require.Equal(t, ledger.RunCompleted, run.State)
+		atts, err := b.Store.FindAttempts(ctx, ledger.AttemptFilter{RunID: &run.ID})
+		require.NoError(t, err)
+		require.Len(t, atts, 2)
+		require.Equal(t, ledger.AttemptFailed, atts[0].Status)
+		require.Equal(t, ledger.EffectNotHappened, atts[0].Effect, "established by the query, not by the error")
+		require.Equal(t, ledger.EffectHappened, atts[1].Effect)
+		require.Equal(t, 1, b.effectCount(t))
+	})
+
 	t.Run("a timeout of a tool that guarantees nothing goes to review", func(t *testing.T) {
 		b := setup(t, simulator.Config{Tools: map[string]simulator.ToolConfig{
 			"cards.write": {Guarantees: none, TimeoutMS: ptr(int64(20)), Faults: []simulator.Fault{{Kind: simulator.FaultTimeout}}}}})

@@ -21,6 +21,10 @@ const (
 	// FaultError refuses the call with a *engine.ToolError (code
 	// simulated_error, effect not_happened); nothing is written.
 	FaultError FaultKind = "error"
+	// FaultErrorUnknown fails the call like a 5xx would: a *engine.ToolError
+	// (code simulated_error) whose effect the tool cannot vouch for
+	// (unknown); nothing is written, so a query finds nothing.
+	FaultErrorUnknown FaultKind = "error_unknown"
 	// FaultTimeout holds the call until its context ends and returns the
 	// context's error; nothing is written. The engine sets the deadline: a
 	// context that never ends holds the call forever.
@@ -40,7 +44,7 @@ const (
 // Valid reports whether k is a known fault kind.
 func (k FaultKind) Valid() bool {
 	switch k {
-	case FaultError, FaultTimeout, FaultSlow, FaultEffectThenCrash, FaultCrashBeforeEffect, FaultQueryError:
+	case FaultError, FaultErrorUnknown, FaultTimeout, FaultSlow, FaultEffectThenCrash, FaultCrashBeforeEffect, FaultQueryError:
 		return true
 	}
 	return false

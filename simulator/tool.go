@@ -146,14 +146,18 @@ func (t *Tool) Execute(ctx context.Context, c engine.Call) (engine.Result, error
 
 	fault := t.executeFault(n)
 	switch fault.Kind {
-	case FaultError:
+	case FaultError, FaultErrorUnknown:
 		if err := t.store.setCallOutcome(ctx, seq, CallSimulatedError); err != nil {
 			return engine.Result{}, fmt.Errorf("%s: %w", name, err)
+		}
+		effect := ledger.EffectNotHappened
+		if fault.Kind == FaultErrorUnknown {
+			effect = ledger.EffectUnknown
 		}
 		return engine.Result{}, &engine.ToolError{
 			Code:    CodeSimulatedError,
 			Message: fmt.Sprintf("simulated error on call %d of %s", n, c.DedupKey),
-			Effect:  ledger.EffectNotHappened,
+			Effect:  effect,
 		}
 	case FaultTimeout:
 		<-ctx.Done()
