@@ -38,11 +38,12 @@ recorded with its rationale as an event, and acted on. Run it while no server us
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx := cmd.Context()
-			faults, sim, err := faultsFromEnv()
+			faults, err := faultsFromEnv()
 			if err != nil {
 				return err
 			}
-			svc, err := openService(ctx, serviceConfig{DBPath: dbPath, Simulator: sim, FaultFunc: faults, Logger: discardLogger()})
+			svc, err := openService(ctx, serviceConfig{DBPath: dbPath, Simulator: faults.Simulator, FaultFunc: faults.Func,
+				WrapStore: faults.WrapStore, Logger: discardLogger()})
 			if err != nil {
 				return err
 			}

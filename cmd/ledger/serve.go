@@ -137,7 +137,7 @@ func runServe(ctx context.Context, o *serveOptions, stderr io.Writer) (err error
 	// Fault plans and simulator settings come from the process environment
 	// only (faults.go): whoever starts the process chose them, never a
 	// request. They are for the crash tests and the fault matrix.
-	faults, sim, err := faultsFromEnv()
+	faults, err := faultsFromEnv()
 	if err != nil {
 		return &usageError{err: err}
 	}
@@ -154,8 +154,8 @@ func runServe(ctx context.Context, o *serveOptions, stderr io.Writer) (err error
 			c.WithLabelValues(string(d.Kind)).Inc()
 		}
 	}
-	svc, err := openService(ctx, serviceConfig{DBPath: o.dbPath, Rules: rules, DevMode: devMode, Simulator: sim, FaultFunc: faults,
-		Logger: log, OnDecision: onDecision})
+	svc, err := openService(ctx, serviceConfig{DBPath: o.dbPath, Rules: rules, DevMode: devMode, Simulator: faults.Simulator,
+		FaultFunc: faults.Func, WrapStore: faults.WrapStore, Logger: log, OnDecision: onDecision})
 	if err != nil {
 		return err
 	}

@@ -37,6 +37,8 @@ type serviceConfig struct {
 	Logger  *slog.Logger
 	// FaultFunc is set only from an explicit fault plan (faults.go).
 	FaultFunc func(engine.FaultPoint)
+	// WrapStore, if set, wraps the store the engine uses (fault plans).
+	WrapStore func(ledger.Store) ledger.Store
 	// OnDecision sees every recovery decision (serve counts them).
 	OnDecision func(recovery.Decision)
 }
@@ -73,7 +75,11 @@ func openService(ctx context.Context, cfg serviceConfig) (*service, error) {
 		d, ok := tools[name]
 		return d, ok
 	}, approval.Options{RelaxSeparationOfDuties: cfg.DevMode})
-	rt.engine, err = engine.New(engine.Config{Store: store, Approvals: rt.approvals, Agents: []engine.Agent{agent}, Logger: cfg.Logger, FaultFunc: cfg.FaultFunc,
+	var engineStore ledger.Store = store
+	if cfg.WrapStore != nil {
+		engineStore = cfg.WrapStore(store)
+	}
+	rt.engine, err = engine.New(engine.Config{Store: engineStore, Approvals: rt.approvals, Agents: []engine.Agent{agent}, Logger: cfg.Logger, FaultFunc: cfg.FaultFunc,
 		OnDecision: cfg.OnDecision})
 	if err != nil {
 		return nil, errors.Join(fmt.Errorf("wire engine: %w", err), rt.Close())

@@ -20,11 +20,12 @@ waiting. The crash tests and the fault matrix start this command with a fault pl
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx := cmd.Context()
-			faults, sim, err := faultsFromEnv()
+			faults, err := faultsFromEnv()
 			if err != nil {
 				return err
 			}
-			svc, err := openService(ctx, serviceConfig{DBPath: dbPath, Simulator: sim, FaultFunc: faults, Logger: discardLogger()})
+			svc, err := openService(ctx, serviceConfig{DBPath: dbPath, Simulator: faults.Simulator, FaultFunc: faults.Func,
+				WrapStore: faults.WrapStore, Logger: discardLogger()})
 			if err != nil {
 				return err
 			}
