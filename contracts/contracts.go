@@ -32,6 +32,12 @@ const (
 	// SchemaAction is an action as the API shows it. schema_version may be
 	// absent.
 	SchemaAction Schema = "action"
+	// SchemaReport is a run's redacted evidence report (package evidence).
+	// schema_version is required.
+	SchemaReport Schema = "report"
+	// SchemaFaultMatrixReport is what `ledger faultmatrix run --report`
+	// writes. schema_version is required.
+	SchemaFaultMatrixReport Schema = "faultmatrix_report"
 )
 
 // SupportedMajor is the major schema version this build reads. Any minor
@@ -48,7 +54,7 @@ const CurrentVersion = "1.0"
 //go:embed schemas/*.json
 var schemaFS embed.FS
 
-var allSchemas = []Schema{SchemaRunSubmission, SchemaToolDescriptor, SchemaRules, SchemaAction}
+var allSchemas = []Schema{SchemaRunSubmission, SchemaToolDescriptor, SchemaRules, SchemaAction, SchemaReport, SchemaFaultMatrixReport}
 
 // compiledSchema is one embedded schema, ready to validate with. It is
 // built once at init and never changed, so sharing it is safe.

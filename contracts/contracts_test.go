@@ -22,10 +22,12 @@ import (
 
 // validDocs are the testdata documents each schema must accept.
 var validDocs = map[contracts.Schema]string{
-	contracts.SchemaRunSubmission:  "run_submission.valid.json",
-	contracts.SchemaToolDescriptor: "tool_descriptor.cards_write.json",
-	contracts.SchemaRules:          "rules.valid.json",
-	contracts.SchemaAction:         "action.valid.json",
+	contracts.SchemaRunSubmission:     "run_submission.valid.json",
+	contracts.SchemaToolDescriptor:    "tool_descriptor.cards_write.json",
+	contracts.SchemaRules:             "rules.valid.json",
+	contracts.SchemaAction:            "action.valid.json",
+	contracts.SchemaReport:            "report.valid.json",
+	contracts.SchemaFaultMatrixReport: "faultmatrix_report.valid.json",
 }
 
 func readTestdata(t *testing.T, name string) []byte {
@@ -185,6 +187,28 @@ func TestValidate(t *testing.T) {
 		{"action/arguments wrong type", contracts.SchemaAction, "/arguments", "[]", "/arguments", "expected object"},
 		{"action/bad created_at", contracts.SchemaAction, "/created_at", "yesterday", "/created_at", "not a valid date-time"},
 		{"action/unknown field", contracts.SchemaAction, "/approved_by", "alice", "/approved_by", "unknown field"},
+
+		{"report/valid", contracts.SchemaReport, "/run/tenant", "acme", "", ""},
+		{"report/minor version", contracts.SchemaReport, "/schema_version", "1.4", "", ""},
+		{"report/no stop reason yet", contracts.SchemaReport, "/run/stop_reason", nil, "", ""},
+		{"report/no cancellation", contracts.SchemaReport, "/cancellation", nil, "", ""},
+		{"report/arguments one marker", contracts.SchemaReport, "/actions/0/arguments", "[redacted:0123abcd]", "", ""},
+		{"report/broken chain", contracts.SchemaReport, "/chain/broken_seq", 7, "", ""},
+		{"report/missing schema_version", contracts.SchemaReport, "/schema_version", remove, "/schema_version", "required field is missing"},
+		{"report/missing timeline", contracts.SchemaReport, "/timeline", remove, "/timeline", "required field is missing"},
+		{"report/missing cancellation", contracts.SchemaReport, "/cancellation", remove, "/cancellation", "required field is missing"},
+		{"report/unknown field", contracts.SchemaReport, "/secrets", []any{}, "/secrets", "unknown field"},
+		{"report/bad run state", contracts.SchemaReport, "/run/state", "exploded", "/run/state", "must be one of"},
+		{"report/bad stop reason", contracts.SchemaReport, "/run/stop_reason", "bored", "/run/stop_reason", "must be one of"},
+		{"report/bad run id", contracts.SchemaReport, "/run/id", "act_01JDQ3Z8K4T5V6W7X8Y9Z0ABCE", "/run/id", "pattern"},
+		{"report/arguments not a marker", contracts.SchemaReport, "/actions/0/arguments", "hunter2", "/actions/0/arguments", ""},
+		// Through a $ref the library's message is kept, at the object.
+		{"report/attempt without effect", contracts.SchemaReport, "/actions/0/attempts/0/effect", remove, "/actions/0/attempts/0", "missing properties: 'effect'"},
+		{"report/attempt bad effect", contracts.SchemaReport, "/actions/0/attempts/0/effect", "maybe", "/actions/0/attempts/0/effect", "must be one of"},
+		{"report/bad generated_at", contracts.SchemaReport, "/generated_at", "yesterday", "/generated_at", "is not valid 'date-time'"},
+		{"report/bad key id", contracts.SchemaReport, "/redaction/key_id", "the-key", "/redaction/key_id", "pattern"},
+		{"report/bad event hash", contracts.SchemaReport, "/timeline/0/hash", "md5:00", "/timeline/0/hash", "pattern"},
+		{"report/omitted null", contracts.SchemaReport, "/actions/0/supersedes", remove, "/actions/0", "missing properties: 'supersedes'"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -241,10 +265,10 @@ func TestValidateNotJSON(t *testing.T) {
 }
 
 func TestValidateUnknownSchema(t *testing.T) {
-	err := contracts.Validate("report", []byte(`{}`))
+	err := contracts.Validate("no_such_schema", []byte(`{}`))
 	require.Error(t, err)
 	require.NotErrorIs(t, err, contracts.ErrInvalid)
-	require.Nil(t, contracts.SchemaJSON("report"))
+	require.Nil(t, contracts.SchemaJSON("no_such_schema"))
 }
 
 func TestValidationErrorIssuesSorted(t *testing.T) {
@@ -427,7 +451,7 @@ func TestParseRules(t *testing.T) {
 func TestSchemasAreValid(t *testing.T) {
 	meta, err := jsonschema.NewCompiler().Compile("https://json-schema.org/draft/2020-12/schema")
 	require.NoError(t, err)
-	require.Len(t, contracts.Schemas(), 4)
+	require.Len(t, contracts.Schemas(), len(validDocs))
 	for _, schema := range contracts.Schemas() {
 		t.Run(schema.String(), func(t *testing.T) {
 			raw := contracts.SchemaJSON(schema)
@@ -500,7 +524,7 @@ func TestValidateConcurrent(t *testing.T) {
 	errs := make(chan error, 64)
 	for i := range 64 {
 		wg.Go(func() {
-			schema := contracts.Schemas()[i%4]
+			schema := contracts.Schemas()[i%len(contracts.Schemas())]
 			doc := readTestdata(t, validDocs[schema])
 			errs <- contracts.Validate(schema, doc)
 		})

@@ -1,0 +1,142 @@
+package evidence
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/actionledger/ledger/contracts"
+)
+
+// JSON writes the report as indented JSON, after checking it against the
+// report schema (contracts.SchemaReport). A report that breaks its schema
+// is an error and nothing is written; so is a failing writer, after which
+// w may hold part of the report: write to a buffer or a temporary file to
+// publish all or nothing.
+func (r *Report) JSON(w io.Writer) error {
+	b, err := r.marshal()
+	if err != nil {
+		return err
+	}
+	if err := contracts.Validate(contracts.SchemaReport, b); err != nil {
+		return fmt.Errorf("evidence: report of run %s breaks its schema: %w", r.Run.ID, err)
+	}
+	if _, err := w.Write(b); err != nil {
+		return fmt.Errorf("evidence: write report: %w", err)
+	}
+	return nil
+}
+
+// marshal is the report's JSON text: two-space indents, no HTML escaping
+// (the text is shown as recorded; the HTML renderer escapes for itself),
+// and a final newline.
+func (r *Report) marshal() ([]byte, error) {
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	enc.SetIndent("", "  ")
+	if err := enc.Encode(r); err != nil {
+		return nil, fmt.Errorf("evidence: encode report: %w", err)
+	}
+	return b.Bytes(), nil
+}
+
+// timeText is how Markdown and HTML show a time: RFC 3339 in UTC, with
+// fractions only where the ledger recorded them.
+func timeText(t time.Time) string { return t.UTC().Format(time.RFC3339Nano) }
+
+func timePtrText(t *time.Time) string {
+	if t == nil {
+		return ""
+	}
+	return timeText(*t)
+}
+
+func strText[T ~string](p *T) string {
+	if p == nil {
+		return ""
+	}
+	return string(*p)
+}
+
+func limitText(p *int64, unit string) string {
+	if p == nil {
+		return "none"
+	}
+	return strconv.FormatInt(*p, 10) + unit
+}
+
+// prettyJSON indents a redacted document for people; null and absent are
+// "".
+func prettyJSON(doc json.RawMessage) string {
+	if len(doc) == 0 || string(doc) == "null" {
+		return ""
+	}
+	var b bytes.Buffer
+	if err := json.Indent(&b, doc, "", "  "); err != nil {
+		return string(doc)
+	}
+	return b.String()
+}
+
+// compactJSON is a document on one line; null and absent are "".
+func compactJSON(doc json.RawMessage) string {
+	if len(doc) == 0 || string(doc) == "null" {
+		return ""
+	}
+	var b bytes.Buffer
+	if err := json.Compact(&b, doc); err != nil {
+		return string(doc)
+	}
+	return b.String()
+}
+
+// chainVerdict is the chain's verdict in words.
+func (r *Report) chainVerdict() string {
+	if r.Chain.OK {
+		return fmt.Sprintf("intact: %d events, each pointing at its predecessor's hash, up to the run's recorded head", r.Chain.Events)
+	}
+	seq := int64(0)
+	if r.Chain.BrokenSeq != nil {
+		seq = *r.Chain.BrokenSeq
+	}
+	return fmt.Sprintf("BROKEN at event %d: %s", seq, strText(r.Chain.Reason))
+}
+
+// tokensText shows token usage, flagged as a lower bound when a step
+// reported none.
+func (u BudgetUsage) tokensText() string {
+	s := strconv.FormatInt(u.Tokens, 10)
+	if u.TokensUnavailable {
+		s += " (lower bound: a step reported no usage)"
+	}
+	return s
+}
+
+func errorText(e *Attempt) string {
+	if e.Error == nil {
+		return ""
+	}
+	return e.Error.Code + ": " + e.Error.Message
+}
+
+// deadlineText is the deadline with the relative limit it came from.
+func (b Budget) deadlineText() string {
+	if b.Deadline == nil {
+		return "none"
+	}
+	s := timeText(*b.Deadline)
+	if b.Limits.DeadlineAfterMS != nil {
+		s += " (" + strconv.FormatInt(*b.Limits.DeadlineAfterMS, 10) + " ms after submit)"
+	}
+	return s
+}
+
+// oneLine folds line breaks, which would break a table row.
+func oneLine(s string) string {
+	return strings.NewReplacer("\r\n", " ", "\n", " ", "\r", " ").Replace(s)
+}

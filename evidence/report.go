@@ -1,0 +1,533 @@
+package evidence
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/actionledger/ledger/ledger"
+)
+
+// SchemaVersion is the schema_version of the reports this build writes
+// (contracts.SchemaReport).
+const SchemaVersion = "1.0"
+
+// DecisionEventType is the type of the events recording recovery decisions.
+const DecisionEventType = "recovery.decision"
+
+// Report is a run's evidence: what the ledger recorded about it, redacted.
+// It mirrors contracts/schemas/report.v1.json field for field; absent facts
+// are null in JSON, never omitted.
+type Report struct {
+	SchemaVersion     string             `json:"schema_version"`
+	GeneratedAt       time.Time          `json:"generated_at"`
+	Run               RunSummary         `json:"run"`
+	Actions           []Action           `json:"actions"`
+	Cancellation      *Cancellation      `json:"cancellation"`
+	Budget            Budget             `json:"budget"`
+	RecoveryDecisions []RecoveryDecision `json:"recovery_decisions"`
+	Observations      []Observation      `json:"observations"`
+	Timeline          []TimelineEvent    `json:"timeline"`
+	Chain             Chain              `json:"chain"`
+	Redaction         Redaction          `json:"redaction"`
+}
+
+// RunSummary is the run a report is about.
+type RunSummary struct {
+	ID          ledger.RunID       `json:"id"`
+	Tenant      string             `json:"tenant"`
+	Agent       string             `json:"agent"`
+	State       ledger.RunState    `json:"state"`
+	StopReason  *ledger.StopReason `json:"stop_reason"`
+	SubmittedBy string             `json:"submitted_by"`
+	CreatedAt   time.Time          `json:"created_at"`
+	UpdatedAt   time.Time          `json:"updated_at"`
+}
+
+// Action is one action with its attempts and approvals. Arguments are
+// redacted: a JSON object, or a single marker string when the export does
+// not know the tool's secret paths.
+type Action struct {
+	ID           ledger.ActionID    `json:"id"`
+	Seq          int64              `json:"seq"`
+	Tool         string             `json:"tool"`
+	ToolVersion  string             `json:"tool_version"`
+	Effect       ledger.Effect      `json:"effect"`
+	State        ledger.ActionState `json:"state"`
+	ActionDigest ledger.Digest      `json:"action_digest"`
+	DedupKey     string             `json:"dedup_key"`
+	Supersedes   *ledger.ActionID   `json:"supersedes"`
+	Arguments    json.RawMessage    `json:"arguments"`
+	CreatedAt    time.Time          `json:"created_at"`
+	UpdatedAt    time.Time          `json:"updated_at"`
+	Attempts     []Attempt          `json:"attempts"`
+	Approvals    []Approval         `json:"approvals"`
+}
+
+// Attempt is one try at executing an action. Status (what was seen of the
+// call) and Effect (whether the world changed) are separate facts.
+type Attempt struct {
+	ID                  ledger.AttemptID      `json:"id"`
+	No                  int64                 `json:"attempt_no"`
+	Status              ledger.AttemptStatus  `json:"status"`
+	Effect              ledger.EffectFact     `json:"effect"`
+	EffectObservationID *ledger.ObservationID `json:"effect_observation_id"`
+	// Result is the tool's answer, redacted; JSON null if none.
+	Result     json.RawMessage      `json:"result"`
+	Error      *ledger.AttemptError `json:"error"`
+	StartedAt  time.Time            `json:"started_at"`
+	FinishedAt *time.Time           `json:"finished_at"`
+}
+
+// Approval is one request for a person to allow an action's digest.
+type Approval struct {
+	ID           ledger.ApprovalID    `json:"id"`
+	State        ledger.ApprovalState `json:"state"`
+	ActionDigest ledger.Digest        `json:"action_digest"`
+	DecidedBy    *string              `json:"decided_by"`
+	Reason       *string              `json:"reason"`
+	RequestedAt  time.Time            `json:"requested_at"`
+	ExpiresAt    *time.Time           `json:"expires_at"`
+	DecidedAt    *time.Time           `json:"decided_at"`
+}
+
+// Cancellation is the run's cancellation: four facts, each with its time.
+type Cancellation struct {
+	ID          ledger.CancellationID    `json:"id"`
+	State       ledger.CancellationState `json:"state"`
+	RequestedBy string                   `json:"requested_by"`
+	Reason      *string                  `json:"reason"`
+	RequestedAt time.Time                `json:"requested_at"`
+	AcceptedAt  *time.Time               `json:"accepted_at"`
+	StoppingAt  *time.Time               `json:"stopping_at"`
+	StoppedAt   *time.Time               `json:"stopped_at"`
+}
+
+// Budget is the run's limits and usage. Durations are whole milliseconds.
+type Budget struct {
+	Limits   BudgetLimits `json:"limits"`
+	Deadline *time.Time   `json:"deadline"`
+	Used     BudgetUsage  `json:"used"`
+}
+
+// BudgetLimits are a run's limits; nil means none.
+type BudgetLimits struct {
+	MaxAttemptsPerAction *int64 `json:"max_attempts_per_action"`
+	MaxAttemptsPerRun    *int64 `json:"max_attempts_per_run"`
+	MaxExecutionMS       *int64 `json:"max_execution_ms"`
+	MaxSteps             *int64 `json:"max_steps"`
+	MaxTokens            *int64 `json:"max_tokens"`
+	DeadlineAfterMS      *int64 `json:"deadline_after_ms"`
+}
+
+// BudgetUsage is what a run has used.
+type BudgetUsage struct {
+	Attempts    int64 `json:"attempts"`
+	ExecutionMS int64 `json:"execution_ms"`
+	Steps       int64 `json:"steps"`
+	Tokens      int64 `json:"tokens"`
+	// TokensUnavailable: a step reported no usage, so Tokens is a lower
+	// bound.
+	TokensUnavailable bool `json:"tokens_unavailable"`
+}
+
+// RecoveryDecision is one decision recovery recorded, with its rationale.
+type RecoveryDecision struct {
+	Seq       int64             `json:"seq"`
+	EventID   ledger.EventID    `json:"event_id"`
+	ActionID  ledger.ActionID   `json:"action_id"`
+	AttemptID *ledger.AttemptID `json:"attempt_id"`
+	Decision  string            `json:"decision"`
+	Rationale string            `json:"rationale"`
+	// Facts are the event's other data (the tool's guarantees, a stop
+	// reason…), redacted; always an object.
+	Facts     json.RawMessage `json:"facts"`
+	Actor     string          `json:"actor"`
+	DecidedAt time.Time       `json:"decided_at"`
+}
+
+// Observation is tool-side or human evidence about an attempt's effect.
+type Observation struct {
+	ID        ledger.ObservationID     `json:"id"`
+	ActionID  ledger.ActionID          `json:"action_id"`
+	AttemptID *ledger.AttemptID        `json:"attempt_id"`
+	Source    ledger.ObservationSource `json:"source"`
+	Effect    ledger.EffectFact        `json:"effect"`
+	// Detail is what the source said, redacted; JSON null if nothing.
+	Detail     json.RawMessage `json:"detail"`
+	ObservedAt time.Time       `json:"observed_at"`
+}
+
+// TimelineEvent is one event of the run's chain. Redacted is true when
+// redaction changed Data, so the event's Hash covers data the report does
+// not show.
+type TimelineEvent struct {
+	Seq        int64           `json:"seq"`
+	ID         ledger.EventID  `json:"id"`
+	Type       string          `json:"type"`
+	EntityType string          `json:"entity_type"`
+	EntityID   string          `json:"entity_id"`
+	FromState  *string         `json:"from_state"`
+	ToState    *string         `json:"to_state"`
+	Actor      *string         `json:"actor"`
+	Data       json.RawMessage `json:"data"`
+	Redacted   bool            `json:"redacted"`
+	CreatedAt  time.Time       `json:"created_at"`
+	Hash       string          `json:"hash"`
+	PrevHash   string          `json:"prev_hash"`
+}
+
+// Chain is the verdict on the run's event chain (ledger.ChainReport).
+type Chain struct {
+	OK        bool    `json:"ok"`
+	Events    int     `json:"events"`
+	BrokenSeq *int64  `json:"broken_seq"`
+	Reason    *string `json:"reason"`
+}
+
+// Redaction says how secrets were hidden.
+type Redaction struct {
+	Algorithm string `json:"algorithm"`
+	KeyID     string `json:"key_id"`
+}
+
+// Options configure Build.
+type Options struct {
+	// Redactor hides secrets. Required: there is no unredacted report.
+	Redactor *Redactor
+	// Tools returns the secret paths (RFC 6901 pointers into the arguments)
+	// of a tool by name. An action whose tool it does not know, or every
+	// action when Tools is nil, has its arguments replaced as a whole:
+	// nothing says which of them are secret.
+	Tools func(name string) (secretPaths []string, ok bool)
+	// Now is the clock for generated_at. Required.
+	Now func() time.Time
+}
+
+// Build gathers everything the store holds about run into a redacted
+// Report. The run's facts are read with several queries, not in one
+// snapshot: a report of a live run may show an event whose fact it read
+// before the change. The chain verdict is the store's own (VerifyChain).
+//
+// Errors: ledger.ErrNotFound for an unknown run; ErrRedaction when anything
+// cannot be redacted (the report is then not built at all); store errors
+// as they come.
+func Build(ctx context.Context, store ledger.Store, run ledger.RunID, opts Options) (*Report, error) {
+	if opts.Redactor == nil {
+		return nil, fmt.Errorf("%w: no redactor", ErrRedaction)
+	}
+	if opts.Now == nil {
+		return nil, errors.New("evidence: Options.Now is required")
+	}
+	b := builder{ctx: ctx, store: store, opts: opts}
+	rep, err := b.build(run)
+	if err != nil {
+		return nil, fmt.Errorf("evidence: run %s: %w", run, err)
+	}
+	return rep, nil
+}
+
+type builder struct {
+	ctx   context.Context
+	store ledger.Store
+	opts  Options
+}
+
+func (b *builder) build(id ledger.RunID) (*Report, error) {
+	ctx, r := b.ctx, b.opts.Redactor
+	run, err := b.store.FindRunByID(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	rep := &Report{
+		SchemaVersion: SchemaVersion,
+		GeneratedAt:   b.opts.Now().UTC(),
+		Run: RunSummary{ID: run.ID, Tenant: run.Tenant, Agent: run.Agent, State: run.State,
+			StopReason: nonEmpty(run.StopReason), SubmittedBy: run.SubmittedBy,
+			CreatedAt: run.CreatedAt.UTC(), UpdatedAt: run.UpdatedAt.UTC()},
+		Budget:    budgetOf(run.Budget),
+		Redaction: Redaction{Algorithm: "hmac-sha256", KeyID: r.KeyID()},
+		// Empty lists are [] in JSON, never null.
+		Actions: []Action{}, RecoveryDecisions: []RecoveryDecision{}, Observations: []Observation{}, Timeline: []TimelineEvent{},
+	}
+
+	if err := b.actions(rep, run.ID); err != nil {
+		return nil, err
+	}
+	if rep.Cancellation, err = b.cancellation(run.ID); err != nil {
+		return nil, err
+	}
+	if err := b.observations(rep, run.ID); err != nil {
+		return nil, err
+	}
+	if err := b.timeline(rep, run.ID); err != nil {
+		return nil, err
+	}
+	chain, err := b.store.VerifyChain(ctx, run.ID)
+	if err != nil {
+		return nil, err
+	}
+	rep.Chain = Chain{OK: chain.OK, Events: chain.Events}
+	if !chain.OK {
+		reason := b.opts.Redactor.RedactString(chain.Reason)
+		rep.Chain.BrokenSeq, rep.Chain.Reason = &chain.BrokenSeq, &reason
+	}
+	return rep, nil
+}
+
+func (b *builder) actions(rep *Report, run ledger.RunID) error {
+	ctx, r := b.ctx, b.opts.Redactor
+	actions, err := b.store.FindActions(ctx, ledger.ActionFilter{RunID: &run})
+	if err != nil {
+		return err
+	}
+	attempts, err := b.store.FindAttempts(ctx, ledger.AttemptFilter{RunID: &run})
+	if err != nil {
+		return err
+	}
+	approvals, err := b.store.FindApprovals(ctx, ledger.ApprovalFilter{RunID: &run})
+	if err != nil {
+		return err
+	}
+	byAction := map[ledger.ActionID]*Action{}
+	for _, a := range actions {
+		args, err := b.arguments(a)
+		if err != nil {
+			return err
+		}
+		rep.Actions = append(rep.Actions, Action{
+			ID: a.ID, Seq: a.Seq, Tool: a.Tool, ToolVersion: a.ToolVersion, Effect: a.Effect, State: a.State,
+			ActionDigest: a.ActionDigest, DedupKey: a.DedupKey, Supersedes: nonEmpty(a.Supersedes), Arguments: args,
+			CreatedAt: a.CreatedAt.UTC(), UpdatedAt: a.UpdatedAt.UTC(), Attempts: []Attempt{}, Approvals: []Approval{},
+		})
+	}
+	for i := range rep.Actions {
+		byAction[rep.Actions[i].ID] = &rep.Actions[i]
+	}
+	for _, at := range attempts {
+		a, ok := byAction[at.ActionID]
+		if !ok {
+			return fmt.Errorf("attempt %s belongs to action %s, which the run does not have", at.ID, at.ActionID)
+		}
+		result, _, err := r.redactJSON(at.Result, nil)
+		if err != nil {
+			return fmt.Errorf("attempt %s result: %w", at.ID, err)
+		}
+		var attErr *ledger.AttemptError
+		if at.Error != nil {
+			attErr = &ledger.AttemptError{Code: r.RedactString(at.Error.Code), Message: r.RedactString(at.Error.Message)}
+		}
+		a.Attempts = append(a.Attempts, Attempt{
+			ID: at.ID, No: at.No, Status: at.Status, Effect: at.Effect, EffectObservationID: nonEmpty(at.EffectObservation),
+			Result: orNull(result), Error: attErr, StartedAt: at.StartedAt.UTC(), FinishedAt: utcPtr(at.FinishedAt),
+		})
+	}
+	for _, ap := range approvals {
+		a, ok := byAction[ap.ActionID]
+		if !ok {
+			return fmt.Errorf("approval %s belongs to action %s, which the run does not have", ap.ID, ap.ActionID)
+		}
+		a.Approvals = append(a.Approvals, Approval{
+			ID: ap.ID, State: ap.State, ActionDigest: ap.ActionDigest, DecidedBy: nonEmpty(ap.DecidedBy),
+			Reason: nonEmpty(r.RedactString(ap.Reason)), RequestedAt: ap.RequestedAt.UTC(),
+			ExpiresAt: utcPtr(ap.ExpiresAt), DecidedAt: utcPtr(ap.DecidedAt),
+		})
+	}
+	// The store's orders are documented, but a report must not depend on
+	// them to be stable.
+	for i := range rep.Actions {
+		slices.SortStableFunc(rep.Actions[i].Attempts, func(x, y Attempt) int { return cmp.Compare(x.No, y.No) })
+		slices.SortStableFunc(rep.Actions[i].Approvals, func(x, y Approval) int {
+			return cmp.Or(x.RequestedAt.Compare(y.RequestedAt), cmp.Compare(x.ID, y.ID))
+		})
+	}
+	slices.SortStableFunc(rep.Actions, func(x, y Action) int { return cmp.Compare(x.Seq, y.Seq) })
+	return nil
+}
+
+// arguments redacts an action's arguments with its tool's secret paths, or
+// replaces them as a whole when the tool's secret paths are unknown.
+func (b *builder) arguments(a *ledger.Action) (json.RawMessage, error) {
+	r := b.opts.Redactor
+	var (
+		paths []string
+		known bool
+	)
+	if b.opts.Tools != nil {
+		paths, known = b.opts.Tools(a.Tool)
+	}
+	if !known {
+		paths = []string{""}
+	}
+	args, _, err := r.redactJSON(a.Arguments, paths)
+	if err != nil {
+		return nil, fmt.Errorf("action %s arguments: %w", a.ID, err)
+	}
+	return orNull(args), nil
+}
+
+func (b *builder) cancellation(run ledger.RunID) (*Cancellation, error) {
+	c, err := b.store.FindCancellation(b.ctx, run)
+	switch {
+	case errors.Is(err, ledger.ErrNotFound):
+		return nil, nil
+	case err != nil:
+		return nil, err
+	}
+	return &Cancellation{
+		ID: c.ID, State: c.State, RequestedBy: c.RequestedBy, Reason: nonEmpty(b.opts.Redactor.RedactString(c.Reason)),
+		RequestedAt: c.RequestedAt.UTC(), AcceptedAt: utcPtr(c.AcceptedAt), StoppingAt: utcPtr(c.StoppingAt),
+		StoppedAt: utcPtr(c.StoppedAt),
+	}, nil
+}
+
+func (b *builder) observations(rep *Report, run ledger.RunID) error {
+	obs, err := b.store.FindObservations(b.ctx, ledger.ObservationFilter{RunID: &run})
+	if err != nil {
+		return err
+	}
+	for _, o := range obs {
+		detail, _, err := b.opts.Redactor.redactJSON(o.Detail, nil)
+		if err != nil {
+			return fmt.Errorf("observation %s detail: %w", o.ID, err)
+		}
+		rep.Observations = append(rep.Observations, Observation{
+			ID: o.ID, ActionID: o.ActionID, AttemptID: nonEmpty(o.AttemptID), Source: o.Source, Effect: o.Effect,
+			Detail: orNull(detail), ObservedAt: o.ObservedAt.UTC(),
+		})
+	}
+	slices.SortStableFunc(rep.Observations, func(x, y Observation) int {
+		return cmp.Or(x.ObservedAt.Compare(y.ObservedAt), cmp.Compare(x.ID, y.ID))
+	})
+	return nil
+}
+
+// decisionData is the part of a recovery.decision event's data the report
+// lifts into its own fields.
+type decisionData struct {
+	Decision  string           `json:"decision"`
+	Rationale string           `json:"rationale"`
+	AttemptID ledger.AttemptID `json:"attempt_id"`
+}
+
+func (b *builder) timeline(rep *Report, run ledger.RunID) error {
+	r := b.opts.Redactor
+	events, err := b.store.FindEvents(b.ctx, run)
+	if err != nil {
+		return err
+	}
+	for _, e := range events {
+		data, changed, err := r.redactJSON(e.Data, nil)
+		if err != nil {
+			return fmt.Errorf("event %d data: %w", e.Seq, err)
+		}
+		rep.Timeline = append(rep.Timeline, TimelineEvent{
+			Seq: e.Seq, ID: e.ID, Type: e.Type, EntityType: e.EntityType, EntityID: e.EntityID,
+			FromState: nonEmpty(e.FromState), ToState: nonEmpty(e.ToState), Actor: nonEmpty(e.Actor),
+			Data: orNull(data), Redacted: changed, CreatedAt: e.CreatedAt.UTC(), Hash: e.Hash, PrevHash: e.PrevHash,
+		})
+		if e.Type == DecisionEventType {
+			d, err := b.decision(e)
+			if err != nil {
+				return err
+			}
+			rep.RecoveryDecisions = append(rep.RecoveryDecisions, d)
+		}
+	}
+	return nil
+}
+
+// decision lifts a recovery.decision event into a RecoveryDecision: the
+// decision, its rationale and attempt become fields, the rest are Facts.
+func (b *builder) decision(e *ledger.Event) (RecoveryDecision, error) {
+	r := b.opts.Redactor
+	var d decisionData
+	facts := map[string]json.RawMessage{}
+	if len(e.Data) > 0 {
+		if err := json.Unmarshal(e.Data, &d); err != nil {
+			return RecoveryDecision{}, fmt.Errorf("%w: event %d: malformed decision data", ErrRedaction, e.Seq)
+		}
+		if err := json.Unmarshal(e.Data, &facts); err != nil {
+			return RecoveryDecision{}, fmt.Errorf("%w: event %d: malformed decision data", ErrRedaction, e.Seq)
+		}
+	}
+	delete(facts, "decision")
+	delete(facts, "rationale")
+	delete(facts, "attempt_id")
+	raw, err := json.Marshal(facts)
+	if err != nil {
+		return RecoveryDecision{}, fmt.Errorf("event %d facts: %w", e.Seq, err)
+	}
+	redacted, _, err := r.redactJSON(raw, nil)
+	if err != nil {
+		return RecoveryDecision{}, fmt.Errorf("event %d facts: %w", e.Seq, err)
+	}
+	return RecoveryDecision{
+		Seq: e.Seq, EventID: e.ID, ActionID: ledger.ActionID(e.EntityID), AttemptID: nonEmpty(d.AttemptID),
+		Decision: r.RedactString(d.Decision), Rationale: r.RedactString(d.Rationale), Facts: redacted,
+		Actor: e.Actor, DecidedAt: e.CreatedAt.UTC(),
+	}, nil
+}
+
+func budgetOf(b ledger.Budget) Budget {
+	l := b.Limits
+	return Budget{
+		Limits: BudgetLimits{
+			MaxAttemptsPerAction: limit(l.MaxAttemptsPerAction),
+			MaxAttemptsPerRun:    limit(l.MaxAttemptsPerRun),
+			MaxExecutionMS:       limit(ceilMS(l.MaxExecution)),
+			MaxSteps:             limit(l.MaxSteps),
+			MaxTokens:            limit(l.MaxTokens),
+			DeadlineAfterMS:      limit(ceilMS(l.DeadlineAfter)),
+		},
+		Deadline: utcPtr(b.Deadline),
+		Used: BudgetUsage{
+			Attempts: b.Used.Attempts, ExecutionMS: b.Used.Execution.Milliseconds(), Steps: b.Used.Steps,
+			Tokens: b.Used.Tokens, TokensUnavailable: b.Used.TokensUnavailable,
+		},
+	}
+}
+
+// ceilMS rounds a limit up to whole milliseconds, so that a limit under a
+// millisecond does not read as none.
+func ceilMS(d time.Duration) int64 {
+	return int64((d + time.Millisecond - 1) / time.Millisecond)
+}
+
+// limit is a budget limit as the report shows it: nil for none (zero).
+func limit(v int64) *int64 {
+	if v <= 0 {
+		return nil
+	}
+	return &v
+}
+
+// nonEmpty returns nil for the zero value, so JSON shows null.
+func nonEmpty[T ~string](v T) *T {
+	if v == "" {
+		return nil
+	}
+	return &v
+}
+
+func utcPtr(t *time.Time) *time.Time {
+	if t == nil {
+		return nil
+	}
+	u := t.UTC()
+	return &u
+}
+
+var jsonNull = json.RawMessage("null")
+
+// orNull makes an absent document JSON null.
+func orNull(doc json.RawMessage) json.RawMessage {
+	if len(doc) == 0 {
+		return jsonNull
+	}
+	return doc
+}
