@@ -1,0 +1,370 @@
+package faultmatrix
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/actionledger/ledger/engine"
+	"github.com/actionledger/ledger/ledger"
+	"github.com/actionledger/ledger/server"
+	_ "github.com/mattn/go-sqlite3" // to edit an event by hand, as an intruder would
+)
+
+const wait = 30 * time.Second
+
+func planEnv(point engine.FaultPoint, action string) string {
+	plan := map[string]string{"point": string(point)}
+	if action != "" {
+		plan["action"] = action
+	}
+	b, _ := json.Marshal(plan)
+	return "LEDGER_FAULT_PLAN=" + string(b)
+}
+
+// awaitingAction waits for the run to wait for approval and returns the
+// action waiting.
+func awaitingAction(h *harness, id ledger.RunID) (server.Action, error) {
+	r, err := h.waitRun(id, wait, func(r server.Run) bool { return r.State == ledger.RunAwaitingApproval })
+	if err != nil {
+		return server.Action{}, err
+	}
+	for _, a := range r.Actions {
+		if a.State == ledger.ActionAwaitingApproval {
+			return a, nil
+		}
+	}
+	return server.Action{}, fmt.Errorf("run %s awaits approval but no action does", id)
+}
+
+// submitAndApprove submits the practice-cards run and approves its write
+// action; an approval that races the fault plan's kill may lose its answer,
+// so the caller checks the outcome, not the reply.
+func submitAndApprove(h *harness, key string, budgets map[string]int64) (ledger.RunID, error) {
+	sub, _, err := h.submit(key, budgets)
+	if err != nil {
+		return "", err
+	}
+	a, err := awaitingAction(h, sub.ID)
+	if err != nil {
+		return sub.ID, err
+	}
+	_, _ = h.decide(a.ID, a.ActionDigest, "approve")
+	return sub.ID, nil
+}
+
+func finished(r server.Run) bool {
+	return r.State.Terminal() || r.State == ledger.RunNeedsReview
+}
+
+// restart starts serve again without a fault plan and waits for the run to
+// settle: recovery at start-up, then the workers.
+func restart(ctx context.Context, h *harness, sc *Scenario, id ledger.RunID) error {
+	sim, err := sc.simEnv()
+	if err != nil {
+		return err
+	}
+	if err := h.start(ctx, sim); err != nil {
+		return err
+	}
+	_, err = h.waitRun(id, wait, finished)
+	return err
+}
+
+func driveCrash(p engine.FaultPoint) func(ctx context.Context, h *harness, sc *Scenario) (ledger.RunID, error) {
+	return func(ctx context.Context, h *harness, sc *Scenario) (ledger.RunID, error) {
+		sim, err := sc.simEnv()
+		if err != nil {
+			return "", err
+		}
+		if err := h.start(ctx, sim, planEnv(p, "")); err != nil {
+			return "", err
+		}
+		id, err := submitAndApprove(h, "crash-1", nil)
+		if err != nil {
+			return id, err
+		}
+		if err := h.waitKilled(wait); err != nil {
+			return id, err
+		}
+		return id, restart(ctx, h, sc, id)
+	}
+}
+
+func driveCrashAwaiting(ctx context.Context, h *harness, sc *Scenario) (ledger.RunID, error) {
+	sim, err := sc.simEnv()
+	if err != nil {
+		return "", err
+	}
+	if err := h.start(ctx, sim, planEnv(engine.FaultAwaitingApproval, "")); err != nil {
+		return "", err
+	}
+	sub, _, err := h.submit("await-1", nil)
+	if err != nil {
+		return "", err
+	}
+	if err := h.waitKilled(wait); err != nil {
+		return sub.ID, err
+	}
+	if err := h.start(ctx, sim); err != nil {
+		return sub.ID, err
+	}
+	a, err := awaitingAction(h, sub.ID)
+	if err != nil {
+		return sub.ID, err
+	}
+	if _, err := h.decide(a.ID, a.ActionDigest, "approve"); err != nil {
+		return sub.ID, err
+	}
+	_, err = h.waitRun(sub.ID, wait, finished)
+	return sub.ID, err
+}
+
+func driveCrashCancel(ctx context.Context, h *harness, sc *Scenario) (ledger.RunID, error) {
+	sim, err := sc.simEnv()
+	if err != nil {
+		return "", err
+	}
+	if err := h.start(ctx, sim, planEnv(engine.FaultCancelStopping, "")); err != nil {
+		return "", err
+	}
+	sub, _, err := h.submit("cancel-1", nil)
+	if err != nil {
+		return "", err
+	}
+	if _, err := awaitingAction(h, sub.ID); err != nil {
+		return sub.ID, err
+	}
+	_, _ = h.cancel(sub.ID) // the process dies while answering
+	if err := h.waitKilled(wait); err != nil {
+		return sub.ID, err
+	}
+	return sub.ID, restart(ctx, h, sc, sub.ID)
+}
+
+func driveStoreError(ctx context.Context, h *harness, sc *Scenario) (ledger.RunID, error) {
+	sim, err := sc.simEnv()
+	if err != nil {
+		return "", err
+	}
+	if err := h.start(ctx, sim, planEnv(engine.FaultAfterToolCall, "store_error")); err != nil {
+		return "", err
+	}
+	id, err := submitAndApprove(h, "store-1", nil)
+	if err != nil {
+		return id, err
+	}
+	_, err = h.waitRun(id, wait, finished)
+	return id, err
+}
+
+func driveApproved(ctx context.Context, h *harness, sc *Scenario) (ledger.RunID, error) {
+	sim, err := sc.simEnv()
+	if err != nil {
+		return "", err
+	}
+	if err := h.start(ctx, sim); err != nil {
+		return "", err
+	}
+	id, err := submitAndApprove(h, "run-1", nil)
+	if err != nil {
+		return id, err
+	}
+	_, err = h.waitRun(id, wait, finished)
+	return id, err
+}
+
+func driveConcurrentSubmit(ctx context.Context, h *harness, sc *Scenario) (ledger.RunID, error) {
+	sim, err := sc.simEnv()
+	if err != nil {
+		return "", err
+	}
+	if err := h.start(ctx, sim); err != nil {
+		return "", err
+	}
+	const n = 20
+	var wg sync.WaitGroup
+	ids := make([]ledger.RunID, n)
+	codes := make([]int, n)
+	for i := range n {
+		wg.Go(func() {
+			sub, code, _ := h.submit("same-key", nil)
+			ids[i], codes[i] = sub.ID, code
+		})
+	}
+	wg.Wait()
+	var id ledger.RunID
+	for i := range n {
+		switch codes[i] {
+		case http.StatusCreated:
+			if id != "" && ids[i] != id {
+				return id, fmt.Errorf("two runs for one key: %s and %s", id, ids[i])
+			}
+			id = ids[i]
+		case http.StatusConflict: // the first request was still in progress
+		default:
+			return id, fmt.Errorf("submit answered %d", codes[i])
+		}
+	}
+	if id == "" {
+		return "", fmt.Errorf("no submit got 201")
+	}
+	var list server.RunList
+	if _, err := h.do(http.MethodGet, "/v1/runs", nil, nil, &list); err != nil {
+		return id, err
+	}
+	if len(list.Runs) != 1 {
+		return id, fmt.Errorf("%d runs after %d identical submits", len(list.Runs), n)
+	}
+	a, err := awaitingAction(h, id)
+	if err != nil {
+		return id, err
+	}
+	if _, err := h.decide(a.ID, a.ActionDigest, "approve"); err != nil {
+		return id, err
+	}
+	_, err = h.waitRun(id, wait, finished)
+	return id, err
+}
+
+func driveKeyReuse(ctx context.Context, h *harness, sc *Scenario) (ledger.RunID, error) {
+	sim, err := sc.simEnv()
+	if err != nil {
+		return "", err
+	}
+	if err := h.start(ctx, sim); err != nil {
+		return "", err
+	}
+	sub, _, err := h.submit("reused", nil)
+	if err != nil {
+		return "", err
+	}
+	before, err := h.run(sub.ID)
+	if err != nil {
+		return sub.ID, err
+	}
+	_, code, _ := h.submit("reused", map[string]int64{"max_steps": 7})
+	if code != http.StatusUnprocessableEntity {
+		return sub.ID, fmt.Errorf("key reuse with another body answered %d, want 422", code)
+	}
+	after, err := h.run(sub.ID)
+	if err != nil {
+		return sub.ID, err
+	}
+	if after.Budget.Limits.MaxSteps != before.Budget.Limits.MaxSteps {
+		return sub.ID, fmt.Errorf("the refused request changed the run's budget")
+	}
+	a, err := awaitingAction(h, sub.ID)
+	if err != nil {
+		return sub.ID, err
+	}
+	if _, err := h.decide(a.ID, a.ActionDigest, "approve"); err != nil {
+		return sub.ID, err
+	}
+	_, err = h.waitRun(sub.ID, wait, finished)
+	return sub.ID, err
+}
+
+func driveStaleDigest(ctx context.Context, h *harness, sc *Scenario) (ledger.RunID, error) {
+	sim, err := sc.simEnv()
+	if err != nil {
+		return "", err
+	}
+	if err := h.start(ctx, sim); err != nil {
+		return "", err
+	}
+	sub, _, err := h.submit("stale-1", nil)
+	if err != nil {
+		return "", err
+	}
+	a, err := awaitingAction(h, sub.ID)
+	if err != nil {
+		return sub.ID, err
+	}
+	stale := ledger.Digest("sha256:" + strings.Repeat("0", 64))
+	if code, _ := h.decide(a.ID, stale, "approve"); code != http.StatusConflict {
+		return sub.ID, fmt.Errorf("approve with a stale digest answered %d, want 409", code)
+	}
+	effects, err := h.effects(ctx)
+	if err != nil {
+		return sub.ID, err
+	}
+	if len(effects) != 0 {
+		return sub.ID, fmt.Errorf("a refused approval let the tool act")
+	}
+	if _, err := awaitingAction(h, sub.ID); err != nil {
+		return sub.ID, fmt.Errorf("after the refused approval: %w", err)
+	}
+	if _, err := h.decide(a.ID, a.ActionDigest, "approve"); err != nil {
+		return sub.ID, err
+	}
+	_, err = h.waitRun(sub.ID, wait, finished)
+	return sub.ID, err
+}
+
+func driveBudget(ctx context.Context, h *harness, sc *Scenario) (ledger.RunID, error) {
+	sim, err := sc.simEnv()
+	if err != nil {
+		return "", err
+	}
+	plan := planEnv(engine.FaultAfterAttemptRecorded, "")
+	if err := h.start(ctx, sim, plan); err != nil {
+		return "", err
+	}
+	id, err := submitAndApprove(h, "budget-1", map[string]int64{"max_attempts_per_action": 3})
+	if err != nil {
+		return id, err
+	}
+	for kills := 0; ; kills++ {
+		if kills > 6 {
+			return id, fmt.Errorf("still killed after %d restarts: the budget did not hold", kills)
+		}
+		if err := h.waitKilled(wait); err != nil {
+			return id, err
+		}
+		if err := h.start(ctx, sim, plan); err != nil {
+			return id, err
+		}
+		if _, err := h.waitRun(id, wait, finished); err == nil {
+			return id, nil
+		}
+	}
+}
+
+func driveTamper(ctx context.Context, h *harness, sc *Scenario) (ledger.RunID, error) {
+	id, err := driveApproved(ctx, h, sc)
+	if err != nil {
+		return id, err
+	}
+	if err := h.stop(); err != nil {
+		return id, err
+	}
+	db, err := sql.Open("sqlite3", "file:"+h.db+"?_busy_timeout=5000")
+	if err != nil {
+		return id, err
+	}
+	defer db.Close()
+	for _, q := range []string{`DROP TRIGGER events_no_update`,
+		`UPDATE events SET data = '{"agent":"someone-else"}' WHERE run_id = '` + string(id) + `' AND seq = 1`} {
+		if _, err := db.ExecContext(ctx, q); err != nil {
+			return id, fmt.Errorf("tamper: %w", err)
+		}
+	}
+	out, code, err := h.cli("evidence", "verify", string(id), "--db", h.db)
+	switch {
+	case err != nil:
+		return id, err
+	case code != 1:
+		return id, fmt.Errorf("evidence verify exited %d on a tampered chain: %s", code, out)
+	}
+	sim, err := sc.simEnv()
+	if err != nil {
+		return id, err
+	}
+	return id, h.start(ctx, sim)
+}

@@ -1,0 +1,84 @@
+package faultmatrix_test
+
+import (
+	"bytes"
+	"context"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/actionledger/ledger/faultmatrix"
+	"github.com/stretchr/testify/require"
+)
+
+// build compiles the ledger binary (with extra flags) into a temp dir. The
+// runner itself builds nothing; its tests do, like CI does before
+// `ledger faultmatrix run`.
+func build(t *testing.T, args ...string) string {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("builds and runs the real binary")
+	}
+	bin := filepath.Join(t.TempDir(), "ledger")
+	cmd := exec.Command("go", append(append([]string{"build", "-o", bin}, args...), "../cmd/ledger")...)
+	out, err := cmd.CombinedOutput()
+	require.NoError(t, err, "%s", out)
+	return bin
+}
+
+func TestCatalogue(t *testing.T) {
+	all := faultmatrix.Catalogue()
+	names := map[string]bool{}
+	for _, sc := range all {
+		require.False(t, names[sc.Name], "duplicate scenario %s", sc.Name)
+		names[sc.Name] = true
+	}
+	require.GreaterOrEqual(t, len(all), 32+10)
+	for _, want := range []string{"crash/awaiting_approval", "crash/during_cancellation", "store_write_error", "tool_timeout",
+		"tool_error_then_retry", "duplicate_concurrent_submit", "conflicting_key_reuse", "stale_digest_approval",
+		"budget_exhausted_across_restarts", "event_edited_in_database"} {
+		require.True(t, names[want], "catalogue lacks %s", want)
+	}
+	require.Len(t, faultmatrix.Select("crash/after_tool_call", 1), 8, "a prefix selects a family")
+	a, b := faultmatrix.Select("", 7), faultmatrix.Select("", 7)
+	for i := range a {
+		require.Equal(t, a[i].Name, b[i].Name, "the same seed gives the same order")
+	}
+}
+
+// TestMatrixSmoke runs a few scenarios of each kind against the real
+// binary; CI runs the whole matrix with `ledger faultmatrix run`.
+func TestMatrixSmoke(t *testing.T) {
+	bin := build(t)
+	for _, name := range []string{"crash/after_tool_call/noquery-nodedup-nocancel", "crash/after_tool_call/query-nodedup-nocancel",
+		"stale_digest_approval", "event_edited_in_database"} {
+		rep, err := faultmatrix.Run(context.Background(), faultmatrix.Options{Binary: bin, Filter: name})
+		require.NoError(t, err)
+		require.Equal(t, 1, rep.Total)
+		require.Equal(t, 1, rep.Passed, "%s: %v", name, rep.Scenarios[0].Failures)
+		var buf bytes.Buffer
+		require.NoError(t, rep.WriteTable(&buf))
+		require.Contains(t, buf.String(), "1 passed, 0 failed")
+	}
+}
+
+// TestMatrixCatchesABrokenEngine proves the matrix can fail: a test build
+// of the engine that calls the tool before recording the attempt, or that
+// resends effects it cannot know, makes the named scenarios fail.
+func TestMatrixCatchesABrokenEngine(t *testing.T) {
+	bin := build(t, "-tags", "faultmatrix_broken")
+	for mode, scenario := range map[string]string{
+		"call_before_record": "crash/after_tool_call/noquery-nodedup-nocancel",
+		"retry_unknown":      "crash/after_tool_call/noquery-nodedup-cancel",
+	} {
+		t.Run(mode, func(t *testing.T) {
+			rep, err := faultmatrix.Run(context.Background(), faultmatrix.Options{Binary: bin, Filter: scenario,
+				Env: []string{"LEDGER_BROKEN=" + mode}})
+			require.NoError(t, err)
+			require.Equal(t, 1, rep.Failed, "the broken engine passed %s", scenario)
+			failures := strings.Join(rep.Scenarios[0].Failures, "; ")
+			require.Contains(t, failures, "effects", "the failure is about effects: %s", failures)
+		})
+	}
+}
