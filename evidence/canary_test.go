@@ -20,6 +20,7 @@ import (
 	"github.com/actionledger/ledger/evidence"
 	"github.com/actionledger/ledger/ledger"
 	"github.com/actionledger/ledger/ledger/ledgertest"
+	"github.com/actionledger/ledger/redact"
 	"github.com/actionledger/ledger/simulator"
 	"github.com/stretchr/testify/require"
 )
@@ -157,7 +158,7 @@ func TestCanary(t *testing.T) {
 	require.Equal(t, ledger.AttemptSucceeded, attempts[0].Status)
 	require.Equal(t, ledger.AttemptFailed, attempts[1].Status)
 
-	redactor, err := evidence.NewRedactor([]byte("canary-test-key-0123456789abcdef"))
+	redactor, err := redact.NewRedactor([]byte("canary-test-key-0123456789abcdef"))
 	require.NoError(t, err)
 	rep, err := evidence.Build(ctx, lb.Store, id, evidence.Options{Redactor: redactor, Now: lb.Clock.Now,
 		Tools: func(name string) ([]string, bool) {

@@ -11,7 +11,7 @@
 //
 // Redaction is not optional: Build needs a Redactor, and a value that
 // cannot be redacted (malformed JSON, a malformed secret path) fails the
-// whole export with ErrRedaction rather than showing it as recorded. A
+// whole export with redact.ErrRedaction rather than showing it as recorded. A
 // Redactor replaces the values at the argument paths a tool descriptor
 // marks secret, strings matching well-known secret patterns (API keys,
 // bearer and basic credentials, passwords in URLs, private keys, JWTs,

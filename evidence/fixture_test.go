@@ -15,6 +15,7 @@ import (
 	"github.com/actionledger/ledger/ledger"
 	"github.com/actionledger/ledger/ledger/ledgertest"
 	"github.com/actionledger/ledger/recovery"
+	"github.com/actionledger/ledger/redact"
 	"github.com/actionledger/ledger/simulator"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
@@ -71,7 +72,7 @@ func secretPaths(name string) ([]string, bool) {
 
 func (f *fixture) options(tb testing.TB) evidence.Options {
 	tb.Helper()
-	r, err := evidence.NewRedactor(testKey)
+	r, err := redact.NewRedactor(testKey)
 	require.NoError(tb, err)
 	return evidence.Options{Redactor: r, Tools: secretPaths, Now: f.clock.Now}
 }

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/actionledger/ledger/ledger"
+	"github.com/actionledger/ledger/redact"
 )
 
 // SchemaVersion is the schema_version of the reports this build writes
@@ -198,7 +199,7 @@ type Redaction struct {
 // Options configure Build.
 type Options struct {
 	// Redactor hides secrets. Required: there is no unredacted report.
-	Redactor *Redactor
+	Redactor *redact.Redactor
 	// Tools returns the secret paths (RFC 6901 pointers into the arguments)
 	// of a tool by name. An action whose tool it does not know, or every
 	// action when Tools is nil, has its arguments replaced as a whole:
@@ -213,12 +214,12 @@ type Options struct {
 // snapshot: a report of a live run may show an event whose fact it read
 // before the change. The chain verdict is the store's own (VerifyChain).
 //
-// Errors: ledger.ErrNotFound for an unknown run; ErrRedaction when anything
+// Errors: ledger.ErrNotFound for an unknown run; redact.ErrRedaction when anything
 // cannot be redacted (the report is then not built at all); store errors
 // as they come.
 func Build(ctx context.Context, store ledger.Store, run ledger.RunID, opts Options) (*Report, error) {
 	if opts.Redactor == nil {
-		return nil, fmt.Errorf("%w: no redactor", ErrRedaction)
+		return nil, fmt.Errorf("%w: no redactor", redact.ErrRedaction)
 	}
 	if opts.Now == nil {
 		return nil, errors.New("evidence: Options.Now is required")
@@ -313,7 +314,7 @@ func (b *builder) actions(rep *Report, run ledger.RunID) error {
 		if !ok {
 			return fmt.Errorf("attempt %s belongs to action %s, which the run does not have", at.ID, at.ActionID)
 		}
-		result, _, err := r.redactJSON(at.Result, nil)
+		result, _, err := r.RedactJSONChanged(at.Result, nil)
 		if err != nil {
 			return fmt.Errorf("attempt %s result: %w", at.ID, err)
 		}
@@ -363,7 +364,7 @@ func (b *builder) arguments(a *ledger.Action) (json.RawMessage, error) {
 	if !known {
 		paths = []string{""}
 	}
-	args, _, err := r.redactJSON(a.Arguments, paths)
+	args, _, err := r.RedactJSONChanged(a.Arguments, paths)
 	if err != nil {
 		return nil, fmt.Errorf("action %s arguments: %w", a.ID, err)
 	}
@@ -391,7 +392,7 @@ func (b *builder) observations(rep *Report, run ledger.RunID) error {
 		return err
 	}
 	for _, o := range obs {
-		detail, _, err := b.opts.Redactor.redactJSON(o.Detail, nil)
+		detail, _, err := b.opts.Redactor.RedactJSONChanged(o.Detail, nil)
 		if err != nil {
 			return fmt.Errorf("observation %s detail: %w", o.ID, err)
 		}
@@ -421,7 +422,7 @@ func (b *builder) timeline(rep *Report, run ledger.RunID) error {
 		return err
 	}
 	for _, e := range events {
-		data, changed, err := r.redactJSON(e.Data, nil)
+		data, changed, err := r.RedactJSONChanged(e.Data, nil)
 		if err != nil {
 			return fmt.Errorf("event %d data: %w", e.Seq, err)
 		}
@@ -449,10 +450,10 @@ func (b *builder) decision(e *ledger.Event) (RecoveryDecision, error) {
 	facts := map[string]json.RawMessage{}
 	if len(e.Data) > 0 {
 		if err := json.Unmarshal(e.Data, &d); err != nil {
-			return RecoveryDecision{}, fmt.Errorf("%w: event %d: malformed decision data", ErrRedaction, e.Seq)
+			return RecoveryDecision{}, fmt.Errorf("%w: event %d: malformed decision data", redact.ErrRedaction, e.Seq)
 		}
 		if err := json.Unmarshal(e.Data, &facts); err != nil {
-			return RecoveryDecision{}, fmt.Errorf("%w: event %d: malformed decision data", ErrRedaction, e.Seq)
+			return RecoveryDecision{}, fmt.Errorf("%w: event %d: malformed decision data", redact.ErrRedaction, e.Seq)
 		}
 	}
 	delete(facts, "decision")
@@ -462,7 +463,7 @@ func (b *builder) decision(e *ledger.Event) (RecoveryDecision, error) {
 	if err != nil {
 		return RecoveryDecision{}, fmt.Errorf("event %d facts: %w", e.Seq, err)
 	}
-	redacted, _, err := r.redactJSON(raw, nil)
+	redacted, _, err := r.RedactJSONChanged(raw, nil)
 	if err != nil {
 		return RecoveryDecision{}, fmt.Errorf("event %d facts: %w", e.Seq, err)
 	}

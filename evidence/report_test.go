@@ -15,6 +15,7 @@ import (
 	"github.com/actionledger/ledger/contracts"
 	"github.com/actionledger/ledger/evidence"
 	"github.com/actionledger/ledger/ledger"
+	"github.com/actionledger/ledger/redact"
 	"github.com/stretchr/testify/require"
 )
 
@@ -162,7 +163,7 @@ func TestBuildErrors(t *testing.T) {
 		opts := f.options(t)
 		opts.Redactor = nil
 		_, err := evidence.Build(ctx, f.store, id, opts)
-		require.ErrorIs(t, err, evidence.ErrRedaction)
+		require.ErrorIs(t, err, redact.ErrRedaction)
 	})
 	t.Run("NoClock", func(t *testing.T) {
 		f := openFixture(t)
@@ -178,7 +179,7 @@ func TestBuildErrors(t *testing.T) {
 		opts := f.options(t)
 		opts.Tools = func(string) ([]string, bool) { return []string{"api_key"}, true }
 		rep, err := evidence.Build(ctx, f.store, id, opts)
-		require.ErrorIs(t, err, evidence.ErrRedaction)
+		require.ErrorIs(t, err, redact.ErrRedaction)
 		require.Nil(t, rep)
 		require.NotContains(t, err.Error(), goldenSecret)
 	})
@@ -193,7 +194,7 @@ func TestBuildErrors(t *testing.T) {
 		_, err = db.Exec(`UPDATE attempts SET result = ? WHERE attempt_no = 1 AND result IS NOT NULL`, `{"token": "`+goldenSecret)
 		require.NoError(t, err)
 		rep, err := evidence.Build(ctx, f.store, id, f.options(t))
-		require.ErrorIs(t, err, evidence.ErrRedaction)
+		require.ErrorIs(t, err, redact.ErrRedaction)
 		require.Nil(t, rep)
 		require.NotContains(t, err.Error(), goldenSecret)
 	})

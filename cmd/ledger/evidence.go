@@ -17,12 +17,13 @@ import (
 	"github.com/actionledger/ledger/contracts"
 	"github.com/actionledger/ledger/evidence"
 	"github.com/actionledger/ledger/ledger"
+	"github.com/actionledger/ledger/redact"
 	"github.com/actionledger/ledger/simulator"
 	"github.com/spf13/cobra"
 )
 
 // envRedactionKey holds the evidence redaction key when --key-file is not
-// given: hex, or raw bytes, at least evidence.MinKeyLen bytes either way.
+// given: hex, or raw bytes, at least redact.MinKeyLen bytes either way.
 const envRedactionKey = "LEDGER_REDACTION_KEY"
 
 // evidenceExitNotFound is the exit status of an unknown run: 5, "not
@@ -90,7 +91,7 @@ is broken is still written, and says where the chain broke.`,
 			if err != nil {
 				return err
 			}
-			redactor, err := evidence.NewRedactor(key)
+			redactor, err := redact.NewRedactor(key)
 			if err != nil {
 				return err
 			}
@@ -242,11 +243,11 @@ func redactionKey(keyFile string) (key []byte, generated bool, err error) {
 // be at least MinKeyLen long.
 func parseRedactionKey(raw []byte) ([]byte, error) {
 	text := bytes.TrimSpace(raw)
-	if b, err := hex.DecodeString(string(text)); err == nil && len(b) >= evidence.MinKeyLen {
+	if b, err := hex.DecodeString(string(text)); err == nil && len(b) >= redact.MinKeyLen {
 		return b, nil
 	}
-	if len(text) < evidence.MinKeyLen {
-		return nil, fmt.Errorf("the key has %d bytes, at least %d are required", len(text), evidence.MinKeyLen)
+	if len(text) < redact.MinKeyLen {
+		return nil, fmt.Errorf("the key has %d bytes, at least %d are required", len(text), redact.MinKeyLen)
 	}
 	return text, nil
 }

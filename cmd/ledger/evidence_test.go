@@ -13,8 +13,8 @@ import (
 
 	"github.com/actionledger/ledger/approval"
 	"github.com/actionledger/ledger/contracts"
-	"github.com/actionledger/ledger/evidence"
 	"github.com/actionledger/ledger/ledger"
+	"github.com/actionledger/ledger/redact"
 	"github.com/actionledger/ledger/simulator"
 	"github.com/stretchr/testify/require"
 )
@@ -172,14 +172,14 @@ func TestEvidenceExportErrors(t *testing.T) {
 		require.NoError(t, err)
 		target := filepath.Join(t.TempDir(), "report.html")
 		stdout, _, err := runEvidence(t, "evidence", "export", string(id), "--db", db, "--format", "html", "--out", target)
-		require.ErrorIs(t, err, evidence.ErrRedaction)
+		require.ErrorIs(t, err, redact.ErrRedaction)
 		require.NotContains(t, err.Error(), "sk-unfinished")
 		require.Empty(t, stdout)
 		entries, err := os.ReadDir(filepath.Dir(target))
 		require.NoError(t, err)
 		require.Empty(t, entries)
 		stdout, _, err = runEvidence(t, "evidence", "export", string(id), "--db", db)
-		require.ErrorIs(t, err, evidence.ErrRedaction)
+		require.ErrorIs(t, err, redact.ErrRedaction)
 		require.Empty(t, stdout)
 	})
 

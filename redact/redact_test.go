@@ -1,4 +1,4 @@
-package evidence_test
+package redact_test
 
 import (
 	"encoding/json"
@@ -6,30 +6,33 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/actionledger/ledger/evidence"
+	"github.com/actionledger/ledger/redact"
 	"github.com/stretchr/testify/require"
 )
 
-func newRedactor(t *testing.T) *evidence.Redactor {
+func newRedactor(t *testing.T) *redact.Redactor {
 	t.Helper()
-	r, err := evidence.NewRedactor(testKey)
+	r, err := redact.NewRedactor(testKey)
 	require.NoError(t, err)
 	return r
 }
+
+// testKey is a fixed key so markers are stable across runs.
+var testKey = []byte("0123456789abcdef-test-key")
 
 var markerRE = regexp.MustCompile(`\[redacted:[0-9a-f]{8}\]`)
 
 func TestNewRedactor(t *testing.T) {
 	t.Run("ShortKey", func(t *testing.T) {
 		key := []byte("fifteen-bytes!!")
-		r, err := evidence.NewRedactor(key)
+		r, err := redact.NewRedactor(key)
 		require.Nil(t, r)
-		require.ErrorIs(t, err, evidence.ErrRedaction)
+		require.ErrorIs(t, err, redact.ErrRedaction)
 		require.NotContains(t, err.Error(), string(key))
 	})
 	t.Run("KeyCopied", func(t *testing.T) {
 		key := []byte("0123456789abcdef")
-		r, err := evidence.NewRedactor(key)
+		r, err := redact.NewRedactor(key)
 		require.NoError(t, err)
 		before := r.Marker("secret")
 		key[0] = 'X'
@@ -156,7 +159,7 @@ func TestRedactJSONErrors(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			got, err := r.RedactJSON(json.RawMessage(tt.doc), tt.paths)
-			require.ErrorIs(t, err, evidence.ErrRedaction)
+			require.ErrorIs(t, err, redact.ErrRedaction)
 			require.Nil(t, got, "no partial or unredacted output")
 			require.NotContains(t, err.Error(), secret)
 			require.NotContains(t, err.Error(), string(testKey))
@@ -178,7 +181,7 @@ func TestRedactionCorrelation(t *testing.T) {
 	require.Equal(t, `{"header":"Bearer `+r.Marker("tok123")+`","key":"`+r.Marker("tok123")+`"}`, string(args))
 
 	// Another key: other markers, and another key id.
-	other, err := evidence.NewRedactor([]byte("another-key-0123456789"))
+	other, err := redact.NewRedactor([]byte("another-key-0123456789"))
 	require.NoError(t, err)
 	require.NotEqual(t, a, other.Marker("secret-one"))
 	require.NotEqual(t, r.KeyID(), other.KeyID())

@@ -1,4 +1,11 @@
-package evidence
+// Package redact hides secrets: the values at JSON pointers a tool
+// descriptor marks secret, values under credential-looking keys, and
+// well-known secret shapes in any string (API keys, bearer tokens,
+// passwords in URLs) become "[redacted:<8 hex of a keyed HMAC>]", so equal
+// secrets stay correlatable without being revealed. The engine redacts
+// what tools return before the ledger stores it; evidence redacts every
+// report. It imports nothing of the project.
+package redact
 
 import (
 	"bytes"
@@ -19,7 +26,7 @@ import (
 // could not be redacted: malformed JSON, a malformed JSON pointer, a missing
 // or short key. An export that meets one fails as a whole; nothing is ever
 // shown unredacted instead.
-var ErrRedaction = errors.New("evidence: redaction failed")
+var ErrRedaction = errors.New("redact: redaction failed")
 
 // MinKeyLen is the shortest redaction key NewRedactor accepts, in bytes.
 const MinKeyLen = 16
@@ -182,12 +189,13 @@ func (r *Redactor) redactString(s string) (string, bool) {
 // Malformed JSON and malformed pointers fail with ErrRedaction, whose
 // message quotes no part of doc. An empty doc stays empty.
 func (r *Redactor) RedactJSON(doc json.RawMessage, secretPaths []string) (json.RawMessage, error) {
-	out, _, err := r.redactJSON(doc, secretPaths)
+	out, _, err := r.RedactJSONChanged(doc, secretPaths)
 	return out, err
 }
 
-// redactJSON is RedactJSON, also reporting whether anything changed.
-func (r *Redactor) redactJSON(doc json.RawMessage, secretPaths []string) (json.RawMessage, bool, error) {
+// RedactJSONChanged is RedactJSON, also reporting whether anything
+// changed.
+func (r *Redactor) RedactJSONChanged(doc json.RawMessage, secretPaths []string) (json.RawMessage, bool, error) {
 	if len(doc) == 0 {
 		return nil, false, nil
 	}
