@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"crypto/rand"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -15,6 +16,7 @@ import (
 	"github.com/actionledger/ledger/contracts"
 	"github.com/actionledger/ledger/ledger"
 	"github.com/actionledger/ledger/recovery"
+	"github.com/actionledger/ledger/redact"
 )
 
 // FaultPoint names a dangerous moment of an attempt, where a fault plan
@@ -80,6 +82,12 @@ type Config struct {
 	// started with an explicit fault plan sets it (see cmd/ledger); nothing
 	// reachable from the network can.
 	FaultFunc func(FaultPoint)
+	// Redactor hides secrets in what tools and models return (outputs,
+	// error messages, probe answers) before the ledger stores it: only an
+	// action's arguments are kept as given. Nil means a redactor with a
+	// random key of this process, so markers correlate within the process
+	// only.
+	Redactor *redact.Redactor
 	// OnDecision, if set, sees every recovery decision (for metrics).
 	OnDecision func(recovery.Decision)
 	Logger     *slog.Logger
@@ -141,6 +149,17 @@ func New(cfg Config) (*Engine, error) {
 	if cfg.MaxAttemptsPerAction <= 0 {
 		cfg.MaxAttemptsPerAction = 5
 	}
+	if cfg.Redactor == nil {
+		key := make([]byte, 32)
+		if _, err := rand.Read(key); err != nil {
+			return nil, fmt.Errorf("engine: redaction key: %w", err)
+		}
+		r, err := redact.NewRedactor(key)
+		if err != nil {
+			return nil, fmt.Errorf("engine: %w", err)
+		}
+		cfg.Redactor = r
+	}
 	e := &Engine{store: cfg.Store, approvals: cfg.Approvals, agents: map[string]*registeredAgent{},
 		now: cfg.Now, cfg: cfg, log: cfg.Logger, calls: map[ledger.RunID]func(){},
 		notBefore: map[ledger.RunID]time.Time{}, policy: cfg.Policy.WithDefaults()}
@@ -181,16 +200,18 @@ func (e *Engine) probe(name, version string) (recovery.Probe, bool) {
 		if broken("retry_unknown") {
 			p.Tool.Guarantees.Dedup = true
 		}
+		// What a tool answers a probe is recorded as evidence: redacted
+		// first, its errors too (their text reaches rationales).
 		if q, ok := t.Tool.(Querier); ok && t.desc.Guarantees.Query {
 			p.QueryFunc = func(ctx context.Context, key string) (ledger.EffectFact, json.RawMessage, error) {
 				r, err := q.Query(ctx, key)
-				return r.Effect, r.Output, err
+				return r.Effect, e.redactJSON(r.Output), e.redactErr(err)
 			}
 		}
 		if c, ok := t.Tool.(Canceller); ok && t.desc.Guarantees.Cancel {
 			p.CancelFunc = func(ctx context.Context, key string) (bool, json.RawMessage, error) {
 				r, err := c.Cancel(ctx, key)
-				return r.Confirmed, r.Detail, err
+				return r.Confirmed, e.redactJSON(r.Detail), e.redactErr(err)
 			}
 		}
 		return p, true
@@ -527,7 +548,8 @@ func (e *Engine) attempt(ctx context.Context, run *ledger.Run, agent *registered
 		// started; recovery finds it and decides with the tool's guarantees.
 		return false, ctx.Err()
 	}
-	fin := outcome(tool.desc, res, callErr)
+	res.Output = e.redactJSON(res.Output)
+	fin := outcome(tool.desc, res, e.redactErr(callErr))
 	if callErr != nil && cancelledByRun {
 		fin = ledger.FinishAttemptParams{Status: ledger.AttemptCancelled, ActionState: ledger.ActionUncertain,
 			Error:       &ledger.AttemptError{Code: "cancelled", Message: "the run was cancelled during the call"},
@@ -606,12 +628,50 @@ func (e *Engine) finish(ctx context.Context, run *ledger.Run, reason ledger.Stop
 		data = map[string]any{}
 	}
 	data["stop_reason"] = reason
-	_, err := e.store.TransitionRun(ctx, ledger.RunTransition{ID: run.ID, From: run.State, To: reason.TerminalState(),
-		StopReason: reason, Actor: "engine", Data: data})
+	// Error texts from tools and models end up here: the event is
+	// append-only and hash-chained, so a secret in it could never be
+	// removed. Redact before it is written.
+	raw, err := json.Marshal(data)
+	if err != nil {
+		return fmt.Errorf("finish %s: %w", run.ID, err)
+	}
+	_, err = e.store.TransitionRun(ctx, ledger.RunTransition{ID: run.ID, From: run.State, To: reason.TerminalState(),
+		StopReason: reason, Actor: "engine", Data: e.redactJSON(raw)})
 	if err == nil {
 		e.log.Info("run finished", "run", run.ID, "state", reason.TerminalState(), "stop_reason", reason)
 	}
 	return err
+}
+
+// redactJSON hides secrets in a tool's or model's JSON before it is
+// stored. A document that cannot be redacted is not stored at all.
+func (e *Engine) redactJSON(doc json.RawMessage) json.RawMessage {
+	if len(doc) == 0 {
+		return doc
+	}
+	out, err := e.cfg.Redactor.RedactJSON(doc, nil)
+	if err != nil {
+		return json.RawMessage(`{"unrecorded":"the output could not be redacted, so it was not kept"}`)
+	}
+	return out
+}
+
+// redactErr keeps an error's kind (timeouts, tool errors) and hides
+// secrets in its text.
+func (e *Engine) redactErr(err error) error {
+	if err == nil {
+		return nil
+	}
+	var te *ToolError
+	if errors.As(err, &te) {
+		c := *te
+		c.Message = e.cfg.Redactor.RedactString(c.Message)
+		return &c
+	}
+	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
+		return err
+	}
+	return errors.New(e.cfg.Redactor.RedactString(err.Error()))
 }
 
 func ptr[T any](v T) *T { return &v }

@@ -237,11 +237,6 @@ func (h *harness) waitRun(id ledger.RunID, timeout time.Duration, pred func(serv
 	}
 }
 
-// settled is true once a run needs nothing more from the engine.
-func settled(r server.Run) bool {
-	return r.State.Terminal() || r.State == ledger.RunNeedsReview || r.State == ledger.RunAwaitingApproval
-}
-
 // effects reads the simulator's own store: never the ledger.
 func (h *harness) effects(ctx context.Context) ([]simulator.Effect, error) {
 	s, err := simulator.OpenEffectStore(ctx, h.db+".effects.db", nil)

@@ -154,14 +154,6 @@ func micros(t time.Time) int64 { return t.UnixMicro() }
 
 func fromMicros(us int64) time.Time { return time.UnixMicro(us).UTC() }
 
-func microsPtr(t *time.Time) *int64 {
-	if t == nil {
-		return nil
-	}
-	v := t.UnixMicro()
-	return &v
-}
-
 func timePtr(us *int64) *time.Time {
 	if us == nil {
 		return nil

@@ -12,6 +12,7 @@ import (
 	"github.com/actionledger/ledger/engine"
 	"github.com/actionledger/ledger/ledger"
 	"github.com/actionledger/ledger/recovery"
+	"github.com/actionledger/ledger/redact"
 	"github.com/actionledger/ledger/simulator"
 )
 
@@ -75,12 +76,25 @@ func openService(ctx context.Context, cfg serviceConfig) (*service, error) {
 		d, ok := tools[name]
 		return d, ok
 	}, approval.Options{RelaxSeparationOfDuties: cfg.DevMode})
+	// The engine redacts tool output and errors before they are stored,
+	// with the same key evidence exports use, so markers correlate.
+	key, generated, err := redactionKey("")
+	if err != nil {
+		return nil, errors.Join(err, rt.Close())
+	}
+	if generated {
+		cfg.Logger.Warn("no " + envRedactionKey + ": secrets in tool output are redacted with a key of this process only; their markers will match no evidence export")
+	}
+	redactor, err := redact.NewRedactor(key)
+	if err != nil {
+		return nil, errors.Join(err, rt.Close())
+	}
 	var engineStore ledger.Store = store
 	if cfg.WrapStore != nil {
 		engineStore = cfg.WrapStore(store)
 	}
 	rt.engine, err = engine.New(engine.Config{Store: engineStore, Approvals: rt.approvals, Agents: []engine.Agent{agent}, Logger: cfg.Logger, FaultFunc: cfg.FaultFunc,
-		OnDecision: cfg.OnDecision})
+		OnDecision: cfg.OnDecision, Redactor: redactor})
 	if err != nil {
 		return nil, errors.Join(fmt.Errorf("wire engine: %w", err), rt.Close())
 	}
