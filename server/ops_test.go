@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/actionledger/ledger/contracts"
+	"github.com/actionledger/ledger/redact"
 	"github.com/actionledger/ledger/server"
 )
 
@@ -186,33 +187,23 @@ func TestOpenAPI(t *testing.T) {
 	walk(whole)
 }
 
-func TestRedactPaths(t *testing.T) {
-	doc := json.RawMessage(`{"a":{"b":"secret","c":[1,{"d":"x"}]},"e~f":"s2","g/h":"s3","n":12345678901234567890}`)
-	for name, tc := range map[string]struct {
-		paths []string
-		want  string
-	}{
-		"none":          {nil, string(doc)},
-		"nested":        {[]string{"/a/b"}, `{"a":{"b":"[redacted]","c":[1,{"d":"x"}]},"e~f":"s2","g/h":"s3","n":12345678901234567890}`},
-		"array index":   {[]string{"/a/c/1/d"}, `{"a":{"b":"secret","c":[1,{"d":"[redacted]"}]},"e~f":"s2","g/h":"s3","n":12345678901234567890}`},
-		"escapes":       {[]string{"/e~0f", "/g~1h"}, `{"a":{"b":"secret","c":[1,{"d":"x"}]},"e~f":"[redacted]","g/h":"[redacted]","n":12345678901234567890}`},
-		"whole subtree": {[]string{"/a"}, `{"a":"[redacted]","e~f":"s2","g/h":"s3","n":12345678901234567890}`},
-		"missing":       {[]string{"/zz", "/a/c/9", "/a/c/01"}, `{"a":{"b":"secret","c":[1,{"d":"x"}]},"e~f":"s2","g/h":"s3","n":12345678901234567890}`},
-		"root":          {[]string{""}, `"[redacted]"`},
-	} {
-		t.Run(name, func(t *testing.T) {
-			got, err := server.RedactPaths(doc, tc.paths)
-			require.NoError(t, err)
-			require.JSONEq(t, tc.want, string(got))
-		})
-	}
-	_, err := server.RedactPaths(doc, []string{"a/b"})
-	require.Error(t, err)
+func TestKeyedRedactor(t *testing.T) {
+	r, err := redact.NewRedactor([]byte("server-test-key-0123456789abcdef"))
+	require.NoError(t, err)
+	desc := contracts.ToolDescriptor{Name: "t", SecretPaths: []string{"/a/b"}}
+	kr := server.KeyedRedactor{Redactor: r, Tools: func(name string) (contracts.ToolDescriptor, bool) { return desc, name == "t" }}
+	doc := json.RawMessage(`{"a":{"b":"secret","c":"Bearer abcdefghijklmnop"},"d":"plain"}`)
+	got, err := kr.RedactArguments("t", doc)
+	require.NoError(t, err)
+	require.JSONEq(t, `{"a":{"b":"`+r.Marker("secret")+`","c":"Bearer `+r.Marker("abcdefghijklmnop")+`"},"d":"plain"}`, string(got))
 
 	t.Run("UnknownToolIsRedactedWhole", func(t *testing.T) {
-		r := server.SecretPathRedactor{Tools: func(string) (contracts.ToolDescriptor, bool) { return contracts.ToolDescriptor{}, false }}
-		got, err := r.RedactArguments("gone.tool", doc)
+		got, err := kr.RedactArguments("gone.tool", doc)
 		require.NoError(t, err)
-		require.JSONEq(t, `"[redacted]"`, string(got))
+		require.Regexp(t, `^"\[redacted:[0-9a-f]{8}\]"$`, string(got))
+	})
+	t.Run("MalformedArgumentsFail", func(t *testing.T) {
+		_, err := kr.RedactArguments("t", json.RawMessage(`{"a":`))
+		require.ErrorIs(t, err, redact.ErrRedaction)
 	})
 }

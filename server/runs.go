@@ -1,6 +1,7 @@
 package server
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/actionledger/ledger/contracts"
 	"github.com/actionledger/ledger/engine"
+	"github.com/actionledger/ledger/evidence"
 	"github.com/actionledger/ledger/ledger"
 )
 
@@ -375,8 +377,8 @@ func (s *Server) timeline(c echo.Context) error {
 var evidenceFormats = map[string]bool{"json": true, "md": true, "html": true}
 
 // evidence is GET /v1/runs/{run_id}/evidence?format=json|md|html, for
-// auditors. Reports are a later issue: after the role, the run and the
-// format are checked, the answer is 501.
+// auditors: the run's redacted evidence report (package evidence). If
+// redaction fails, the answer is an error, never an unredacted report.
 func (s *Server) evidence(c echo.Context) error {
 	id, err := needRole(c, RoleAuditor)
 	if err != nil {
@@ -393,5 +395,27 @@ func (s *Server) evidence(c echo.Context) error {
 	if !evidenceFormats[format] {
 		return badQuery("format", "format must be json, md or html")
 	}
-	return problemf(CodeNotImplemented, "evidence reports for run %s are not implemented yet", r.ID)
+	rep, err := evidence.Build(c.Request().Context(), s.store, r.ID, evidence.Options{Redactor: s.redaction, Now: s.now,
+		Tools: func(name string) ([]string, bool) {
+			d, ok := s.engine.Tool(name)
+			return d.SecretPaths, ok
+		}})
+	if err != nil {
+		return err
+	}
+	var buf bytes.Buffer
+	contentType := "application/json"
+	switch format {
+	case "json":
+		err = rep.JSON(&buf)
+	case "md":
+		contentType, err = "text/markdown; charset=utf-8", rep.Markdown(&buf)
+	case "html":
+		contentType, err = "text/html; charset=utf-8", rep.HTML(&buf)
+	}
+	if err != nil {
+		return err
+	}
+	c.Response().Header().Set("X-Content-Type-Options", "nosniff")
+	return c.Blob(http.StatusOK, contentType, buf.Bytes())
 }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/actionledger/ledger/contracts"
 	"github.com/actionledger/ledger/ledger"
 	"github.com/actionledger/ledger/server"
 )
@@ -278,10 +279,16 @@ func TestEvidence(t *testing.T) {
 	e := newEnv(t, options{})
 	id := e.submit(t, "alice", "k1")
 	path := "/v1/runs/" + string(id) + "/evidence"
-	for _, q := range []string{"", "?format=json", "?format=md", "?format=html"} {
-		requireProblem(t, e.get(t, "carol", path+q), http.StatusNotImplemented, server.CodeNotImplemented)
+	for q, ct := range map[string]string{"": "application/json", "?format=json": "application/json",
+		"?format=md": "text/markdown; charset=utf-8", "?format=html": "text/html; charset=utf-8"} {
+		res := e.get(t, "carol", path+q)
+		require.Equal(t, http.StatusOK, res.Status, "%s: %s", q, res.Body)
+		require.Equal(t, ct, res.Header.Get("Content-Type"), q)
+		require.Contains(t, string(res.Body), string(id), q)
 	}
-	requireProblem(t, e.get(t, "root", path), http.StatusNotImplemented, server.CodeNotImplemented)
+	res := e.get(t, "root", path)
+	require.Equal(t, http.StatusOK, res.Status)
+	require.NoError(t, contracts.Validate(contracts.SchemaReport, res.Body), "the JSON report follows its schema")
 	requireProblem(t, e.get(t, "carol", path+"?format=pdf"), http.StatusBadRequest, "invalid")
 	requireProblem(t, e.get(t, "carol", "/v1/runs/run_unknown/evidence"), http.StatusNotFound, "not_found")
 	requireProblem(t, e.get(t, "gina", path), http.StatusNotFound, "not_found")

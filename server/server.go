@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"crypto/rand"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -15,6 +16,7 @@ import (
 	"github.com/actionledger/ledger/approval"
 	"github.com/actionledger/ledger/engine"
 	"github.com/actionledger/ledger/ledger"
+	"github.com/actionledger/ledger/redact"
 )
 
 // DefaultMaxBodyBytes bounds request bodies when Config.MaxBodyBytes is 0.
@@ -54,8 +56,12 @@ type Config struct {
 	// one-row FindRuns and, if the store can say (CurrentSchemaVersion),
 	// a schema version equal to ledger.SchemaVersion().
 	ReadyFunc func(ctx context.Context) error
+	// Redaction is the keyed redactor of evidence reports and of the
+	// default Redactor; nil means one with a random key of this process
+	// (markers then match no other process's).
+	Redaction *redact.Redactor
 	// Redactor hides secrets in arguments and event data; nil means a
-	// SecretPathRedactor over the engine's tool descriptors.
+	// KeyedRedactor with Redaction over the engine's tool descriptors.
 	Redactor Redactor
 
 	// beforeSubmit, if set, runs after a submit is marked in flight and
@@ -78,6 +84,7 @@ type Server struct {
 	now       func() time.Time
 	ready     func(ctx context.Context) error
 	redactor  Redactor
+	redaction *redact.Redactor
 	openapi   []byte
 	echo      *echo.Echo
 	routes    map[string]bool // route templates, to bound the metrics' route label
@@ -116,8 +123,20 @@ func New(cfg Config) (*Server, error) {
 	if s.ready == nil {
 		s.ready = s.defaultReady
 	}
+	if cfg.Redaction == nil {
+		key := make([]byte, 32)
+		if _, err := rand.Read(key); err != nil {
+			return nil, fmt.Errorf("server: redaction key: %w", err)
+		}
+		r, err := redact.NewRedactor(key)
+		if err != nil {
+			return nil, fmt.Errorf("server: %w", err)
+		}
+		cfg.Redaction = r
+	}
+	s.redaction = cfg.Redaction
 	if s.redactor == nil {
-		s.redactor = SecretPathRedactor{Tools: cfg.Engine.Tool}
+		s.redactor = KeyedRedactor{Redactor: cfg.Redaction, Tools: cfg.Engine.Tool}
 	}
 	own := cfg.Registry == nil
 	s.reg = cfg.Registry

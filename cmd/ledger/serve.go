@@ -174,6 +174,7 @@ func runServe(ctx context.Context, o *serveOptions, stderr io.Writer) (err error
 		Logger:       log,
 		MaxBodyBytes: o.maxBodyBytes,
 		Now:          time.Now,
+		Redaction:    svc.redactor,
 	})
 	if err != nil {
 		return fmt.Errorf("build server: %w", err)

@@ -25,6 +25,9 @@ type service struct {
 	approvals *approval.Service
 	engine    *engine.Engine
 	log       *slog.Logger
+	// redactor hides secrets in what is stored and shown, with
+	// LEDGER_REDACTION_KEY when set.
+	redactor *redact.Redactor
 }
 
 // serviceConfig says where things live and how they behave.
@@ -89,6 +92,7 @@ func openService(ctx context.Context, cfg serviceConfig) (*service, error) {
 	if err != nil {
 		return nil, errors.Join(err, rt.Close())
 	}
+	rt.redactor = redactor
 	var engineStore ledger.Store = store
 	if cfg.WrapStore != nil {
 		engineStore = cfg.WrapStore(store)
