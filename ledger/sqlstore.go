@@ -50,6 +50,7 @@ type GormStore struct {
 	w, r  *gorm.DB
 	now   func() time.Time
 	newID NewIDFunc
+	wr    *writer // group commit (groupcommit.go)
 }
 
 var _ Store = (*GormStore)(nil)
@@ -117,6 +118,7 @@ func Open(ctx context.Context, cfg Config) (*GormStore, error) {
 		return nil, err
 	}
 	s.r = r
+	s.startWriter()
 	return s, nil
 }
 
@@ -155,6 +157,7 @@ func closeDB(db *gorm.DB) error {
 
 // Close closes both connection pools.
 func (s *GormStore) Close() error {
+	s.stopWriter()
 	var errs []error
 	if s.r != nil {
 		errs = append(errs, closeDB(s.r))
@@ -278,18 +281,6 @@ type txn struct {
 	db    *gorm.DB
 	now   time.Time
 	newID NewIDFunc
-}
-
-// inTx runs fn in a write transaction (BEGIN IMMEDIATE on SQLite). fn's
-// error rolls everything back; errors come out as *Error.
-func (s *GormStore) inTx(ctx context.Context, op string, fn func(tx *txn) error) error {
-	err := s.w.WithContext(ctx).Transaction(func(db *gorm.DB) error {
-		return fn(&txn{db: db, now: s.now(), newID: s.newID})
-	})
-	if err != nil {
-		return wrapErr(op, err)
-	}
-	return nil
 }
 
 // wrapErr gives err the op as context and makes sure it is an *Error; GORM
