@@ -102,32 +102,7 @@ func BenchmarkEngineConcurrency(b *testing.B) {
 func BenchmarkEngineActions(b *testing.B) {
 	ctx := context.Background()
 	dir := b.TempDir()
-	store, err := ledger.Open(ctx, ledger.Config{Path: filepath.Join(dir, "ledger.db")})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer store.Close()
-	desc := simulator.CardsWriteDescriptor()
-	desc.Name = "bench.write"
-	desc.Guarantees = contracts.Guarantees{}
-	steps := make([]engine.Step, 0, actionsPerRun)
-	for i := range actionsPerRun {
-		steps = append(steps, engine.Step{Kind: engine.StepToolCall, Tool: desc.Name,
-			Arguments: json.RawMessage(fmt.Sprintf(`{"title":"t","cards":[{"front":"q%d","back":"a"}]}`, i)),
-			Usage:     &engine.Usage{InputTokens: 10, OutputTokens: 5}})
-	}
-	agent := engine.Agent{Name: "bench", Tools: []engine.Tool{instantTool{desc}},
-		NewModel: func(json.RawMessage) (engine.Model, error) { return simulator.NewScriptedModel(steps...), nil }}
-	rules := &contracts.Rules{Rules: []contracts.Rule{{Tool: desc.Name, Decision: contracts.RuleDecisionAutoApprove}}}
-	policy, err := approval.NewPolicy(rules, approval.Defaults{})
-	if err != nil {
-		b.Fatal(err)
-	}
-	svc := approval.NewService(store, policy, nil, approval.Options{})
-	eng, err := engine.New(engine.Config{Store: store, Approvals: svc, Agents: []engine.Agent{agent}})
-	if err != nil {
-		b.Fatal(err)
-	}
+	store, eng := benchEngine(b, dir)
 	floor := ledgertest.OpenFloor(b, dir)
 
 	var engineTime, floorTime time.Duration

@@ -58,6 +58,16 @@ func submitAndApprove(h *harness, key string, budgets map[string]int64) (ledger.
 	return sub.ID, nil
 }
 
+// startScenario starts serve with the scenario's simulator settings and
+// any extra environment (a fault plan).
+func startScenario(ctx context.Context, h *harness, sc *Scenario, env ...string) error {
+	sim, err := sc.simEnv()
+	if err != nil {
+		return err
+	}
+	return h.start(ctx, append([]string{sim}, env...)...)
+}
+
 func finished(r server.Run) bool {
 	return r.State.Terminal() || r.State == ledger.RunNeedsReview
 }
@@ -65,24 +75,16 @@ func finished(r server.Run) bool {
 // restart starts serve again without a fault plan and waits for the run to
 // settle: recovery at start-up, then the workers.
 func restart(ctx context.Context, h *harness, sc *Scenario, id ledger.RunID) error {
-	sim, err := sc.simEnv()
-	if err != nil {
+	if err := startScenario(ctx, h, sc); err != nil {
 		return err
 	}
-	if err := h.start(ctx, sim); err != nil {
-		return err
-	}
-	_, err = h.waitRun(id, wait, finished)
+	_, err := h.waitRun(id, wait, finished)
 	return err
 }
 
 func driveCrash(p engine.FaultPoint) func(ctx context.Context, h *harness, sc *Scenario) (ledger.RunID, error) {
 	return func(ctx context.Context, h *harness, sc *Scenario) (ledger.RunID, error) {
-		sim, err := sc.simEnv()
-		if err != nil {
-			return "", err
-		}
-		if err := h.start(ctx, sim, planEnv(p, "")); err != nil {
+		if err := startScenario(ctx, h, sc, planEnv(p, "")); err != nil {
 			return "", err
 		}
 		id, err := submitAndApprove(h, "crash-1", nil)
@@ -97,11 +99,7 @@ func driveCrash(p engine.FaultPoint) func(ctx context.Context, h *harness, sc *S
 }
 
 func driveCrashAwaiting(ctx context.Context, h *harness, sc *Scenario) (ledger.RunID, error) {
-	sim, err := sc.simEnv()
-	if err != nil {
-		return "", err
-	}
-	if err := h.start(ctx, sim, planEnv(engine.FaultAwaitingApproval, "")); err != nil {
+	if err := startScenario(ctx, h, sc, planEnv(engine.FaultAwaitingApproval, "")); err != nil {
 		return "", err
 	}
 	sub, _, err := h.submit("await-1", nil)
@@ -111,7 +109,7 @@ func driveCrashAwaiting(ctx context.Context, h *harness, sc *Scenario) (ledger.R
 	if err := h.waitKilled(wait); err != nil {
 		return sub.ID, err
 	}
-	if err := h.start(ctx, sim); err != nil {
+	if err := startScenario(ctx, h, sc); err != nil {
 		return sub.ID, err
 	}
 	a, err := awaitingAction(h, sub.ID)
@@ -126,11 +124,7 @@ func driveCrashAwaiting(ctx context.Context, h *harness, sc *Scenario) (ledger.R
 }
 
 func driveCrashCancel(ctx context.Context, h *harness, sc *Scenario) (ledger.RunID, error) {
-	sim, err := sc.simEnv()
-	if err != nil {
-		return "", err
-	}
-	if err := h.start(ctx, sim, planEnv(engine.FaultCancelStopping, "")); err != nil {
+	if err := startScenario(ctx, h, sc, planEnv(engine.FaultCancelStopping, "")); err != nil {
 		return "", err
 	}
 	sub, _, err := h.submit("cancel-1", nil)
@@ -148,11 +142,7 @@ func driveCrashCancel(ctx context.Context, h *harness, sc *Scenario) (ledger.Run
 }
 
 func driveStoreError(ctx context.Context, h *harness, sc *Scenario) (ledger.RunID, error) {
-	sim, err := sc.simEnv()
-	if err != nil {
-		return "", err
-	}
-	if err := h.start(ctx, sim, planEnv(engine.FaultAfterToolCall, "store_error")); err != nil {
+	if err := startScenario(ctx, h, sc, planEnv(engine.FaultAfterToolCall, "store_error")); err != nil {
 		return "", err
 	}
 	id, err := submitAndApprove(h, "store-1", nil)
@@ -164,11 +154,7 @@ func driveStoreError(ctx context.Context, h *harness, sc *Scenario) (ledger.RunI
 }
 
 func driveApproved(ctx context.Context, h *harness, sc *Scenario) (ledger.RunID, error) {
-	sim, err := sc.simEnv()
-	if err != nil {
-		return "", err
-	}
-	if err := h.start(ctx, sim); err != nil {
+	if err := startScenario(ctx, h, sc); err != nil {
 		return "", err
 	}
 	id, err := submitAndApprove(h, "run-1", nil)
@@ -180,11 +166,7 @@ func driveApproved(ctx context.Context, h *harness, sc *Scenario) (ledger.RunID,
 }
 
 func driveConcurrentSubmit(ctx context.Context, h *harness, sc *Scenario) (ledger.RunID, error) {
-	sim, err := sc.simEnv()
-	if err != nil {
-		return "", err
-	}
-	if err := h.start(ctx, sim); err != nil {
+	if err := startScenario(ctx, h, sc); err != nil {
 		return "", err
 	}
 	const n = 20
@@ -233,11 +215,7 @@ func driveConcurrentSubmit(ctx context.Context, h *harness, sc *Scenario) (ledge
 }
 
 func driveKeyReuse(ctx context.Context, h *harness, sc *Scenario) (ledger.RunID, error) {
-	sim, err := sc.simEnv()
-	if err != nil {
-		return "", err
-	}
-	if err := h.start(ctx, sim); err != nil {
+	if err := startScenario(ctx, h, sc); err != nil {
 		return "", err
 	}
 	sub, _, err := h.submit("reused", nil)
@@ -271,11 +249,7 @@ func driveKeyReuse(ctx context.Context, h *harness, sc *Scenario) (ledger.RunID,
 }
 
 func driveStaleDigest(ctx context.Context, h *harness, sc *Scenario) (ledger.RunID, error) {
-	sim, err := sc.simEnv()
-	if err != nil {
-		return "", err
-	}
-	if err := h.start(ctx, sim); err != nil {
+	if err := startScenario(ctx, h, sc); err != nil {
 		return "", err
 	}
 	sub, _, err := h.submit("stale-1", nil)
@@ -308,12 +282,8 @@ func driveStaleDigest(ctx context.Context, h *harness, sc *Scenario) (ledger.Run
 }
 
 func driveBudget(ctx context.Context, h *harness, sc *Scenario) (ledger.RunID, error) {
-	sim, err := sc.simEnv()
-	if err != nil {
-		return "", err
-	}
 	plan := planEnv(engine.FaultAfterAttemptRecorded, "")
-	if err := h.start(ctx, sim, plan); err != nil {
+	if err := startScenario(ctx, h, sc, plan); err != nil {
 		return "", err
 	}
 	id, err := submitAndApprove(h, "budget-1", map[string]int64{"max_attempts_per_action": 3})
@@ -327,7 +297,7 @@ func driveBudget(ctx context.Context, h *harness, sc *Scenario) (ledger.RunID, e
 		if err := h.waitKilled(wait); err != nil {
 			return id, err
 		}
-		if err := h.start(ctx, sim, plan); err != nil {
+		if err := startScenario(ctx, h, sc, plan); err != nil {
 			return id, err
 		}
 		if _, err := h.waitRun(id, wait, finished); err == nil {
@@ -362,9 +332,5 @@ func driveTamper(ctx context.Context, h *harness, sc *Scenario) (ledger.RunID, e
 	case code != 1:
 		return id, fmt.Errorf("evidence verify exited %d on a tampered chain: %s", code, out)
 	}
-	sim, err := sc.simEnv()
-	if err != nil {
-		return id, err
-	}
-	return id, h.start(ctx, sim)
+	return id, startScenario(ctx, h, sc)
 }
