@@ -427,8 +427,19 @@ func (e *Engine) modelStep(ctx context.Context, run *ledger.Run, agent *register
 	if s.Usage != nil {
 		usage.Tokens = s.Usage.InputTokens + s.Usage.OutputTokens
 	}
-	if _, uerr := e.store.AddUsage(ctx, usage); uerr != nil {
-		return false, uerr
+	// A step that records an action adds its usage in the action's own
+	// transaction (counted once, even when the step is replayed); every
+	// other step records it alone, first.
+	if err != nil || s.Kind != StepToolCall {
+		if _, uerr := e.store.AddUsage(ctx, usage); uerr != nil {
+			return false, uerr
+		}
+	}
+	failStep := func(reason ledger.StopReason, data map[string]any) error {
+		if _, uerr := e.store.AddUsage(ctx, usage); uerr != nil {
+			return uerr
+		}
+		return e.finish(ctx, run, reason, data)
 	}
 	if err != nil {
 		if ctx.Err() != nil {
@@ -449,28 +460,40 @@ func (e *Engine) modelStep(ctx context.Context, run *ledger.Run, agent *register
 	case StepToolCall:
 		tool, ok := agent.tools[s.Tool]
 		if !ok {
-			return false, e.finish(ctx, run, ledger.StopInvalidModelResponse, map[string]any{"error": "unknown tool " + s.Tool})
+			return false, failStep(ledger.StopInvalidModelResponse, map[string]any{"error": "unknown tool " + s.Tool})
 		}
 		if err := tool.args.Validate(s.Arguments); err != nil {
-			return false, e.finish(ctx, run, ledger.StopInvalidModelResponse, map[string]any{"error": "arguments of " + s.Tool + ": " + err.Error()})
+			return false, failStep(ledger.StopInvalidModelResponse, map[string]any{"error": "arguments of " + s.Tool + ": " + err.Error()})
 		}
 		entries := make([]budget.Entry, len(hist.Entries))
 		for i, h := range hist.Entries {
 			entries[i] = budget.Entry{Action: h.Action, Attempt: h.Attempt}
 		}
 		if v, err := e.policy.Loop(entries, s.Tool, s.Arguments); err != nil {
-			return false, e.finish(ctx, run, ledger.StopInvalidModelResponse, map[string]any{"error": err.Error()})
+			return false, failStep(ledger.StopInvalidModelResponse, map[string]any{"error": err.Error()})
 		} else if v.Stopped() {
-			return false, e.finish(ctx, run, v.Stop, map[string]any{"rationale": v.Rationale})
+			return false, failStep(v.Stop, map[string]any{"rationale": v.Rationale})
 		}
 		gate := e.approvals.Gate(run.Tenant, tool.desc)
-		_, err := e.store.CreateAction(ctx, ledger.CreateActionParams{
+		p := ledger.CreateActionParams{
 			RunID: run.ID, IdempotencyKey: fmt.Sprintf("step-%d", len(actions)+1),
 			Tool: tool.desc.Name, ToolVersion: tool.desc.Version, Effect: tool.desc.Effect, Arguments: s.Arguments,
-			Gate: gate.Gate, ApprovalTTL: gate.ApprovalTTL, Actor: "engine",
-		})
+			Gate: gate.Gate, ApprovalTTL: gate.ApprovalTTL, Actor: "engine", Usage: &usage,
+		}
+		// An action the rules approve starts its attempt in the same
+		// commit: everything that must be durable before the call, at once.
+		if gate.Gate == ledger.ActionApproved {
+			if reason, _ := e.retryVerdict(run, &ledger.Action{RunID: run.ID}, e.now()); reason == "" {
+				p.StartAttempt = true
+				e.fault(FaultBeforeAttemptRecorded)
+			}
+		}
+		res, err := e.store.CreateAction(ctx, p)
 		if err != nil {
 			return false, err
+		}
+		if res.Attempt != nil {
+			return e.callTool(ctx, run, tool, res.Action, res.Attempt)
 		}
 		return true, nil
 	default:
@@ -523,6 +546,15 @@ func (e *Engine) attempt(ctx context.Context, run *ledger.Run, agent *registered
 	case err != nil:
 		return false, err
 	}
+	if early != nil {
+		return e.finishCall(ctx, run, tool, a, att, *early, earlyErr, false)
+	}
+	return e.callTool(ctx, run, tool, a, att)
+}
+
+// callTool calls the tool for an attempt recorded durably, then records
+// the outcome and the tool's observation.
+func (e *Engine) callTool(ctx context.Context, run *ledger.Run, tool registeredTool, a *ledger.Action, att *ledger.Attempt) (bool, error) {
 	e.fault(FaultAfterAttemptRecorded)
 	timeout := tool.desc.Timeout()
 	if timeout <= 0 {
@@ -531,18 +563,18 @@ func (e *Engine) attempt(ctx context.Context, run *ledger.Run, agent *registered
 	callCtx, cancelTimeout := context.WithTimeout(ctx, timeout)
 	callCtx, cancelCall := context.WithCancelCause(callCtx)
 	untrack := e.trackCall(run.ID, func() { cancelCall(errRunCancelled) })
-	var res Result
-	var callErr error
-	if early != nil {
-		res, callErr = *early, earlyErr
-	} else {
-		res, callErr = tool.Execute(callCtx, Call{RunID: run.ID, ActionID: a.ID, Attempt: att.No, DedupKey: a.DedupKey, Arguments: a.Arguments})
-	}
+	res, callErr := tool.Execute(callCtx, Call{RunID: run.ID, ActionID: a.ID, Attempt: att.No, DedupKey: a.DedupKey, Arguments: a.Arguments})
 	untrack()
 	cancelledByRun := errors.Is(context.Cause(callCtx), errRunCancelled)
 	cancelCall(nil)
 	cancelTimeout()
 	e.fault(FaultAfterToolCall)
+	return e.finishCall(ctx, run, tool, a, att, res, callErr, cancelledByRun)
+}
+
+// finishCall records what a call answered.
+func (e *Engine) finishCall(ctx context.Context, run *ledger.Run, tool registeredTool, a *ledger.Action, att *ledger.Attempt,
+	res Result, callErr error, cancelledByRun bool) (bool, error) {
 	if callErr != nil && ctx.Err() != nil {
 		// We are shutting down, not the tool failing: leave the attempt
 		// started; recovery finds it and decides with the tool's guarantees.

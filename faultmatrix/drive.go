@@ -98,6 +98,24 @@ func driveCrash(p engine.FaultPoint) func(ctx context.Context, h *harness, sc *S
 	}
 }
 
+// driveCrashAuto is driveCrash for an action the rules approve: its
+// attempt is recorded in the same commit as the action.
+func driveCrashAuto(p engine.FaultPoint) func(ctx context.Context, h *harness, sc *Scenario) (ledger.RunID, error) {
+	return func(ctx context.Context, h *harness, sc *Scenario) (ledger.RunID, error) {
+		if err := startScenario(ctx, h, sc, planEnv(p, "")); err != nil {
+			return "", err
+		}
+		sub, _, err := h.submit("crash-auto-1", nil)
+		if err != nil {
+			return "", err
+		}
+		if err := h.waitKilled(wait); err != nil {
+			return sub.ID, err
+		}
+		return sub.ID, restart(ctx, h, sc, sub.ID)
+	}
+}
+
 func driveCrashAwaiting(ctx context.Context, h *harness, sc *Scenario) (ledger.RunID, error) {
 	if err := startScenario(ctx, h, sc, planEnv(engine.FaultAwaitingApproval, "")); err != nil {
 		return "", err

@@ -27,6 +27,7 @@ import (
 type harness struct {
 	bin, dir, db string
 	env          []string // added to every process (Options.Env)
+	args         []string // added to every `serve` (the scenario's rules)
 	client       *http.Client
 
 	mu     sync.Mutex
@@ -43,7 +44,7 @@ func newHarness(bin, dir string) *harness {
 // start runs `ledger serve` with extra environment and waits for its
 // address.
 func (h *harness) start(ctx context.Context, env ...string) error {
-	cmd := exec.Command(h.bin, "serve", "--db", h.db, "--addr", "127.0.0.1:0", "--log-format", "json")
+	cmd := exec.Command(h.bin, append([]string{"serve", "--db", h.db, "--addr", "127.0.0.1:0", "--log-format", "json"}, h.args...)...)
 	cmd.Dir = h.dir
 	cmd.Env = append(append(cleanEnv(), h.env...), env...)
 	stderr, err := cmd.StderrPipe()

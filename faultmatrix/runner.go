@@ -170,6 +170,14 @@ func runOne(ctx context.Context, o Options, sc *Scenario, dir string) (res Resul
 	}
 	h := newHarness(o.Binary, dir)
 	h.env = o.Env
+	if sc.AutoApprove {
+		rules := filepath.Join(dir, "rules.json")
+		if err := os.WriteFile(rules, []byte(`{"schema_version":"1.0","rules":[{"tool":"cards.write","decision":"auto_approve"}]}`), 0o644); err != nil {
+			res.Failures = append(res.Failures, err.Error())
+			return res
+		}
+		h.args = []string{"--rules", rules}
+	}
 	defer func() {
 		if err := h.stop(); err != nil {
 			res.Failures = append(res.Failures, "stop: "+err.Error())

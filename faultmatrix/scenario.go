@@ -20,6 +20,10 @@ type Scenario struct {
 	// Expect is the outcome the recovery table promises for this line.
 	Expect Expectation `json:"expect"`
 
+	// AutoApprove runs serve with a rule that approves cards.write, so
+	// the action and its attempt are recorded in one commit.
+	AutoApprove bool `json:"-"`
+
 	tool  simulator.ToolConfig
 	drive func(ctx context.Context, h *harness, sc *Scenario) (ledger.RunID, error)
 }
@@ -83,6 +87,13 @@ func Catalogue() []*Scenario {
 		for _, g := range guaranteeCombos() {
 			out = append(out, &Scenario{Name: fmt.Sprintf("crash/%s/%s", p, comboName(g)), Guarantees: g, Fault: string(p),
 				Expect: crashExpectation(p, g), drive: driveCrash(p)})
+		}
+	}
+	for _, p := range engine.FaultPoints() {
+		for _, g := range guaranteeCombos() {
+			out = append(out, &Scenario{Name: fmt.Sprintf("crash-auto/%s/%s", p, comboName(g)), Guarantees: g,
+				Fault: string(p) + ", action approved by a rule", AutoApprove: true,
+				Expect: crashExpectation(p, g), drive: driveCrashAuto(p)})
 		}
 	}
 	out = append(out,

@@ -38,6 +38,8 @@ func (s *GormStore) CreateAction(ctx context.Context, p CreateActionParams) (Cre
 		return CreateActionResult{}, Errorf(CodeInvalid, "create action: gate must be approved, awaiting_approval or denied, not %q", p.Gate)
 	case p.ApprovalTTL < 0:
 		return CreateActionResult{}, Errorf(CodeInvalid, "create action: approval TTL cannot be negative")
+	case p.StartAttempt && p.Gate != ActionApproved:
+		return CreateActionResult{}, Errorf(CodeInvalid, "create action: an attempt starts only with gate approved")
 	}
 	args, err := Canonicalize(p.Arguments)
 	if err != nil {
@@ -122,6 +124,21 @@ func (s *GormStore) CreateAction(ctx context.Context, p CreateActionParams) (Cre
 		if p.Gate == ActionAwaitingApproval {
 			if out.Approval, err = tx.pendingApproval(id); err != nil {
 				return err
+			}
+		}
+		if p.Usage != nil {
+			u := *p.Usage
+			u.RunID = p.RunID
+			if err := tx.addUsage(u); err != nil {
+				return err
+			}
+		}
+		if p.StartAttempt {
+			// startAttempt writes nothing before its checks pass, so a
+			// refusal keeps the recorded action and its events intact.
+			out.Attempt, out.StartErr = tx.startAttempt(StartAttemptParams{ActionID: id, Actor: p.Actor})
+			if out.StartErr != nil && Code(out.StartErr) == CodeInternal {
+				return out.StartErr
 			}
 		}
 		out.Action, err = tx.findAction(id)

@@ -18,60 +18,70 @@ import (
 func (s *GormStore) StartAttempt(ctx context.Context, p StartAttemptParams) (*Attempt, error) {
 	var out *Attempt
 	err := s.inTx(ctx, "start attempt", func(tx *txn) error {
-		action, err := tx.findAction(p.ActionID)
-		if err != nil {
-			return err
-		}
-		switch action.State {
-		case ActionApproved:
-		case ActionProposed, ActionAwaitingApproval:
-			return Errorf(CodeApprovalRequired, "action %s is %s: it needs an approval first", action.ID, action.State)
-		default:
-			return Errorf(CodeConflict, "action %s is %s, not approved", action.ID, action.State)
-		}
-		run, err := tx.findRun(action.RunID)
-		if err != nil {
-			return err
-		}
-		if run.State != RunRunning {
-			return Errorf(CodeConflict, "run %s is %s: no attempt starts", run.ID, run.State)
-		}
-		var cancelled int64
-		if err := tx.db.Model(&cancellationRow{}).Where("run_id = ? AND state <> ?", run.ID, CancelRequested).
-			Count(&cancelled).Error; err != nil {
-			return err
-		}
-		if cancelled > 0 {
-			return Errorf(CodeConflict, "run %s: cancellation accepted, no new attempt starts", run.ID)
-		}
-		if err := checkAttemptBudget(run.Budget, action, tx); err != nil {
-			return err
-		}
-		no := action.AttemptCount + 1
-		if err := tx.transitionAction(ActionTransition{ID: action.ID, From: ActionApproved, To: ActionRunning, Actor: p.Actor,
-			Data: map[string]any{"attempt_no": no}}, map[string]any{"attempt_count": no}); err != nil {
-			return err
-		}
-		row := attemptRow{
-			ID: tx.newID(PrefixAttempt), ActionID: string(action.ID), RunID: string(action.RunID), AttemptNo: no,
-			Status: string(AttemptStarted), Effect: string(EffectUnknown), Version: 1, StartedAt: micros(tx.now),
-		}
-		if err := tx.db.Create(&row).Error; err != nil {
-			return err
-		}
-		res := tx.db.Model(&budgetRow{}).Where("run_id = ?", run.ID).Updates(map[string]any{
-			"attempts_used": gorm.Expr("attempts_used + 1"), "version": gorm.Expr("version + 1")})
-		if res.Error != nil {
-			return res.Error
-		}
-		if _, err := tx.appendEvent(transitionEvent(action.RunID, "attempt", row.ID, AttemptStatus(""), AttemptStarted, p.Actor,
-			map[string]any{"action_id": action.ID, "attempt_no": no, "dedup_key": action.DedupKey})); err != nil {
-			return err
-		}
-		out, err = row.toAttempt()
+		var err error
+		out, err = tx.startAttempt(p)
 		return err
 	})
 	return out, err
+}
+
+// startAttempt checks everything that may refuse the attempt before it
+// writes anything, so a refusal leaves the transaction untouched (which
+// CreateAction relies on when it starts the attempt of the action it
+// records).
+func (tx *txn) startAttempt(p StartAttemptParams) (*Attempt, error) {
+	action, err := tx.findAction(p.ActionID)
+	if err != nil {
+		return nil, err
+	}
+	switch action.State {
+	case ActionApproved:
+	case ActionProposed, ActionAwaitingApproval:
+		return nil, Errorf(CodeApprovalRequired, "action %s is %s: it needs an approval first", action.ID, action.State)
+	default:
+		return nil, Errorf(CodeConflict, "action %s is %s, not approved", action.ID, action.State)
+	}
+	run, err := tx.findRun(action.RunID)
+	if err != nil {
+		return nil, err
+	}
+	if run.State != RunRunning {
+		return nil, Errorf(CodeConflict, "run %s is %s: no attempt starts", run.ID, run.State)
+	}
+	var cancelled int64
+	if err := tx.db.Model(&cancellationRow{}).Where("run_id = ? AND state <> ?", run.ID, CancelRequested).
+		Count(&cancelled).Error; err != nil {
+		return nil, err
+	}
+	if cancelled > 0 {
+		return nil, Errorf(CodeConflict, "run %s: cancellation accepted, no new attempt starts", run.ID)
+	}
+	if err := checkAttemptBudget(run.Budget, action, tx); err != nil {
+		return nil, err
+	}
+	// From here on it writes.
+	no := action.AttemptCount + 1
+	if err := tx.transitionAction(ActionTransition{ID: action.ID, From: ActionApproved, To: ActionRunning, Actor: p.Actor,
+		Data: map[string]any{"attempt_no": no}}, map[string]any{"attempt_count": no}); err != nil {
+		return nil, err
+	}
+	row := attemptRow{
+		ID: tx.newID(PrefixAttempt), ActionID: string(action.ID), RunID: string(action.RunID), AttemptNo: no,
+		Status: string(AttemptStarted), Effect: string(EffectUnknown), Version: 1, StartedAt: micros(tx.now),
+	}
+	if err := tx.db.Create(&row).Error; err != nil {
+		return nil, err
+	}
+	res := tx.db.Model(&budgetRow{}).Where("run_id = ?", run.ID).Updates(map[string]any{
+		"attempts_used": gorm.Expr("attempts_used + 1"), "version": gorm.Expr("version + 1")})
+	if res.Error != nil {
+		return nil, res.Error
+	}
+	if _, err := tx.appendEvent(transitionEvent(action.RunID, "attempt", row.ID, AttemptStatus(""), AttemptStarted, p.Actor,
+		map[string]any{"action_id": action.ID, "attempt_no": no, "dedup_key": action.DedupKey})); err != nil {
+		return nil, err
+	}
+	return row.toAttempt()
 }
 
 // checkAttemptBudget refuses another attempt when a persisted budget is

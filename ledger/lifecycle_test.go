@@ -119,6 +119,68 @@ func TestCreateAction(t *testing.T) {
 	})
 }
 
+func TestCreateActionAndStart(t *testing.T) {
+	ctx := context.Background()
+	params := func(run ledger.RunID) ledger.CreateActionParams {
+		return ledger.CreateActionParams{RunID: run, IdempotencyKey: "step-1", Tool: "cards.write", ToolVersion: "1",
+			Effect: ledger.EffectWrite, Arguments: json.RawMessage(`{"cards":[]}`), Gate: ledger.ActionApproved,
+			StartAttempt: true, Usage: &ledger.AddUsageParams{Steps: 1, Tokens: 42}}
+	}
+
+	t.Run("one transaction records the step, the action and its attempt", func(t *testing.T) {
+		b := ledgertest.OpenStore(t)
+		run := b.RunningRun(t, "k", ledger.BudgetLimits{})
+		res, err := b.Store.CreateAction(ctx, params(run.ID))
+		require.NoError(t, err)
+		require.NoError(t, res.StartErr)
+		require.NotNil(t, res.Attempt)
+		require.Equal(t, ledger.ActionRunning, res.Action.State)
+		require.Equal(t, int64(1), res.Attempt.No)
+		got, err := b.Store.FindRunByID(ctx, run.ID)
+		require.NoError(t, err)
+		require.Equal(t, ledger.BudgetUsage{Attempts: 1, Steps: 1, Tokens: 42}, got.Budget.Used)
+
+		// The replayed step counts nothing twice and starts nothing.
+		again, err := b.Store.CreateAction(ctx, params(run.ID))
+		require.NoError(t, err)
+		require.True(t, again.Duplicate)
+		require.Nil(t, again.Attempt)
+		got, err = b.Store.FindRunByID(ctx, run.ID)
+		require.NoError(t, err)
+		require.Equal(t, ledger.BudgetUsage{Attempts: 1, Steps: 1, Tokens: 42}, got.Budget.Used)
+		rep, err := b.Store.VerifyChain(ctx, run.ID)
+		require.NoError(t, err)
+		require.True(t, rep.OK, rep.Reason)
+	})
+
+	t.Run("a refused attempt keeps the recorded action", func(t *testing.T) {
+		b := ledgertest.OpenStore(t)
+		run := b.RunningRun(t, "k", ledger.BudgetLimits{MaxExecution: time.Second})
+		_, err := b.Store.AddUsage(ctx, ledger.AddUsageParams{RunID: run.ID, Execution: time.Second})
+		require.NoError(t, err)
+		res, err := b.Store.CreateAction(ctx, params(run.ID))
+		require.NoError(t, err)
+		require.ErrorIs(t, res.StartErr, ledger.ErrBudgetExceeded)
+		require.Nil(t, res.Attempt)
+		require.Equal(t, ledger.ActionApproved, res.Action.State)
+		atts, err := b.Store.FindAttempts(ctx, ledger.AttemptFilter{RunID: &run.ID})
+		require.NoError(t, err)
+		require.Empty(t, atts)
+		rep, err := b.Store.VerifyChain(ctx, run.ID)
+		require.NoError(t, err)
+		require.True(t, rep.OK, rep.Reason)
+	})
+
+	t.Run("ErrInvalid without gate approved", func(t *testing.T) {
+		b := ledgertest.OpenStore(t)
+		run := b.RunningRun(t, "k", ledger.BudgetLimits{})
+		p := params(run.ID)
+		p.Gate = ledger.ActionAwaitingApproval
+		_, err := b.Store.CreateAction(ctx, p)
+		require.ErrorIs(t, err, ledger.ErrInvalid)
+	})
+}
+
 func TestDecideApproval(t *testing.T) {
 	ctx := context.Background()
 	setup := func(t *testing.T) (*ledgertest.Bundle, *ledger.Run, *ledger.Action) {

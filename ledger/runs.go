@@ -53,6 +53,41 @@ func (l BudgetLimits) check() error {
 	return nil
 }
 
+// addUsage adds usage to a run's budget and records it as an event.
+func (tx *txn) addUsage(p AddUsageParams) error {
+	if p.Steps < 0 || p.Tokens < 0 || p.Execution < 0 {
+		return Errorf(CodeInvalid, "usage cannot be negative")
+	}
+	upd := map[string]any{
+		"steps_used":        gorm.Expr("steps_used + ?", p.Steps),
+		"tokens_used":       gorm.Expr("tokens_used + ?", p.Tokens),
+		"execution_used_us": gorm.Expr("execution_used_us + ?", p.Execution.Microseconds()),
+		"version":           gorm.Expr("version + 1"),
+	}
+	if p.TokensUnavailable {
+		upd["tokens_unavailable"] = true
+	}
+	// The guard keeps the sums inside int64: SQLite would silently turn an
+	// overflowing INTEGER into a REAL.
+	res := tx.db.Model(&budgetRow{}).
+		Where("run_id = ? AND steps_used <= ? AND tokens_used <= ? AND execution_used_us <= ?", p.RunID,
+			math.MaxInt64-p.Steps, math.MaxInt64-p.Tokens, math.MaxInt64-p.Execution.Microseconds()).
+		Updates(upd)
+	if res.Error != nil {
+		return res.Error
+	}
+	if res.RowsAffected == 0 {
+		if _, err := tx.findRun(p.RunID); err != nil {
+			return err
+		}
+		return Errorf(CodeInvalid, "usage of run %s would overflow", p.RunID)
+	}
+	_, err := tx.appendEvent(eventSpec{RunID: p.RunID, Type: "budget.usage", EntityType: "budget",
+		EntityID: string(p.RunID), Data: map[string]any{"steps": p.Steps, "tokens": p.Tokens,
+			"execution_us": p.Execution.Microseconds(), "tokens_unavailable": p.TokensUnavailable}})
+	return err
+}
+
 // requestDigestInput is what a run's request digest covers.
 type requestDigestInput struct {
 	Agent   string          `json:"agent"`
@@ -263,33 +298,7 @@ func (s *GormStore) AddUsage(ctx context.Context, p AddUsageParams) (*Budget, er
 	}
 	var out *Budget
 	err := s.inTx(ctx, "add usage", func(tx *txn) error {
-		upd := map[string]any{
-			"steps_used":        gorm.Expr("steps_used + ?", p.Steps),
-			"tokens_used":       gorm.Expr("tokens_used + ?", p.Tokens),
-			"execution_used_us": gorm.Expr("execution_used_us + ?", p.Execution.Microseconds()),
-			"version":           gorm.Expr("version + 1"),
-		}
-		if p.TokensUnavailable {
-			upd["tokens_unavailable"] = true
-		}
-		// The guard keeps the sums inside int64: SQLite would silently turn
-		// an overflowing INTEGER into a REAL.
-		res := tx.db.Model(&budgetRow{}).
-			Where("run_id = ? AND steps_used <= ? AND tokens_used <= ? AND execution_used_us <= ?", p.RunID,
-				math.MaxInt64-p.Steps, math.MaxInt64-p.Tokens, math.MaxInt64-p.Execution.Microseconds()).
-			Updates(upd)
-		if res.Error != nil {
-			return res.Error
-		}
-		if res.RowsAffected == 0 {
-			if _, err := tx.findRun(p.RunID); err != nil {
-				return err
-			}
-			return Errorf(CodeInvalid, "usage of run %s would overflow", p.RunID)
-		}
-		if _, err := tx.appendEvent(eventSpec{RunID: p.RunID, Type: "budget.usage", EntityType: "budget",
-			EntityID: string(p.RunID), Data: map[string]any{"steps": p.Steps, "tokens": p.Tokens,
-				"execution_us": p.Execution.Microseconds(), "tokens_unavailable": p.TokensUnavailable}}); err != nil {
+		if err := tx.addUsage(p); err != nil {
 			return err
 		}
 		run, err := tx.findRun(p.RunID)

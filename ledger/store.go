@@ -35,7 +35,8 @@ type Store interface {
 	// the existing action with Duplicate set; the same key with other
 	// content is CodeConflict. With p.Gate set, the action leaves proposed
 	// in the same transaction, and awaiting_approval opens a pending
-	// approval bound to the action digest.
+	// approval bound to the action digest. p.Usage and p.StartAttempt fold
+	// the step's usage and the first attempt into the same transaction.
 	CreateAction(ctx context.Context, p CreateActionParams) (CreateActionResult, error)
 	// TransitionAction moves an action along an edge that needs no other
 	// fact. Edges owned by another method (→ running: StartAttempt;
@@ -168,14 +169,25 @@ type CreateActionParams struct {
 	// ApprovalTTL bounds a pending approval's life; 0 means no expiry.
 	ApprovalTTL time.Duration
 	Actor       string
+	// Usage, if set, is the usage of the model step that proposed the
+	// action, added to the run's budget in the same transaction (and not
+	// again when the step is replayed). Its RunID is ignored.
+	Usage *AddUsageParams
+	// StartAttempt, with Gate approved, also starts the action's first
+	// attempt in the same transaction: one commit for everything that must
+	// be durable before the tool is called. If the attempt is refused (a
+	// budget, a cancel), the action is still recorded and StartErr says why.
+	StartAttempt bool
 }
 
 // CreateActionResult is the action, its pending approval if one was opened,
-// and whether the action already existed.
+// whether the action already existed, and the attempt started with it.
 type CreateActionResult struct {
 	Action    *Action
 	Approval  *Approval
 	Duplicate bool
+	Attempt   *Attempt
+	StartErr  error
 }
 
 // ActionTransition moves an action along an edge owned by no other method.
