@@ -1,47 +1,106 @@
 package ledger
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
+	"strconv"
 	"time"
 
+	"github.com/gowebpki/jcs"
 	"gorm.io/gorm"
 )
 
-// eventHashInput is what an event's hash covers: every field but the hash
-// itself, the predecessor's hash included, so changing, removing or
-// reordering any event breaks the chain from there on.
-type eventHashInput struct {
-	ID         EventID         `json:"id"`
-	RunID      RunID           `json:"run_id"`
-	Seq        int64           `json:"seq"`
-	Type       string          `json:"type"`
-	EntityType string          `json:"entity_type"`
-	EntityID   string          `json:"entity_id"`
-	FromState  string          `json:"from_state"`
-	ToState    string          `json:"to_state"`
-	Actor      string          `json:"actor"`
-	Data       json.RawMessage `json:"data,omitempty"`
-	CreatedAt  string          `json:"created_at"`
-	PrevHash   string          `json:"prev_hash"`
+// ComputeHash returns the hash the event should carry given its content and
+// its PrevHash: the sha256 of the RFC 8785 canonical JSON of every field
+// but Hash. It writes that JSON directly (keys in order, JCS string
+// escaping) instead of marshalling and re-parsing it, since it runs for
+// every event written and verified; Data must already be canonical, as
+// appendEvent stores it. TestEventHashIsJCS holds it to the general path.
+func (e *Event) ComputeHash() (string, error) {
+	if len(e.Data) > 0 && !json.Valid(e.Data) {
+		return "", Errorf(CodeInvalid, "event %d hash: data is not JSON", e.Seq)
+	}
+	var b bytes.Buffer
+	b.Grow(384 + len(e.Data))
+	field := func(first bool, key string) {
+		if !first {
+			b.WriteByte(',')
+		}
+		jcsString(&b, key)
+		b.WriteByte(':')
+	}
+	b.WriteByte('{')
+	field(true, "actor")
+	jcsString(&b, e.Actor)
+	field(false, "created_at")
+	jcsString(&b, e.CreatedAt.UTC().Format(time.RFC3339Nano))
+	if len(e.Data) > 0 {
+		field(false, "data")
+		b.Write(e.Data)
+	}
+	field(false, "entity_id")
+	jcsString(&b, e.EntityID)
+	field(false, "entity_type")
+	jcsString(&b, e.EntityType)
+	field(false, "from_state")
+	jcsString(&b, e.FromState)
+	field(false, "id")
+	jcsString(&b, string(e.ID))
+	field(false, "prev_hash")
+	jcsString(&b, e.PrevHash)
+	field(false, "run_id")
+	jcsString(&b, string(e.RunID))
+	field(false, "seq")
+	if e.Seq >= -1<<53 && e.Seq <= 1<<53 { // exact as a double: the common case, without float formatting
+		b.WriteString(strconv.FormatInt(e.Seq, 10))
+	} else {
+		n, err := jcs.NumberToJSON(float64(e.Seq)) // what RFC 8785 makes of a number past 2^53
+		if err != nil {
+			return "", Errorf(CodeInvalid, "event hash: seq %d: %w", e.Seq, err)
+		}
+		b.WriteString(n)
+	}
+	field(false, "to_state")
+	jcsString(&b, e.ToState)
+	field(false, "type")
+	jcsString(&b, e.Type)
+	b.WriteByte('}')
+	return string(digestBytes(b.Bytes())), nil
 }
 
-// ComputeHash returns the hash the event should carry given its content and
-// its PrevHash.
-func (e *Event) ComputeHash() (string, error) {
-	d, err := DigestOf(eventHashInput{
-		ID: e.ID, RunID: e.RunID, Seq: e.Seq, Type: e.Type,
-		EntityType: e.EntityType, EntityID: e.EntityID,
-		FromState: e.FromState, ToState: e.ToState, Actor: e.Actor,
-		Data:      e.Data,
-		CreatedAt: e.CreatedAt.UTC().Format(time.RFC3339Nano),
-		PrevHash:  e.PrevHash,
-	})
-	if err != nil {
-		return "", fmt.Errorf("event %d hash: %w", e.Seq, err)
+// jcsString writes s as RFC 8785 serializes strings: quotes, backslash and
+// control characters escaped (the short forms where JSON has them, else
+// \u00xx in lowercase hex), everything else as its own UTF-8.
+func jcsString(b *bytes.Buffer, s string) {
+	const hex = "0123456789abcdef"
+	b.WriteByte('"')
+	for _, r := range s { // an invalid byte ranges as U+FFFD, as encoding/json coerces it
+		switch {
+		case r == '"':
+			b.WriteString(`\"`)
+		case r == '\\':
+			b.WriteString(`\\`)
+		case r == '\b':
+			b.WriteString(`\b`)
+		case r == '\f':
+			b.WriteString(`\f`)
+		case r == '\n':
+			b.WriteString(`\n`)
+		case r == '\r':
+			b.WriteString(`\r`)
+		case r == '\t':
+			b.WriteString(`\t`)
+		case r < 0x20:
+			b.WriteString(`\u00`)
+			b.WriteByte(hex[r>>4])
+			b.WriteByte(hex[r&0xf])
+		default:
+			b.WriteRune(r)
+		}
 	}
-	return string(d), nil
+	b.WriteByte('"')
 }
 
 // VerifyEvents walks events (in the order given) as the chain of one run
@@ -100,23 +159,41 @@ func transitionEvent[S ~string](run RunID, entity, id string, from, to S, actor 
 		From: string(from), To: string(to), Actor: actor, Data: data}
 }
 
-// appendEvent writes the next event of a run's chain and moves the run's
-// head, guarded on the head it read so that two writers can never fork the
-// chain (on SQLite the IMMEDIATE transaction already serializes them).
+// chainHead is a run's chain head as a write sees it: where it stood when
+// the write first read it (base) and where the write has moved it.
+type chainHead struct {
+	base int64
+	seq  int64
+	hash string
+}
+
+// appendEvent writes the next event of a run's chain. The head is read
+// once per write and kept in the txn; flushHeads moves the run's recorded
+// head once at the end, guarded on the head it read, so that two writers
+// can never fork the chain (on SQLite the IMMEDIATE transaction already
+// serializes them).
 func (tx *txn) appendEvent(spec eventSpec) (*Event, error) {
-	var head struct {
-		EventSeq  int64
-		EventHash string
-	}
-	res := tx.db.Model(&runRow{}).Select("event_seq", "event_hash").Where("id = ?", spec.RunID).Take(&head)
-	if res.Error != nil {
-		return nil, fmt.Errorf("append event: run %s: %w", spec.RunID, res.Error)
+	h := tx.heads[spec.RunID]
+	if h == nil {
+		var head struct {
+			EventSeq  int64
+			EventHash string
+		}
+		res := tx.db.Model(&runRow{}).Select("event_seq", "event_hash").Where("id = ?", spec.RunID).Take(&head)
+		if res.Error != nil {
+			return nil, fmt.Errorf("append event: run %s: %w", spec.RunID, res.Error)
+		}
+		h = &chainHead{base: head.EventSeq, seq: head.EventSeq, hash: head.EventHash}
+		if tx.heads == nil {
+			tx.heads = map[RunID]*chainHead{}
+		}
+		tx.heads[spec.RunID] = h
 	}
 	e := &Event{
-		ID: EventID(tx.newID(PrefixEvent)), RunID: spec.RunID, Seq: head.EventSeq + 1,
+		ID: EventID(tx.newID(PrefixEvent)), RunID: spec.RunID, Seq: h.seq + 1,
 		Type: spec.Type, EntityType: spec.EntityType, EntityID: spec.EntityID,
 		FromState: spec.From, ToState: spec.To, Actor: spec.Actor,
-		CreatedAt: tx.now, PrevHash: head.EventHash,
+		CreatedAt: tx.now, PrevHash: h.hash,
 	}
 	if spec.Data != nil {
 		data, err := CanonicalJSON(spec.Data)
@@ -125,11 +202,11 @@ func (tx *txn) appendEvent(spec eventSpec) (*Event, error) {
 		}
 		e.Data = data
 	}
-	h, err := e.ComputeHash()
+	hash, err := e.ComputeHash()
 	if err != nil {
 		return nil, err
 	}
-	e.Hash = h
+	e.Hash = hash
 	row := eventRow{
 		ID: string(e.ID), RunID: string(e.RunID), Seq: e.Seq, Type: e.Type,
 		EntityType: e.EntityType, EntityID: e.EntityID, FromState: e.FromState, ToState: e.ToState,
@@ -138,15 +215,27 @@ func (tx *txn) appendEvent(spec eventSpec) (*Event, error) {
 	if err := tx.db.Create(&row).Error; err != nil {
 		return nil, fmt.Errorf("append event %s: %w", e.Type, err)
 	}
-	res = tx.db.Model(&runRow{}).Where("id = ? AND event_seq = ?", spec.RunID, head.EventSeq).
-		Updates(map[string]any{"event_seq": e.Seq, "event_hash": e.Hash})
-	if res.Error != nil {
-		return nil, fmt.Errorf("append event %s: move head: %w", e.Type, res.Error)
-	}
-	if res.RowsAffected != 1 {
-		return nil, Errorf(CodeConflict, "append event %s: run %s chain moved underneath", e.Type, spec.RunID)
-	}
+	h.seq, h.hash = e.Seq, e.Hash
 	return e, nil
+}
+
+// flushHeads records on each run the head its events moved to.
+func (tx *txn) flushHeads() error {
+	for run, h := range tx.heads {
+		if h.seq == h.base {
+			continue
+		}
+		res := tx.db.Model(&runRow{}).Where("id = ? AND event_seq = ?", run, h.base).
+			Updates(map[string]any{"event_seq": h.seq, "event_hash": h.hash})
+		if res.Error != nil {
+			return fmt.Errorf("move chain head of run %s: %w", run, res.Error)
+		}
+		if res.RowsAffected != 1 {
+			return Errorf(CodeConflict, "run %s: chain moved underneath", run)
+		}
+		h.base = h.seq
+	}
+	return nil
 }
 
 // FindEvents returns a run's events in sequence order.

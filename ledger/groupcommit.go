@@ -121,7 +121,11 @@ func (s *GormStore) runOne(r writeReq, db *gorm.DB) (err error) {
 			err = fmt.Errorf("write panicked: %v", p)
 		}
 	}()
-	return r.fn(&txn{db: db.WithContext(r.ctx), now: s.now(), newID: s.newID})
+	tx := &txn{db: db.WithContext(r.ctx), now: s.now(), newID: s.newID}
+	if err := r.fn(tx); err != nil {
+		return err
+	}
+	return tx.flushHeads()
 }
 
 // errClosed answers writes to a closed store.

@@ -223,7 +223,13 @@ func (tx *txn) staleState(model any, entity, id, from string) error {
 }
 
 func (tx *txn) findRun(id RunID) (*Run, error) {
-	return findRun(tx.db, id)
+	run, err := findRun(tx.db, id)
+	if err == nil {
+		if h := tx.heads[id]; h != nil { // events of this write not yet on the run row
+			run.EventSeq, run.EventHash = h.seq, h.hash
+		}
+	}
+	return run, err
 }
 
 func findRun(db *gorm.DB, id RunID) (*Run, error) {

@@ -281,6 +281,9 @@ type txn struct {
 	db    *gorm.DB
 	now   time.Time
 	newID NewIDFunc
+	// heads caches the chain heads this write moved; flushHeads writes
+	// them to the runs once the write is done (events.go).
+	heads map[RunID]*chainHead
 }
 
 // wrapErr gives err the op as context and makes sure it is an *Error; GORM
