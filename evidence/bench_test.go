@@ -1,13 +1,11 @@
 package evidence_test
 
 import (
-	"context"
-	"io"
 	"testing"
 	"time"
 
-	"github.com/actionledger/ledger/evidence"
 	"github.com/actionledger/ledger/ledger"
+	"github.com/actionledger/ledger/perf"
 	"github.com/stretchr/testify/require"
 )
 
@@ -16,37 +14,29 @@ import (
 // cancellation) plus model-step usage records. Setup writes with
 // synchronous=OFF, which changes nothing about reading. One op is Build
 // (every query, the chain verification, redaction of every event) plus
-// JSON (encoding and schema validation), reported as ms/export.
+// JSON (encoding and schema validation), reported as ms/export. The filling
+// and the timing are perf's, the ones `ledger bench` runs.
 func BenchmarkExport10kEvents(b *testing.B) {
-	ctx := context.Background()
+	const n = 10_000
+	ctx := b.Context()
 	f := openFixtureWith(b, ledger.Config{Synchronous: "OFF"})
 	id := goldenRun(b, f)
-	for range 10_000 - 35 {
-		_, err := f.store.AddUsage(ctx, ledger.AddUsageParams{RunID: id, Steps: 1, Tokens: 42, Execution: time.Millisecond})
-		require.NoError(b, err)
-	}
-	opts := f.options(b)
-	rep, err := evidence.Build(ctx, f.store, id, opts)
+	_, err := perf.FillEvents(ctx, f.store, id, n)
 	require.NoError(b, err)
-	require.GreaterOrEqual(b, len(rep.Timeline), 10_000)
-	require.True(b, rep.Chain.OK)
+	opts := f.options(b)
 
 	var build, render time.Duration
+	events := 0
 	for b.Loop() {
-		start := time.Now()
-		rep, err := evidence.Build(ctx, f.store, id, opts)
+		e, err := perf.ExportOnce(ctx, f.store, id, opts, n)
 		if err != nil {
 			b.Fatal(err)
 		}
-		built := time.Now()
-		if err := rep.JSON(io.Discard); err != nil {
-			b.Fatal(err)
-		}
-		build, render = build+built.Sub(start), render+time.Since(built)
+		build, render, events = build+e.Build, render+e.Render, e.Events
 	}
 	ms := func(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 / float64(b.N) }
 	b.ReportMetric(ms(build+render), "ms/export")
 	b.ReportMetric(ms(build), "ms/build")
 	b.ReportMetric(ms(render), "ms/json")
-	b.ReportMetric(float64(len(rep.Timeline)), "events")
+	b.ReportMetric(float64(events), "events")
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/actionledger/ledger/ledger"
 	"github.com/actionledger/ledger/ledger/ledgertest"
+	"github.com/actionledger/ledger/perf"
 )
 
 // The hot path of a run is three committed writes per tool call: record the
@@ -19,7 +20,8 @@ import (
 // the WAL: the floor is a raw one-row INSERT committed the same way.
 // Machines differ by orders of magnitude in fsync cost; the figure to
 // report is the ratio to the floor measured in the same run
-// (BenchmarkHotPathVsFloor), with the floor from ledgertest.Floor.
+// (BenchmarkHotPathVsFloor), with the floor from perf.Floor, the one
+// `ledger bench` measures.
 
 // hotPath is a Store with one running run and unlimited budgets.
 type hotPath struct {
@@ -34,6 +36,17 @@ func openHotPath(b *testing.B, dir string) *hotPath {
 	bundle := ledgertest.OpenStoreAt(b, filepath.Join(dir, "ledger.db"), ledgertest.NewClock())
 	run := bundle.RunningRun(b, "bench", ledger.BudgetLimits{})
 	return &hotPath{store: bundle.Store, run: run.ID}
+}
+
+// openFloor opens perf's floor in dir, closed with b.
+func openFloor(b *testing.B, dir string) *perf.Floor {
+	b.Helper()
+	f, err := perf.OpenFloor(b.Context(), dir)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = f.Close() })
+	return f
 }
 
 var benchArgs = json.RawMessage(`{"cards":[{"front":"q","back":"a"}]}`)
@@ -71,10 +84,13 @@ func (h *hotPath) action(b *testing.B) (record, start, finish time.Duration) {
 
 // BenchmarkRawCommit is the floor: one single-row INSERT committed per op.
 func BenchmarkRawCommit(b *testing.B) {
-	f := ledgertest.OpenFloor(b, b.TempDir())
+	ctx := b.Context()
+	f := openFloor(b, b.TempDir())
 	n := 0
 	for b.Loop() {
-		f.Commit(b)
+		if err := f.Commit(ctx); err != nil {
+			b.Fatal(err)
+		}
 		n++
 	}
 	b.ReportMetric(float64(n)/b.Elapsed().Seconds(), "commits/s")
@@ -102,12 +118,15 @@ func BenchmarkHotPath(b *testing.B) {
 // and reports their ratio: the figure that carries from machine to machine.
 func BenchmarkHotPathVsFloor(b *testing.B) {
 	dir := b.TempDir()
-	f := ledgertest.OpenFloor(b, dir)
+	ctx := b.Context()
+	f := openFloor(b, dir)
 	h := openHotPath(b, dir)
 	var floor, hot time.Duration
 	for b.Loop() {
 		t0 := time.Now()
-		f.Commit(b)
+		if err := f.Commit(ctx); err != nil {
+			b.Fatal(err)
+		}
 		t1 := time.Now()
 		h.action(b)
 		t2 := time.Now()

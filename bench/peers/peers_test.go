@@ -7,7 +7,6 @@ package peers
 import (
 	"context"
 	"database/sql"
-	"encoding/json"
 	"fmt"
 	"log/slog"
 	"os"
@@ -18,97 +17,20 @@ import (
 	"github.com/dbos-inc/dbos-transact-golang/dbos"
 	_ "github.com/dbos-inc/dbos-transact-golang/dbos/driver/sqlite" // registers modernc.org/sqlite ("sqlite") for DBOS
 
-	"github.com/actionledger/ledger/approval"
-	"github.com/actionledger/ledger/contracts"
 	"github.com/actionledger/ledger/engine"
-	"github.com/actionledger/ledger/ledger"
-	"github.com/actionledger/ledger/ledger/ledgertest"
-	"github.com/actionledger/ledger/simulator"
+	"github.com/actionledger/ledger/perf"
 )
 
 // stepsPerRun is N: one ledger run is N write actions, one DBOS workflow is
 // N steps, and one op of the benchmark is one of each plus N floor commits.
-const stepsPerRun = 10
+const stepsPerRun = perf.ActionsPerRun
 
-// instantTool is the tool both sides call: it answers at once and changes
-// nothing anywhere, so what is measured is each side's cost per step.
-type instantTool struct{ desc contracts.ToolDescriptor }
-
-func (t instantTool) Descriptor() contracts.ToolDescriptor { return t.desc }
-func (t instantTool) Execute(context.Context, engine.Call) (engine.Result, error) {
-	return engine.Result{Output: json.RawMessage(`{"ok":true}`), Effect: ledger.EffectHappened}, nil
-}
-
-func stepArguments(i int) json.RawMessage {
-	return json.RawMessage(fmt.Sprintf(`{"title":"t","cards":[{"front":"q%d","back":"a"}]}`, i))
-}
-
-// ledgerSide is engine/bench_test.go's BenchmarkEngineActions setup: a Store
-// on a real file with synchronous=FULL, an agent whose scripted model asks
-// for N writes of the instant tool, and a rule that auto-approves them.
-type ledgerSide struct {
-	store *ledger.GormStore
-	eng   *engine.Engine
-	runs  int
-}
-
-func newLedgerSide(b *testing.B, dir string, tool instantTool) *ledgerSide {
-	ctx := context.Background()
-	store, err := ledger.Open(ctx, ledger.Config{Path: filepath.Join(dir, "ledger.db"), Synchronous: "FULL"})
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { _ = store.Close() })
-	desc := tool.desc
-	steps := make([]engine.Step, 0, stepsPerRun)
-	for i := range stepsPerRun {
-		steps = append(steps, engine.Step{Kind: engine.StepToolCall, Tool: desc.Name,
-			Arguments: stepArguments(i),
-			Usage:     &engine.Usage{InputTokens: 10, OutputTokens: 5}})
-	}
-	agent := engine.Agent{Name: "bench", Tools: []engine.Tool{tool},
-		NewModel: func(json.RawMessage) (engine.Model, error) { return simulator.NewScriptedModel(steps...), nil }}
-	rules := &contracts.Rules{Rules: []contracts.Rule{{Tool: desc.Name, Decision: contracts.RuleDecisionAutoApprove}}}
-	policy, err := approval.NewPolicy(rules, approval.Defaults{})
-	if err != nil {
-		b.Fatal(err)
-	}
-	svc := approval.NewService(store, policy, nil, approval.Options{})
-	eng, err := engine.New(engine.Config{Store: store, Approvals: svc, Agents: []engine.Agent{agent}})
-	if err != nil {
-		b.Fatal(err)
-	}
-	return &ledgerSide{store: store, eng: eng}
-}
-
-// run submits one run and advances it to completion: N actions. The submit
-// is timed too (it is one commit), as DBOS's RunWorkflow timing includes
-// recording the workflow; advance is the Engine.Advance part alone, the
-// figure engine/bench_test.go reports.
-func (l *ledgerSide) run(b *testing.B) (total, advance time.Duration) {
-	ctx := context.Background()
-	l.runs++
-	t0 := time.Now()
-	res, err := l.store.SubmitRun(ctx, ledger.SubmitRunParams{Tenant: "bench", IdempotencyKey: fmt.Sprintf("run-%d", l.runs),
-		Principal: "bench", Agent: "bench", Input: json.RawMessage(`{}`)})
-	if err != nil {
-		b.Fatal(err)
-	}
-	t1 := time.Now()
-	if err := l.eng.Advance(ctx, res.Run.ID); err != nil {
-		b.Fatal(err)
-	}
-	t2 := time.Now()
-	return t2.Sub(t0), t2.Sub(t1)
-}
-
-func (l *ledgerSide) check(b *testing.B) {
-	completed := ledger.RunCompleted
-	runs, err := l.store.FindRuns(context.Background(), ledger.RunFilter{State: &completed})
-	if err != nil || len(runs) != l.runs {
-		b.Fatalf("ledger: %d of %d runs completed (%v)", len(runs), l.runs, err)
-	}
-}
+// The ledger side is perf.Actions, engine/bench_test.go's and `ledger
+// bench`'s action workload: a Store on a real file with synchronous=FULL,
+// an agent whose scripted model asks for N writes of perf.InstantTool (it
+// answers at once and changes nothing anywhere, so what is measured is each
+// side's cost per step), and a rule that auto-approves them. The DBOS side
+// calls the same tool with the same arguments (perf.StepArguments).
 
 // dbosSide is DBOS Transact on its SQLite system database, opened by us so
 // that synchronous is FULL: with a DatabaseURL DBOS opens the file itself
@@ -129,7 +51,7 @@ func dbosDSN(path string) string {
 		"&_pragma=busy_timeout(5000)&_pragma=foreign_keys(ON)&_txlock=immediate"
 }
 
-func newDBOSSide(b *testing.B, dir string, tool instantTool) *dbosSide {
+func newDBOSSide(b *testing.B, dir string, tool perf.InstantTool) *dbosSide {
 	ctx := context.Background()
 	db, err := sql.Open("sqlite", dbosDSN(filepath.Join(dir, "dbos.db")))
 	if err != nil {
@@ -157,11 +79,11 @@ func newDBOSSide(b *testing.B, dir string, tool instantTool) *dbosSide {
 	// arguments the ledger's actions carry; DBOS checkpoints each output.
 	d.wf = func(wctx dbos.Context, _ string) (int, error) {
 		for i := range stepsPerRun {
-			args := stepArguments(i)
+			args := perf.StepArguments(i)
 			_, err := dbos.RunAsStep(wctx, func(sctx context.Context) (string, error) {
 				res, err := tool.Execute(sctx, engine.Call{Attempt: 1, Arguments: args})
 				return string(res.Output), err
-			}, dbos.WithStepName(tool.desc.Name))
+			}, dbos.WithStepName(tool.Desc.Name))
 			if err != nil {
 				return i, err
 			}
@@ -257,15 +179,19 @@ func (d *dbosSide) check(b *testing.B) {
 // speed hits all three alike. One op is one ledger run, one DBOS workflow
 // and N floor commits.
 func BenchmarkPeers(b *testing.B) {
+	ctx := b.Context()
 	dir := b.TempDir()
-	desc := simulator.CardsWriteDescriptor()
-	desc.Name = "bench.write"
-	desc.Guarantees = contracts.Guarantees{}
-	tool := instantTool{desc}
-
-	led := newLedgerSide(b, dir, tool)
-	dbs := newDBOSSide(b, dir, tool)
-	floor := ledgertest.OpenFloor(b, dir)
+	led, err := perf.OpenActions(ctx, filepath.Join(dir, "ledger.db"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = led.Close() })
+	dbs := newDBOSSide(b, dir, perf.NewInstantTool())
+	floor, err := perf.OpenFloor(ctx, dir)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = floor.Close() })
 
 	b.Log("guarantees: DBOS checkpoints a step's output after the step runs: a crash mid-step leaves nothing on record " +
 		"that the step started, and recovery re-runs it (at-least-once calls). The ledger records the attempt before it calls " +
@@ -273,25 +199,33 @@ func BenchmarkPeers(b *testing.B) {
 		"and queries, resends with the dedup key, cancels or hands it to a person by the tool's guarantees, never a blind re-run.")
 	b.Logf("sqlite: ledger and floor on mattn/go-sqlite3 (cgo) %s; DBOS on modernc.org/sqlite (pure Go) %s; all WAL, synchronous=FULL",
 		sqliteVersion(b, "sqlite3"), sqliteVersion(b, "sqlite"))
-	b.Log("timing: ledger = SubmitRun + Engine.Advance (4 commits per action, plus a few per run); " +
+	b.Log("timing: ledger = SubmitRun + Engine.Advance (2 commits per action: step usage, action and attempt start in one; the outcome in the other; plus a few per run); " +
 		"DBOS = RunWorkflow + GetResult (1 commit per step, plus 2 per workflow); floor = one-row commits")
 
 	var ledgerTime, advanceTime, dbosTime, floorTime time.Duration
 	steps := 0
 	for b.Loop() {
-		total, advance := led.run(b)
-		ledgerTime += total
+		// The submit is timed too (it is one commit), as DBOS's RunWorkflow
+		// timing includes recording the workflow; advance alone is the
+		// figure engine/bench_test.go reports.
+		submit, advance, err := led.Run(ctx)
+		if err != nil {
+			b.Fatal(err)
+		}
+		ledgerTime += submit + advance
 		advanceTime += advance
 		dbosTime += dbs.run(b)
-		t0 := time.Now()
-		for range stepsPerRun {
-			floor.Commit(b)
+		commits, err := floor.Commits(ctx, stepsPerRun)
+		if err != nil {
+			b.Fatal(err)
 		}
-		floorTime += time.Since(t0)
+		floorTime += commits
 		steps += stepsPerRun
 	}
 	b.StopTimer()
-	led.check(b)
+	if err := led.CheckCompleted(ctx); err != nil {
+		b.Fatalf("ledger: %v", err)
+	}
 	dbs.check(b)
 
 	ledgerPerSec := float64(steps) / ledgerTime.Seconds()

@@ -29,6 +29,7 @@ var allowed = map[string][]string{
 	"simulator":         {"ledger", "contracts", "approval", "budget", "recovery", "engine", "redact"},
 	"engine":            {"ledger", "contracts", "approval", "budget", "recovery", "redact"},
 	"server":            {"ledger", "contracts", "approval", "budget", "recovery", "engine", "evidence", "simulator", "redact"},
+	"perf":              {"ledger", "contracts", "approval", "recovery", "engine", "evidence", "simulator", "server"},
 	"faultmatrix":       {"*"},
 	"cmd/ledger":        {"*"},
 	"internal/archtest": {},

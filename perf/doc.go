@@ -1,0 +1,18 @@
+// Package perf holds the workloads of `ledger bench` and of the Go
+// benchmarks: the raw commit floor, durable actions, the approval round
+// trip, recovery of interrupted runs, evidence export. Nothing in the
+// product imports it but the CLI and benchmarks.
+//
+// Each workload is written once here and returns its errors; the callers
+// decide what to do with them (a benchmark fails, the CLI reports). Where a
+// workload runs long, it reports how far it got through a Progress.
+package perf
+
+// Progress receives a line of progress, printf style; nil means silence.
+type Progress func(format string, args ...any)
+
+func (p Progress) printf(format string, args ...any) {
+	if p != nil {
+		p(format, args...)
+	}
+}
