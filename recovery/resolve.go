@@ -62,8 +62,11 @@ func Resolve(ctx context.Context, store ledger.Store, p ResolveParams) (*ledger.
 		return nil, ledger.Errorf(ledger.CodeInvalid, "resolve: note is longer than %d characters", MaxNoteLength)
 	}
 	a, err := store.FindActionByID(ctx, p.ActionID)
-	if err != nil || a.Tenant != p.Tenant {
+	switch {
+	case ledger.Code(err) == ledger.CodeNotFound, err == nil && a.Tenant != p.Tenant:
 		return nil, ledger.Errorf(ledger.CodeNotFound, "action %s not found", p.ActionID)
+	case err != nil:
+		return nil, fmt.Errorf("resolve: %w", err)
 	}
 	if a.State != ledger.ActionNeedsReview {
 		return nil, ledger.Errorf(ledger.CodeConflict, "action %s is %s, not in review", a.ID, a.State)
