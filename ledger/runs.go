@@ -265,6 +265,9 @@ func (s *GormStore) FindRuns(ctx context.Context, f RunFilter) ([]*Run, error) {
 	if f.State != nil {
 		q = q.Where("state = ?", *f.State)
 	}
+	if f.SubmittedBy != nil {
+		q = q.Where("submitted_by = ?", *f.SubmittedBy)
+	}
 	if f.AfterID != nil {
 		q = q.Where("id > ?", *f.AfterID)
 	}

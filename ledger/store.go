@@ -143,10 +143,11 @@ type RunTransition struct {
 
 // RunFilter selects runs. Nil fields match everything.
 type RunFilter struct {
-	Tenant  *string
-	State   *RunState
-	AfterID *RunID // cursor: ids strictly after this one
-	Limit   int    // 0: no limit
+	Tenant      *string
+	SubmittedBy *string // the principal that submitted the run
+	State       *RunState
+	AfterID     *RunID // cursor: ids strictly after this one
+	Limit       int    // 0: no limit
 }
 
 // CreateActionParams records an action.

@@ -109,6 +109,14 @@ func TestSubmitRun(t *testing.T) {
 		require.NoError(t, err)
 		require.Len(t, runs, 1)
 		require.Equal(t, g.Run.ID, runs[0].ID)
+		alice := "alice"
+		mine, err := b.Store.FindRuns(ctx, ledger.RunFilter{Tenant: &tenant, SubmittedBy: &alice})
+		require.NoError(t, err)
+		require.Len(t, mine, 1)
+		nobody := "nobody"
+		none, err := b.Store.FindRuns(ctx, ledger.RunFilter{SubmittedBy: &nobody})
+		require.NoError(t, err)
+		require.Empty(t, none)
 	})
 
 	t.Run("ErrInvalid", func(t *testing.T) {
