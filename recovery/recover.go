@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/actionledger/ledger/ledger"
@@ -37,8 +38,11 @@ type Config struct {
 	MaxQueryFailures int
 	// ProbeTimeout bounds one query or cancel; 0 means 10s.
 	ProbeTimeout time.Duration
-	// OnDecision, if set, sees every decision recorded (for metrics).
+	// OnDecision, if set, sees every decision recorded (for metrics); it
+	// may be called from several goroutines at once.
 	OnDecision func(Decision)
+	// ScanWorkers is how many runs Scan recovers at once; 0 means 4.
+	ScanWorkers int
 }
 
 // Recoverer applies the decision table to actions and acts on it.
@@ -54,6 +58,9 @@ func New(cfg Config) *Recoverer {
 	}
 	if cfg.ProbeTimeout <= 0 {
 		cfg.ProbeTimeout = 10 * time.Second
+	}
+	if cfg.ScanWorkers <= 0 {
+		cfg.ScanWorkers = 4
 	}
 	if cfg.Retry == nil {
 		cfg.Retry = func(*ledger.Run, *ledger.Action, time.Time) (ledger.StopReason, string) { return "", "" }
@@ -300,38 +307,73 @@ type ScanReport struct {
 
 // Scan recovers every action of a non-terminal run that is approved,
 // running or uncertain: at start-up, before the engine takes work, and on
-// `ledger recover`. An error on one action is reported and the scan goes on
-// with the others.
+// `ledger recover`. Runs are recovered Config.ScanWorkers at a time (the
+// actions of one run one after another, in order), so their writes share
+// commits. An error on one action is reported and the scan goes on with
+// the others; a cancelled ctx stops it.
 func (r *Recoverer) Scan(ctx context.Context) (ScanReport, error) {
 	rep := ScanReport{Decisions: map[Kind]int{}}
 	// Snapshot first: acting moves actions between these states (running →
 	// approved), and each must be decided once per scan.
-	var actions []*ledger.Action
+	byRun := map[ledger.RunID][]*ledger.Action{}
+	var order []ledger.RunID
 	for _, st := range []ledger.ActionState{ledger.ActionRunning, ledger.ActionUncertain, ledger.ActionApproved} {
 		found, err := r.cfg.Store.FindActions(ctx, ledger.ActionFilter{State: &st})
 		if err != nil {
 			return rep, fmt.Errorf("recovery scan: %w", err)
 		}
-		actions = append(actions, found...)
-	}
-	for _, a := range actions {
-		run, err := r.cfg.Store.FindRunByID(ctx, a.RunID)
-		if err != nil {
-			return rep, fmt.Errorf("recovery scan: %w", err)
-		}
-		if run.State.Terminal() {
-			continue
-		}
-		rep.Actions++
-		d, err := r.Recover(ctx, run, a)
-		if err != nil {
-			if ctx.Err() != nil {
-				return rep, ctx.Err()
+		for _, a := range found {
+			if _, seen := byRun[a.RunID]; !seen {
+				order = append(order, a.RunID)
 			}
+			byRun[a.RunID] = append(byRun[a.RunID], a)
+		}
+	}
+	var (
+		mu   sync.Mutex
+		wg   sync.WaitGroup
+		next = make(chan ledger.RunID)
+	)
+	note := func(d Decision, err error) {
+		mu.Lock()
+		defer mu.Unlock()
+		rep.Actions++
+		if err != nil {
 			rep.Errors = append(rep.Errors, err.Error())
-			continue
+			return
 		}
 		rep.Decisions[d.Kind]++
+	}
+	for range r.cfg.ScanWorkers {
+		wg.Go(func() {
+			for id := range next {
+				for _, a := range byRun[id] {
+					if ctx.Err() != nil {
+						return
+					}
+					run, err := r.cfg.Store.FindRunByID(ctx, id)
+					if err != nil {
+						note(Decision{}, fmt.Errorf("recovery scan: %w", err))
+						break
+					}
+					if run.State.Terminal() {
+						break
+					}
+					note(r.Recover(ctx, run, a))
+				}
+			}
+		})
+	}
+	for _, id := range order {
+		select {
+		case next <- id:
+		case <-ctx.Done():
+		}
+	}
+	close(next)
+	wg.Wait()
+	if err := ctx.Err(); err != nil {
+		return rep, err
 	}
 	return rep, nil
 }
