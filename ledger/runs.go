@@ -232,18 +232,37 @@ func (tx *txn) findRun(id RunID) (*Run, error) {
 	return run, err
 }
 
+// findRunSQL reads a run with its budget: it runs on every step of every
+// run, so one query, scanned by hand, not two through reflection.
+const findRunSQL = `SELECT r.id, r.tenant, r.idempotency_key, r.request_digest, r.submitted_by, r.agent, r.input,
+	r.state, r.stop_reason, r.version, r.event_seq, r.event_hash, r.created_at, r.updated_at,
+	b.max_attempts_per_action, b.max_attempts_per_run, b.max_execution_us, b.max_steps, b.max_tokens,
+	b.deadline_at, b.attempts_used, b.execution_used_us, b.steps_used, b.tokens_used, b.tokens_unavailable, b.version
+FROM runs r JOIN budgets b ON b.run_id = r.id WHERE r.id = ?`
+
 func findRun(db *gorm.DB, id RunID) (*Run, error) {
-	var r runRow
-	if err := db.Where("id = ?", id).Take(&r).Error; err != nil {
-		if errors.Is(err, gorm.ErrRecordNotFound) {
-			return nil, Errorf(CodeNotFound, "run %s not found", id)
-		}
+	rows, err := db.Raw(findRunSQL, string(id)).Rows()
+	if err != nil {
 		return nil, err
 	}
-	var b budgetRow
-	if err := db.Where("run_id = ?", id).Take(&b).Error; err != nil {
-		return nil, fmt.Errorf("run %s budget: %w", id, err)
+	defer rows.Close()
+	if !rows.Next() {
+		if err := rows.Err(); err != nil {
+			return nil, err
+		}
+		return nil, Errorf(CodeNotFound, "run %s not found", id)
 	}
+	var (
+		r runRow
+		b budgetRow
+	)
+	if err := rows.Scan(&r.ID, &r.Tenant, &r.IdempotencyKey, &r.RequestDigest, &r.SubmittedBy, &r.Agent, &r.Input,
+		&r.State, &r.StopReason, &r.Version, &r.EventSeq, &r.EventHash, &r.CreatedAt, &r.UpdatedAt,
+		&b.MaxAttemptsPerAction, &b.MaxAttemptsPerRun, &b.MaxExecutionUs, &b.MaxSteps, &b.MaxTokens,
+		&b.DeadlineAt, &b.AttemptsUsed, &b.ExecutionUsedUs, &b.StepsUsed, &b.TokensUsed, &b.TokensUnavailable, &b.Version); err != nil {
+		return nil, fmt.Errorf("run %s: %w", id, err)
+	}
+	b.RunID = r.ID
 	return r.toRun(&b), nil
 }
 
