@@ -104,6 +104,18 @@ func (s *failingStore) FinishAttempt(ctx context.Context, p ledger.FinishAttempt
 	return s.Store.FinishAttempt(ctx, p)
 }
 
+// openLocalService opens the service on a database file for the local
+// commands (recover, worker), with whatever fault plan and simulator
+// settings the process's environment holds.
+func openLocalService(ctx context.Context, dbPath string) (*service, error) {
+	f, err := faultsFromEnv()
+	if err != nil {
+		return nil, err
+	}
+	return openService(ctx, serviceConfig{DBPath: dbPath, Simulator: f.Simulator, FaultFunc: f.Func,
+		WrapStore: f.WrapStore, Logger: discardLogger()})
+}
+
 // killSelf ends the process at once, as a power cut or OOM kill would: no
 // deferred function, no flush, no graceful anything.
 func killSelf() {

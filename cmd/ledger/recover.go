@@ -38,12 +38,7 @@ recorded with its rationale as an event, and acted on. Run it while no server us
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx := cmd.Context()
-			faults, err := faultsFromEnv()
-			if err != nil {
-				return err
-			}
-			svc, err := openService(ctx, serviceConfig{DBPath: dbPath, Simulator: faults.Simulator, FaultFunc: faults.Func,
-				WrapStore: faults.WrapStore, Logger: discardLogger()})
+			svc, err := openLocalService(ctx, dbPath)
 			if err != nil {
 				return err
 			}

@@ -20,12 +20,7 @@ waiting. The crash tests and the fault matrix start this command with a fault pl
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx := cmd.Context()
-			faults, err := faultsFromEnv()
-			if err != nil {
-				return err
-			}
-			svc, err := openService(ctx, serviceConfig{DBPath: dbPath, Simulator: faults.Simulator, FaultFunc: faults.Func,
-				WrapStore: faults.WrapStore, Logger: discardLogger()})
+			svc, err := openLocalService(ctx, dbPath)
 			if err != nil {
 				return err
 			}
