@@ -22,7 +22,8 @@
 // the report says which markers are comparable. Arguments of a tool whose
 // secret paths the export does not know are replaced as a whole.
 //
-// Verify recomputes a run's chain and names the first broken link.
+// The chain verdict in a report is the store's (ledger.Store.FindChain),
+// from the same snapshot as the timeline it shows.
 //
-// It imports ledger and contracts of this project, nothing else.
+// It imports ledger, contracts and redact of this project, nothing else.
 package evidence

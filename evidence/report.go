@@ -265,13 +265,15 @@ func (b *builder) build(id ledger.RunID) (*Report, error) {
 	if err := b.observations(rep, run.ID); err != nil {
 		return nil, err
 	}
-	if err := b.timeline(rep, run.ID); err != nil {
-		return nil, err
-	}
-	chain, err := b.store.VerifyChain(ctx, run.ID)
+	// The events and their verdict come from one snapshot, read once.
+	fc, err := b.store.FindChain(ctx, run.ID)
 	if err != nil {
 		return nil, err
 	}
+	if err := b.timeline(rep, fc.Events); err != nil {
+		return nil, err
+	}
+	chain := fc.Report
 	rep.Chain = Chain{OK: chain.OK, Events: chain.Events}
 	if !chain.OK {
 		reason := b.opts.Redactor.RedactString(chain.Reason)
@@ -415,12 +417,8 @@ type decisionData struct {
 	AttemptID ledger.AttemptID `json:"attempt_id"`
 }
 
-func (b *builder) timeline(rep *Report, run ledger.RunID) error {
+func (b *builder) timeline(rep *Report, events []*ledger.Event) error {
 	r := b.opts.Redactor
-	events, err := b.store.FindEvents(b.ctx, run)
-	if err != nil {
-		return err
-	}
 	for _, e := range events {
 		data, changed, err := r.RedactJSONChanged(e.Data, nil)
 		if err != nil {

@@ -35,7 +35,7 @@ func TestVerify(t *testing.T) {
 	t.Run("OK", func(t *testing.T) {
 		f := openFixture(t)
 		id := goldenRun(t, f)
-		rep, err := evidence.Verify(ctx, f.store, id)
+		rep, err := f.store.VerifyChain(ctx, id)
 		require.NoError(t, err)
 		require.True(t, rep.OK, rep.Reason)
 		require.Equal(t, 35, rep.Events)
@@ -46,7 +46,7 @@ func TestVerify(t *testing.T) {
 		id := goldenRun(t, f)
 		tamper(t, f.path, id, 22)
 
-		rep, err := evidence.Verify(ctx, f.store, id)
+		rep, err := f.store.VerifyChain(ctx, id)
 		require.NoError(t, err)
 		require.False(t, rep.OK)
 		require.Equal(t, int64(22), rep.BrokenSeq)
@@ -66,7 +66,7 @@ func TestVerify(t *testing.T) {
 	})
 	t.Run("ErrNotFound", func(t *testing.T) {
 		f := openFixture(t)
-		_, err := evidence.Verify(ctx, f.store, "run_00000000000000000000000099")
+		_, err := f.store.VerifyChain(ctx, "run_00000000000000000000000099")
 		require.ErrorIs(t, err, ledger.ErrNotFound)
 	})
 }

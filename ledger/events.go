@@ -251,10 +251,11 @@ func (s *GormStore) FindEvents(ctx context.Context, run RunID) ([]*Event, error)
 	return out, nil
 }
 
-// VerifyChain recomputes a run's chain from the database.
-func (s *GormStore) VerifyChain(ctx context.Context, run RunID) (ChainReport, error) {
-	// One read transaction, so the head and the events are one snapshot.
-	var rep ChainReport
+// FindChain reads a run's events and its recorded head in one read
+// transaction and verifies them: readers that show events and their
+// verdict (timelines, evidence) get both from one snapshot, in one pass.
+func (s *GormStore) FindChain(ctx context.Context, run RunID) (*Chain, error) {
+	var out Chain
 	err := s.r.WithContext(ctx).Transaction(func(db *gorm.DB) error {
 		var head runRow
 		if err := db.Select("id", "event_seq", "event_hash").Where("id = ?", run).Take(&head).Error; err != nil {
@@ -264,15 +265,24 @@ func (s *GormStore) VerifyChain(ctx context.Context, run RunID) (ChainReport, er
 		if err := db.Where("run_id = ?", run).Order("seq").Find(&rows).Error; err != nil {
 			return err
 		}
-		events := make([]*Event, len(rows))
+		out.Events = make([]*Event, len(rows))
 		for i := range rows {
-			events[i] = rows[i].toEvent()
+			out.Events[i] = rows[i].toEvent()
 		}
-		rep = VerifyEvents(run, events, head.EventSeq, head.EventHash)
+		out.Report = VerifyEvents(run, out.Events, head.EventSeq, head.EventHash)
 		return nil
 	})
 	if err != nil {
-		return ChainReport{}, wrapErr("verify chain "+string(run), err)
+		return nil, wrapErr("find chain of "+string(run), err)
 	}
-	return rep, nil
+	return &out, nil
+}
+
+// VerifyChain is FindChain's verdict alone.
+func (s *GormStore) VerifyChain(ctx context.Context, run RunID) (ChainReport, error) {
+	c, err := s.FindChain(ctx, run)
+	if err != nil {
+		return ChainReport{}, err
+	}
+	return c.Report, nil
 }

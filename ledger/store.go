@@ -109,6 +109,9 @@ type Store interface {
 	FindEvents(ctx context.Context, run RunID) ([]*Event, error)
 	// VerifyChain walks a run's event chain and names the first broken link.
 	VerifyChain(ctx context.Context, run RunID) (ChainReport, error)
+	// FindChain returns a run's events with VerifyChain's verdict on them,
+	// read from one snapshot. CodeNotFound if the run is unknown.
+	FindChain(ctx context.Context, run RunID) (*Chain, error)
 
 	// Close releases the database.
 	Close() error
@@ -339,6 +342,12 @@ type RecordDecisionParams struct {
 	Rationale string
 	Actor     string
 	Data      map[string]any // extra facts the decision used
+}
+
+// Chain is a run's events in sequence order and the verdict on their chain.
+type Chain struct {
+	Events []*Event
+	Report ChainReport
 }
 
 // ChainReport is the result of walking a run's event chain.

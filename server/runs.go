@@ -329,16 +329,12 @@ func (s *Server) timeline(c echo.Context) error {
 	if !id.Has(RoleAuditor) && r.SubmittedBy != id.Principal {
 		return forbidden("timelines of other principals' runs are for auditors")
 	}
-	events, err := s.store.FindEvents(ctx, r.ID)
+	chain, err := s.store.FindChain(ctx, r.ID)
 	if err != nil {
 		return err
 	}
-	rep, err := s.store.VerifyChain(ctx, r.ID)
-	if err != nil {
-		return err
-	}
-	out := Timeline{RunID: r.ID, Chain: rep, Events: make([]TimelineEvent, 0, len(events))}
-	for _, e := range events {
+	out := Timeline{RunID: r.ID, Chain: chain.Report, Events: make([]TimelineEvent, 0, len(chain.Events))}
+	for _, e := range chain.Events {
 		data, err := s.redactor.RedactEventData(e)
 		if err != nil {
 			return err

@@ -156,7 +156,7 @@ count, or the first broken link (its sequence number and why) and exits with sta
 				return err
 			}
 			defer store.Close()
-			rep, err := evidence.Verify(ctx, store, ledger.RunID(args[0]))
+			rep, err := store.VerifyChain(ctx, ledger.RunID(args[0]))
 			if err != nil {
 				return notFoundExit(err)
 			}
