@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	"gorm.io/gorm"
+	"gorm.io/gorm/clause"
 )
 
 // actionEdgeOwners names the method that owns an action edge: those edges
@@ -181,17 +182,17 @@ func (tx *txn) transitionAction(p ActionTransition, extra ...map[string]any) err
 			upd[k] = v
 		}
 	}
-	res := tx.db.Model(&actionRow{}).Where("id = ? AND state = ?", p.ID, p.From).Updates(upd)
+	// RETURNING hands back the updated row (its run, its digest for an
+	// approval) without reading it again.
+	var rows []actionRow
+	res := tx.db.Model(&rows).Clauses(clause.Returning{}).Where("id = ? AND state = ?", p.ID, p.From).Updates(upd)
 	if res.Error != nil {
 		return res.Error
 	}
-	if res.RowsAffected == 0 {
+	if len(rows) == 0 {
 		return tx.staleState(&actionRow{}, "action", string(p.ID), string(p.From))
 	}
-	var row actionRow
-	if err := tx.db.Where("id = ?", p.ID).Take(&row).Error; err != nil {
-		return err
-	}
+	row := rows[0]
 	if _, err := tx.appendEvent(transitionEvent(RunID(row.RunID), "action", string(p.ID), p.From, p.To, p.Actor, p.Data)); err != nil {
 		return err
 	}
