@@ -12,6 +12,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"gorm.io/driver/sqlite"
@@ -176,7 +177,11 @@ type migration struct {
 	sql     string
 }
 
-func loadMigrations() ([]migration, error) {
+// loadMigrations returns the embedded migrations, parsed and checked once
+// (readiness probes ask for the schema version on every request).
+var loadMigrations = sync.OnceValues(parseMigrations)
+
+func parseMigrations() ([]migration, error) {
 	const dir = "migrations/sqlite"
 	entries, err := fs.ReadDir(sqliteMigrations, dir)
 	if err != nil {
