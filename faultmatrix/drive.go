@@ -68,6 +68,20 @@ func startScenario(ctx context.Context, h *harness, sc *Scenario, env ...string)
 	return h.start(ctx, append([]string{sim}, env...)...)
 }
 
+// approveAndFinish approves the action the run waits for and waits until
+// the run needs nothing more from the engine.
+func approveAndFinish(h *harness, id ledger.RunID) error {
+	a, err := awaitingAction(h, id)
+	if err != nil {
+		return err
+	}
+	if _, err := h.decide(a.ID, a.ActionDigest, "approve"); err != nil {
+		return err
+	}
+	_, err = h.waitRun(id, wait, finished)
+	return err
+}
+
 func finished(r server.Run) bool {
 	return r.State.Terminal() || r.State == ledger.RunNeedsReview
 }
@@ -130,15 +144,7 @@ func driveCrashAwaiting(ctx context.Context, h *harness, sc *Scenario) (ledger.R
 	if err := startScenario(ctx, h, sc); err != nil {
 		return sub.ID, err
 	}
-	a, err := awaitingAction(h, sub.ID)
-	if err != nil {
-		return sub.ID, err
-	}
-	if _, err := h.decide(a.ID, a.ActionDigest, "approve"); err != nil {
-		return sub.ID, err
-	}
-	_, err = h.waitRun(sub.ID, wait, finished)
-	return sub.ID, err
+	return sub.ID, approveAndFinish(h, sub.ID)
 }
 
 func driveCrashCancel(ctx context.Context, h *harness, sc *Scenario) (ledger.RunID, error) {
@@ -221,15 +227,7 @@ func driveConcurrentSubmit(ctx context.Context, h *harness, sc *Scenario) (ledge
 	if len(list.Runs) != 1 {
 		return id, fmt.Errorf("%d runs after %d identical submits", len(list.Runs), n)
 	}
-	a, err := awaitingAction(h, id)
-	if err != nil {
-		return id, err
-	}
-	if _, err := h.decide(a.ID, a.ActionDigest, "approve"); err != nil {
-		return id, err
-	}
-	_, err = h.waitRun(id, wait, finished)
-	return id, err
+	return id, approveAndFinish(h, id)
 }
 
 func driveKeyReuse(ctx context.Context, h *harness, sc *Scenario) (ledger.RunID, error) {
@@ -255,15 +253,7 @@ func driveKeyReuse(ctx context.Context, h *harness, sc *Scenario) (ledger.RunID,
 	if after.Budget.Limits.MaxSteps != before.Budget.Limits.MaxSteps {
 		return sub.ID, fmt.Errorf("the refused request changed the run's budget")
 	}
-	a, err := awaitingAction(h, sub.ID)
-	if err != nil {
-		return sub.ID, err
-	}
-	if _, err := h.decide(a.ID, a.ActionDigest, "approve"); err != nil {
-		return sub.ID, err
-	}
-	_, err = h.waitRun(sub.ID, wait, finished)
-	return sub.ID, err
+	return sub.ID, approveAndFinish(h, sub.ID)
 }
 
 func driveStaleDigest(ctx context.Context, h *harness, sc *Scenario) (ledger.RunID, error) {
@@ -289,14 +279,10 @@ func driveStaleDigest(ctx context.Context, h *harness, sc *Scenario) (ledger.Run
 	if len(effects) != 0 {
 		return sub.ID, fmt.Errorf("a refused approval let the tool act")
 	}
-	if _, err := awaitingAction(h, sub.ID); err != nil {
+	if err := approveAndFinish(h, sub.ID); err != nil {
 		return sub.ID, fmt.Errorf("after the refused approval: %w", err)
 	}
-	if _, err := h.decide(a.ID, a.ActionDigest, "approve"); err != nil {
-		return sub.ID, err
-	}
-	_, err = h.waitRun(sub.ID, wait, finished)
-	return sub.ID, err
+	return sub.ID, nil
 }
 
 func driveBudget(ctx context.Context, h *harness, sc *Scenario) (ledger.RunID, error) {
