@@ -97,21 +97,10 @@ func (s *Server) deny(c echo.Context) error { return s.decide(c, ledger.Decision
 // (403) and, in the deciding transaction, that the approval is pending,
 // bound to the digest sent and not expired (409, nothing changes).
 func (s *Server) decide(c echo.Context, d ledger.ApprovalDecision) error {
-	id, err := needRole(c, RoleApprover)
-	if err != nil {
-		return err
-	}
-	body, err := s.readBody(c, false)
-	if err != nil {
-		return err
-	}
 	var req DecisionRequest
-	if err := decodeStrict(body, &req, "action_digest"); err != nil {
+	id, actionID, err := s.approverActionRequest(c, &req, "action_digest")
+	if err != nil {
 		return err
-	}
-	actionID := c.Param("action_id")
-	if len(actionID) > maxIDLength {
-		return notFound("action", actionID)
 	}
 	ctx := c.Request().Context()
 	res, err := s.approvals.Decide(ctx, approval.DecideParams{Tenant: id.Tenant, Principal: id.Principal,
@@ -127,25 +116,36 @@ func (s *Server) decide(c echo.Context, d ledger.ApprovalDecision) error {
 	return sendJSON(c, http.StatusOK, DecisionResponse{Approval: approvalView(res.Approval), Action: av})
 }
 
+// approverActionRequest is the common start of approve, deny and resolve:
+// the approver role, a strict JSON body with its required field, and the
+// action id of the path.
+func (s *Server) approverActionRequest(c echo.Context, req any, required string) (Identity, string, error) {
+	id, err := needRole(c, RoleApprover)
+	if err != nil {
+		return Identity{}, "", err
+	}
+	body, err := s.readBody(c, false)
+	if err != nil {
+		return Identity{}, "", err
+	}
+	if err := decodeStrict(body, req, required); err != nil {
+		return Identity{}, "", err
+	}
+	actionID := c.Param("action_id")
+	if len(actionID) > maxIDLength {
+		return Identity{}, "", notFound("action", actionID)
+	}
+	return id, actionID, nil
+}
+
 // resolve is POST /v1/actions/{action_id}/resolve: a person settles an
 // action in review with happened, not_happened or abandon. 409 if the
 // action is not in review; 404 for another tenant's.
 func (s *Server) resolve(c echo.Context) error {
-	id, err := needRole(c, RoleApprover)
-	if err != nil {
-		return err
-	}
-	body, err := s.readBody(c, false)
-	if err != nil {
-		return err
-	}
 	var req ResolveRequest
-	if err := decodeStrict(body, &req, "outcome"); err != nil {
+	id, actionID, err := s.approverActionRequest(c, &req, "outcome")
+	if err != nil {
 		return err
-	}
-	actionID := c.Param("action_id")
-	if len(actionID) > maxIDLength {
-		return notFound("action", actionID)
 	}
 	ctx := c.Request().Context()
 	a, err := recovery.Resolve(ctx, s.store, recovery.ResolveParams{Tenant: id.Tenant, Principal: id.Principal,
