@@ -239,30 +239,40 @@ func ignoreDone(err error) error {
 
 // Effects returns every effect, oldest first.
 func (s *EffectStore) Effects(ctx context.Context) ([]Effect, error) {
-	rows, err := s.db.QueryContext(ctx,
-		`SELECT seq, dedup_key, tool, arguments_digest, output, created_at FROM effects ORDER BY seq`)
+	return queryAll(ctx, s.db, "effects",
+		`SELECT seq, dedup_key, tool, arguments_digest, output, created_at FROM effects ORDER BY seq`,
+		func(rows *sql.Rows) (Effect, error) {
+			var (
+				e      Effect
+				output sql.NullString
+				at     int64
+			)
+			err := rows.Scan(&e.Seq, &e.DedupKey, &e.Tool, &e.ArgumentsDigest, &output, &at)
+			if output.Valid {
+				e.Output = json.RawMessage(output.String)
+			}
+			e.CreatedAt = fromNanos(at)
+			return e, err
+		})
+}
+
+// queryAll runs a query and scans every row with scan.
+func queryAll[T any](ctx context.Context, db *sql.DB, what, query string, scan func(*sql.Rows) (T, error)) ([]T, error) {
+	rows, err := db.QueryContext(ctx, query)
 	if err != nil {
-		return nil, fmt.Errorf("effects: %w", err)
+		return nil, fmt.Errorf("%s: %w", what, err)
 	}
 	defer rows.Close()
-	var out []Effect
+	var out []T
 	for rows.Next() {
-		var (
-			e      Effect
-			output sql.NullString
-			at     int64
-		)
-		if err := rows.Scan(&e.Seq, &e.DedupKey, &e.Tool, &e.ArgumentsDigest, &output, &at); err != nil {
-			return nil, fmt.Errorf("effects: %w", err)
+		v, err := scan(rows)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", what, err)
 		}
-		if output.Valid {
-			e.Output = json.RawMessage(output.String)
-		}
-		e.CreatedAt = fromNanos(at)
-		out = append(out, e)
+		out = append(out, v)
 	}
 	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("effects: %w", err)
+		return nil, fmt.Errorf("%s: %w", what, err)
 	}
 	return out, nil
 }
@@ -280,56 +290,31 @@ func (s *EffectStore) CountEffects(ctx context.Context, dedupKey string) (int, e
 
 // Calls returns every recorded Execute call, oldest first.
 func (s *EffectStore) Calls(ctx context.Context) ([]CallRecord, error) {
-	rows, err := s.db.QueryContext(ctx,
-		`SELECT seq, dedup_key, tool, attempt, outcome, created_at FROM calls ORDER BY seq`)
-	if err != nil {
-		return nil, fmt.Errorf("calls: %w", err)
-	}
-	defer rows.Close()
-	var out []CallRecord
-	for rows.Next() {
-		var (
-			c  CallRecord
-			at int64
-		)
-		if err := rows.Scan(&c.Seq, &c.DedupKey, &c.Tool, &c.Attempt, &c.Outcome, &at); err != nil {
-			return nil, fmt.Errorf("calls: %w", err)
-		}
-		c.CreatedAt = fromNanos(at)
-		out = append(out, c)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("calls: %w", err)
-	}
-	return out, nil
+	return queryAll(ctx, s.db, "calls", `SELECT seq, dedup_key, tool, attempt, outcome, created_at FROM calls ORDER BY seq`,
+		func(rows *sql.Rows) (CallRecord, error) {
+			var (
+				c  CallRecord
+				at int64
+			)
+			err := rows.Scan(&c.Seq, &c.DedupKey, &c.Tool, &c.Attempt, &c.Outcome, &at)
+			c.CreatedAt = fromNanos(at)
+			return c, err
+		})
 }
 
 // Queries returns every recorded Query call, oldest first.
 func (s *EffectStore) Queries(ctx context.Context) ([]QueryRecord, error) {
-	rows, err := s.db.QueryContext(ctx,
-		`SELECT seq, dedup_key, tool, outcome, created_at FROM queries ORDER BY seq`)
-	if err != nil {
-		return nil, fmt.Errorf("queries: %w", err)
-	}
-	defer rows.Close()
-	var out []QueryRecord
-	for rows.Next() {
-		var (
-			q  QueryRecord
-			at int64
-		)
-		if err := rows.Scan(&q.Seq, &q.DedupKey, &q.Tool, &q.Outcome, &at); err != nil {
-			return nil, fmt.Errorf("queries: %w", err)
-		}
-		q.CreatedAt = fromNanos(at)
-		out = append(out, q)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("queries: %w", err)
-	}
-	return out, nil
+	return queryAll(ctx, s.db, "queries", `SELECT seq, dedup_key, tool, outcome, created_at FROM queries ORDER BY seq`,
+		func(rows *sql.Rows) (QueryRecord, error) {
+			var (
+				q  QueryRecord
+				at int64
+			)
+			err := rows.Scan(&q.Seq, &q.DedupKey, &q.Tool, &q.Outcome, &at)
+			q.CreatedAt = fromNanos(at)
+			return q, err
+		})
 }
-
 func fromNanos(n int64) time.Time { return time.Unix(0, n).UTC() }
 
 // recordCall records the start of an Execute call and returns its row and
