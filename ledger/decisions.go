@@ -28,3 +28,54 @@ func (s *GormStore) RecordDecision(ctx context.Context, p RecordDecisionParams) 
 	})
 	return out, err
 }
+
+// SettleReview implements Store.
+func (s *GormStore) SettleReview(ctx context.Context, p SettleReviewParams) (*Action, error) {
+	if p.Actor == "" {
+		return nil, Errorf(CodeInvalid, "settle review: actor is required")
+	}
+	var out *Action
+	err := s.inTx(ctx, "settle review", func(tx *txn) error {
+		a, err := tx.findAction(p.ActionID)
+		if err != nil {
+			return err
+		}
+		if a.State != ActionNeedsReview {
+			return Errorf(CodeConflict, "action %s is %s, not in review", a.ID, a.State)
+		}
+		var last attemptRow
+		err = tx.db.Where("action_id = ?", a.ID).Order("attempt_no DESC").Limit(1).Find(&last).Error
+		if err != nil {
+			return err
+		}
+		if last.ID != "" {
+			att, err := last.toAttempt()
+			if err != nil {
+				return err
+			}
+			if _, err := tx.observe(att, ObservedPerson, p.Effect, p.Detail, p.Actor); err != nil {
+				return err
+			}
+		}
+		if err := tx.transitionAction(ActionTransition{ID: a.ID, From: ActionNeedsReview, To: p.To, Actor: p.Actor, Data: p.Data}); err != nil {
+			return err
+		}
+		var waiting int64
+		if err := tx.db.Model(&actionRow{}).Where("run_id = ? AND state = ?", a.RunID, ActionNeedsReview).Count(&waiting).Error; err != nil {
+			return err
+		}
+		run, err := tx.findRun(a.RunID)
+		if err != nil {
+			return err
+		}
+		if waiting == 0 && run.State == RunNeedsReview {
+			if err := tx.transitionRun(RunTransition{ID: run.ID, From: RunNeedsReview, To: RunRunning, Actor: p.Actor,
+				Data: map[string]any{"cause": "review settled"}}); err != nil {
+				return err
+			}
+		}
+		out, err = tx.findAction(a.ID)
+		return err
+	})
+	return out, err
+}

@@ -91,3 +91,35 @@ func TestRegressions(t *testing.T) {
 		require.Equal(t, ledger.RunRunning, got.State)
 	})
 }
+
+// TestSettleReviewIsOneTransaction: a verdict that cannot be applied leaves
+// no trace, not even its observation.
+func TestSettleReviewIsOneTransaction(t *testing.T) {
+	ctx := context.Background()
+	b := ledgertest.OpenStore(t)
+	run := b.RunningRun(t, "k1", ledger.BudgetLimits{})
+	a := b.Action(t, run.ID, "step-1", ledger.ActionApproved).Action
+	att, err := b.Store.StartAttempt(ctx, ledger.StartAttemptParams{ActionID: a.ID})
+	require.NoError(t, err)
+	_, err = b.Store.FinishAttempt(ctx, ledger.FinishAttemptParams{AttemptID: att.ID, Status: ledger.AttemptUncertain, ActionState: ledger.ActionUncertain})
+	require.NoError(t, err)
+	_, err = b.Store.TransitionAction(ctx, ledger.ActionTransition{ID: a.ID, From: ledger.ActionUncertain, To: ledger.ActionNeedsReview})
+	require.NoError(t, err)
+	_, err = b.Store.TransitionRun(ctx, ledger.RunTransition{ID: run.ID, From: ledger.RunRunning, To: ledger.RunNeedsReview})
+	require.NoError(t, err)
+
+	_, err = b.Store.SettleReview(ctx, ledger.SettleReviewParams{ActionID: a.ID, To: ledger.ActionApproved, Effect: ledger.EffectHappened, Actor: "bob"})
+	require.ErrorIs(t, err, ledger.ErrInvalid, "needs_review → approved is not an edge")
+	obs, err := b.Store.FindObservations(ctx, ledger.ObservationFilter{ActionID: &a.ID})
+	require.NoError(t, err)
+	require.Empty(t, obs, "the refused verdict left no observation")
+
+	got, err := b.Store.SettleReview(ctx, ledger.SettleReviewParams{ActionID: a.ID, To: ledger.ActionSucceeded, Effect: ledger.EffectHappened, Actor: "bob"})
+	require.NoError(t, err)
+	require.Equal(t, ledger.ActionSucceeded, got.State)
+	r, err := b.Store.FindRunByID(ctx, run.ID)
+	require.NoError(t, err)
+	require.Equal(t, ledger.RunRunning, r.State)
+	_, err = b.Store.SettleReview(ctx, ledger.SettleReviewParams{ActionID: a.ID, To: ledger.ActionSucceeded, Effect: ledger.EffectHappened, Actor: "bob"})
+	require.ErrorIs(t, err, ledger.ErrConflict)
+}

@@ -66,6 +66,13 @@ type Store interface {
 	// the attempt if its effect was unknown; evidence contradicting an
 	// established effect is CodeConflict and nothing is recorded.
 	RecordObservation(ctx context.Context, p RecordObservationParams) (*Observation, *Attempt, error)
+	// SettleReview records a person's verdict on an action in review, in
+	// one transaction: the verdict as an observation (source person) on the
+	// action's last attempt, the action moved to p.To (succeeded, failed or
+	// abandoned), and the run back from needs_review to running once no
+	// other action of it waits for a person. CodeConflict if the action is
+	// not in review; CodeNotFound if unknown.
+	SettleReview(ctx context.Context, p SettleReviewParams) (*Action, error)
 	// FindAttempts lists attempts matching the filter in (action, no) order.
 	FindAttempts(ctx context.Context, f AttemptFilter) ([]*Attempt, error)
 	// FindObservations lists observations matching the filter in time order.
@@ -332,6 +339,16 @@ type AddUsageParams struct {
 	Execution time.Duration
 	// TokensUnavailable marks that a step reported no token usage.
 	TokensUnavailable bool
+}
+
+// SettleReviewParams is a person's verdict on an action in review.
+type SettleReviewParams struct {
+	ActionID ActionID
+	To       ActionState     // succeeded, failed or abandoned
+	Effect   EffectFact      // what the person says of the effect
+	Detail   json.RawMessage // recorded with the observation
+	Actor    string
+	Data     any // recorded with the action's transition
 }
 
 // RecordDecisionParams is one recovery decision.

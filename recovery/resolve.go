@@ -39,7 +39,8 @@ const MaxNoteLength = 2000
 // recorded as an observation on the action's last attempt (source person),
 // the action moves to succeeded, failed or abandoned, and the run leaves
 // needs_review (back to running, for the engine to go on or stop) once no
-// other action of it waits for review. Errors: CodeInvalid for a bad
+// other action of it waits for review — all in one transaction
+// (Store.SettleReview). Errors: CodeInvalid for a bad
 // outcome or note, CodeNotFound for an unknown or another tenant's action,
 // CodeConflict if the action is not in review.
 func Resolve(ctx context.Context, store ledger.Store, p ResolveParams) (*ledger.Action, error) {
@@ -68,54 +69,14 @@ func Resolve(ctx context.Context, store ledger.Store, p ResolveParams) (*ledger.
 	case err != nil:
 		return nil, fmt.Errorf("resolve: %w", err)
 	}
-	if a.State != ledger.ActionNeedsReview {
-		return nil, ledger.Errorf(ledger.CodeConflict, "action %s is %s, not in review", a.ID, a.State)
-	}
 	detail, err := json.Marshal(map[string]string{"outcome": string(p.Outcome), "note": p.Note, "by": p.Principal})
 	if err != nil {
 		return nil, fmt.Errorf("resolve: %w", err)
 	}
-	if atts, err := store.FindAttempts(ctx, ledger.AttemptFilter{ActionID: &a.ID}); err != nil {
-		return nil, fmt.Errorf("resolve: %w", err)
-	} else if len(atts) > 0 {
-		last := atts[len(atts)-1]
-		if _, _, err := store.RecordObservation(ctx, ledger.RecordObservationParams{AttemptID: last.ID,
-			Source: ledger.ObservedPerson, Effect: effect, Detail: detail, Actor: p.Principal}); err != nil {
-			return nil, fmt.Errorf("resolve: %w", err)
-		}
-	}
-	a, err = store.TransitionAction(ctx, ledger.ActionTransition{ID: a.ID, From: ledger.ActionNeedsReview, To: to,
+	a, err = store.SettleReview(ctx, ledger.SettleReviewParams{ActionID: a.ID, To: to, Effect: effect, Detail: detail,
 		Actor: p.Principal, Data: map[string]any{"outcome": p.Outcome, "note": p.Note}})
 	if err != nil {
 		return nil, fmt.Errorf("resolve: %w", err)
 	}
-	if err := leaveReview(ctx, store, a.RunID, p.Principal); err != nil {
-		return nil, err
-	}
 	return a, nil
-}
-
-// leaveReview moves a run out of needs_review once none of its actions
-// waits for a person.
-func leaveReview(ctx context.Context, store ledger.Store, run ledger.RunID, actor string) error {
-	st := ledger.ActionNeedsReview
-	waiting, err := store.FindActions(ctx, ledger.ActionFilter{RunID: &run, State: &st, Limit: 1})
-	if err != nil {
-		return fmt.Errorf("resolve: %w", err)
-	}
-	if len(waiting) > 0 {
-		return nil
-	}
-	r, err := store.FindRunByID(ctx, run)
-	if err != nil {
-		return fmt.Errorf("resolve: %w", err)
-	}
-	if r.State != ledger.RunNeedsReview {
-		return nil
-	}
-	if _, err := store.TransitionRun(ctx, ledger.RunTransition{ID: run, From: ledger.RunNeedsReview, To: ledger.RunRunning,
-		Actor: actor, Data: map[string]any{"cause": "review settled"}}); err != nil && ledger.Code(err) != ledger.CodeConflict {
-		return fmt.Errorf("resolve: %w", err)
-	}
-	return nil
 }
