@@ -69,15 +69,10 @@ func openService(ctx context.Context, cfg serviceConfig) (*service, error) {
 	}
 	agent := simulator.PracticeCardsAgent(effects, cfg.Simulator)
 	// The engine needs the approval service for gates, and the service
-	// needs the engine's tool registry for rules: build the registry first.
-	tools := map[string]contracts.ToolDescriptor{}
-	for _, t := range agent.Tools {
-		d := t.Descriptor()
-		tools[d.Name] = d
-	}
+	// needs the engine's tool registry for rules: it asks the engine, which
+	// exists before the first decision.
 	rt.approvals = approval.NewService(store, policy, func(name string) (contracts.ToolDescriptor, bool) {
-		d, ok := tools[name]
-		return d, ok
+		return rt.engine.Tool(name)
 	}, approval.Options{RelaxSeparationOfDuties: cfg.DevMode})
 	// The engine redacts tool output and errors before they are stored,
 	// with the same key evidence exports use, so markers correlate.
