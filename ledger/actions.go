@@ -2,11 +2,8 @@ package ledger
 
 import (
 	"context"
-	"errors"
+	"database/sql"
 	"fmt"
-
-	"gorm.io/gorm"
-	"gorm.io/gorm/clause"
 )
 
 // actionEdgeOwners names the method that owns an action edge: those edges
@@ -56,7 +53,8 @@ func (s *GormStore) CreateAction(ctx context.Context, p CreateActionParams) (Cre
 	var out CreateActionResult
 	err = s.inTx(ctx, "create action", func(tx *txn) error {
 		var existing actionRow
-		err := tx.db.Where("run_id = ? AND idempotency_key = ?", p.RunID, p.IdempotencyKey).Take(&existing).Error
+		rows, err := tx.query(findActionByKeySQL, string(p.RunID), p.IdempotencyKey)
+		err = scanOne(rows, err, "action", func(rows *sql.Rows) error { return scanAction(rows, &existing) })
 		switch {
 		case err == nil:
 			if existing.ActionDigest != string(digest) {
@@ -71,7 +69,7 @@ func (s *GormStore) CreateAction(ctx context.Context, p CreateActionParams) (Cre
 				return err
 			}
 			return nil
-		case !errors.Is(err, gorm.ErrRecordNotFound):
+		case Code(err) != CodeNotFound:
 			return err
 		}
 		run, err := tx.findRun(p.RunID)
@@ -82,7 +80,8 @@ func (s *GormStore) CreateAction(ctx context.Context, p CreateActionParams) (Cre
 			return Errorf(CodeConflict, "run %s is %s: actions are recorded only while it runs", p.RunID, run.State)
 		}
 		var maxSeq int64
-		if err := tx.db.Model(&actionRow{}).Select("COALESCE(MAX(seq), 0)").Where("run_id = ?", p.RunID).Scan(&maxSeq).Error; err != nil {
+		rows, err = tx.query(maxActionSeqSQL, string(p.RunID))
+		if err := scanOne(rows, err, "action seq", func(rows *sql.Rows) error { return rows.Scan(&maxSeq) }); err != nil {
 			return err
 		}
 		id := ActionID(tx.newID(PrefixAction))
@@ -105,7 +104,9 @@ func (s *GormStore) CreateAction(ctx context.Context, p CreateActionParams) (Cre
 				return err
 			}
 		}
-		if err := tx.db.Create(&row).Error; err != nil {
+		if _, err := tx.exec(insertActionSQL, row.ID, row.RunID, row.Tenant, row.Seq, row.IdempotencyKey, row.Tool,
+			row.ToolVersion, row.Effect, row.Arguments, row.ActionDigest, row.DedupKey, row.Supersedes, row.State,
+			row.AttemptCount, row.Version, row.CreatedAt, row.UpdatedAt); err != nil {
 			return err
 		}
 		data := map[string]any{"tool": p.Tool, "tool_version": p.ToolVersion, "effect": p.Effect,
@@ -172,52 +173,63 @@ func (s *GormStore) TransitionAction(ctx context.Context, p ActionTransition) (*
 // awaiting_approval opens the approval bound to the action's digest; leaving
 // it other than by a decision takes the pending approval with it
 // (invalidated).
-func (tx *txn) transitionAction(p ActionTransition, extra ...map[string]any) error {
+func (tx *txn) transitionAction(p ActionTransition) error {
+	_, err := tx.moveAction(p, 0)
+	return err
+}
+
+// moveAction is transitionAction that also raises the action's attempt
+// count to attemptCount (StartAttempt) and returns the updated row.
+func (tx *txn) moveAction(p ActionTransition, attemptCount int64) (*actionRow, error) {
 	if err := ValidateActionTransition(p.From, p.To); err != nil {
-		return err
-	}
-	upd := map[string]any{"state": p.To, "version": gorm.Expr("version + 1"), "updated_at": micros(tx.now)}
-	for _, m := range extra {
-		for k, v := range m {
-			upd[k] = v
-		}
+		return nil, err
 	}
 	// RETURNING hands back the updated row (its run, its digest for an
 	// approval) without reading it again.
-	var rows []actionRow
-	res := tx.db.Model(&rows).Clauses(clause.Returning{}).Where("id = ? AND state = ?", p.ID, p.From).Updates(upd)
-	if res.Error != nil {
-		return res.Error
+	var row actionRow
+	rows, err := tx.query(moveActionSQL, string(p.To), micros(tx.now), attemptCount, string(p.ID), string(p.From))
+	err = scanOne(rows, err, "action "+string(p.ID), func(rows *sql.Rows) error { return scanAction(rows, &row) })
+	if Code(err) == CodeNotFound {
+		return nil, tx.staleState(&actionRow{}, "action", string(p.ID), string(p.From))
 	}
-	if len(rows) == 0 {
-		return tx.staleState(&actionRow{}, "action", string(p.ID), string(p.From))
+	if err != nil {
+		return nil, err
 	}
-	row := rows[0]
 	if _, err := tx.appendEvent(transitionEvent(RunID(row.RunID), "action", string(p.ID), p.From, p.To, p.Actor, p.Data)); err != nil {
-		return err
+		return nil, err
 	}
 	if p.To == ActionAwaitingApproval {
 		_, err := tx.openApproval(&row, p.ApprovalTTL, p.Actor)
-		return err
+		return &row, err
 	}
 	if p.From == ActionAwaitingApproval && p.To != ActionApproved && p.To != ActionDenied && p.To != ActionExpired {
 		apr, err := tx.pendingApproval(p.ID)
 		if err != nil {
-			return err
+			return nil, err
 		}
-		return tx.transitionApproval(apr, ApprovalInvalidated, p.Actor, "action "+string(p.To), nil)
+		return &row, tx.transitionApproval(apr, ApprovalInvalidated, p.Actor, "action "+string(p.To), nil)
 	}
-	return nil
+	return &row, nil
 }
 
-func (tx *txn) findAction(id ActionID) (*Action, error) { return findAction(tx.db, id) }
+var (
+	findActionSQL      = writeStmt(`SELECT ` + actionCols + ` FROM actions WHERE id = ?`)
+	findActionByKeySQL = writeStmt(`SELECT ` + actionCols + ` FROM actions WHERE run_id = ? AND idempotency_key = ?`)
+	maxActionSeqSQL    = writeStmt(`SELECT COALESCE(MAX(seq), 0) FROM actions WHERE run_id = ?`)
+	insertActionSQL    = writeStmt(`INSERT INTO actions (` + actionCols + `) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`)
+	moveActionSQL      = writeStmt(`UPDATE actions SET state = ?, version = version + 1, updated_at = ?,
+	attempt_count = max(attempt_count, ?) WHERE id = ? AND state = ? RETURNING ` + actionCols)
+)
 
-func findAction(db *gorm.DB, id ActionID) (*Action, error) {
+func (tx *txn) findAction(id ActionID) (*Action, error) {
+	rows, err := tx.query(findActionSQL, string(id))
+	return scanActionOf(rows, err, id)
+}
+
+// scanActionOf scans the answer of findActionSQL.
+func scanActionOf(rows *sql.Rows, err error, id ActionID) (*Action, error) {
 	var r actionRow
-	if err := db.Where("id = ?", id).Take(&r).Error; err != nil {
-		if errors.Is(err, gorm.ErrRecordNotFound) {
-			return nil, Errorf(CodeNotFound, "action %s not found", id)
-		}
+	if err := scanOne(rows, err, "action "+string(id), func(rows *sql.Rows) error { return scanAction(rows, &r) }); err != nil {
 		return nil, err
 	}
 	return r.toAction(), nil
@@ -225,7 +237,8 @@ func findAction(db *gorm.DB, id ActionID) (*Action, error) {
 
 // FindActionByID implements Store.
 func (s *GormStore) FindActionByID(ctx context.Context, id ActionID) (*Action, error) {
-	a, err := findAction(s.r.WithContext(ctx), id)
+	rows, err := s.rs.query(ctx, findActionSQL.sql, string(id))
+	a, err := scanActionOf(rows, err, id)
 	if err != nil {
 		return nil, wrapErr("find action", err)
 	}

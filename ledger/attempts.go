@@ -2,11 +2,9 @@ package ledger
 
 import (
 	"context"
+	"database/sql"
 	"encoding/json"
-	"errors"
 	"fmt"
-
-	"gorm.io/gorm"
 )
 
 // StartAttempt implements Store. Retry semantics: every call that succeeds
@@ -48,12 +46,12 @@ func (tx *txn) startAttempt(p StartAttemptParams) (*Attempt, error) {
 	if run.State != RunRunning {
 		return nil, Errorf(CodeConflict, "run %s is %s: no attempt starts", run.ID, run.State)
 	}
-	var cancelled int64
-	if err := tx.db.Model(&cancellationRow{}).Where("run_id = ? AND state <> ?", run.ID, CancelRequested).
-		Count(&cancelled).Error; err != nil {
+	var cancelled bool
+	rows, err := tx.query(cancelAcceptedSQL, string(run.ID), string(CancelRequested))
+	if err := scanOne(rows, err, "cancellation", func(rows *sql.Rows) error { return rows.Scan(&cancelled) }); err != nil {
 		return nil, err
 	}
-	if cancelled > 0 {
+	if cancelled {
 		return nil, Errorf(CodeConflict, "run %s: cancellation accepted, no new attempt starts", run.ID)
 	}
 	if err := checkAttemptBudget(run.Budget, action, tx); err != nil {
@@ -61,21 +59,20 @@ func (tx *txn) startAttempt(p StartAttemptParams) (*Attempt, error) {
 	}
 	// From here on it writes.
 	no := action.AttemptCount + 1
-	if err := tx.transitionAction(ActionTransition{ID: action.ID, From: ActionApproved, To: ActionRunning, Actor: p.Actor,
-		Data: map[string]any{"attempt_no": no}}, map[string]any{"attempt_count": no}); err != nil {
+	if _, err := tx.moveAction(ActionTransition{ID: action.ID, From: ActionApproved, To: ActionRunning, Actor: p.Actor,
+		Data: map[string]any{"attempt_no": no}}, no); err != nil {
 		return nil, err
 	}
 	row := attemptRow{
 		ID: tx.newID(PrefixAttempt), ActionID: string(action.ID), RunID: string(action.RunID), AttemptNo: no,
 		Status: string(AttemptStarted), Effect: string(EffectUnknown), Version: 1, StartedAt: micros(tx.now),
 	}
-	if err := tx.db.Create(&row).Error; err != nil {
+	if _, err := tx.exec(insertAttemptSQL, row.ID, row.ActionID, row.RunID, row.AttemptNo, row.Status, row.Effect,
+		row.Version, row.StartedAt); err != nil {
 		return nil, err
 	}
-	res := tx.db.Model(&budgetRow{}).Where("run_id = ?", run.ID).Updates(map[string]any{
-		"attempts_used": gorm.Expr("attempts_used + 1"), "version": gorm.Expr("version + 1")})
-	if res.Error != nil {
-		return nil, res.Error
+	if _, err := tx.exec(countAttemptSQL, string(run.ID)); err != nil {
+		return nil, err
 	}
 	if _, err := tx.appendEvent(transitionEvent(action.RunID, "attempt", row.ID, AttemptStatus(""), AttemptStarted, p.Actor,
 		map[string]any{"action_id": action.ID, "attempt_no": no, "dedup_key": action.DedupKey})); err != nil {
@@ -83,6 +80,13 @@ func (tx *txn) startAttempt(p StartAttemptParams) (*Attempt, error) {
 	}
 	return row.toAttempt()
 }
+
+var (
+	cancelAcceptedSQL = writeStmt(`SELECT EXISTS (SELECT 1 FROM cancellations WHERE run_id = ? AND state <> ?)`)
+	insertAttemptSQL  = writeStmt(`INSERT INTO attempts (id, action_id, run_id, attempt_no, status, effect, version, started_at)
+	VALUES (?, ?, ?, ?, ?, ?, ?, ?)`)
+	countAttemptSQL = writeStmt(`UPDATE budgets SET attempts_used = attempts_used + 1, version = version + 1 WHERE run_id = ?`)
+)
 
 // checkAttemptBudget refuses another attempt when a persisted budget is
 // spent: attempts per action, attempts per run, execution time, deadline.
@@ -133,21 +137,17 @@ func (s *GormStore) FinishAttempt(ctx context.Context, p FinishAttemptParams) (F
 			}
 			return err
 		}
-		res := tx.db.Model(&attemptRow{}).Where("id = ? AND status = ?", att.ID, AttemptStarted).Updates(map[string]any{
-			"status": p.Status, "result": rawPtr(result), "error": errJSON, "finished_at": micros(tx.now),
-			"version": gorm.Expr("version + 1"),
-		})
-		if res.Error != nil {
-			return res.Error
+		finished, err := tx.execOne(finishAttemptSQL, string(p.Status), rawPtr(result), errJSON, micros(tx.now),
+			string(att.ID), string(AttemptStarted))
+		if err != nil {
+			return err
 		}
-		if res.RowsAffected == 0 {
+		if !finished {
 			return tx.staleAttempt(att.ID, AttemptStarted)
 		}
 		// The attempt's time counts against the run's execution budget.
 		spent := tx.now.Sub(att.StartedAt).Microseconds()
-		if err := tx.db.Model(&budgetRow{}).Where("run_id = ?", att.RunID).Updates(map[string]any{
-			"execution_used_us": gorm.Expr("execution_used_us + ?", max(spent, 0)), "version": gorm.Expr("version + 1"),
-		}).Error; err != nil {
+		if _, err := tx.exec(spendExecutionSQL, max(spent, 0), string(att.RunID)); err != nil {
 			return err
 		}
 		data := map[string]any{"action_id": att.ActionID, "attempt_no": att.No, "duration_us": spent}
@@ -164,18 +164,24 @@ func (s *GormStore) FinishAttempt(ctx context.Context, p FinishAttemptParams) (F
 			}
 			out.Observation = obs
 		}
-		if err := tx.transitionAction(ActionTransition{ID: att.ActionID, From: ActionRunning, To: p.ActionState, Actor: p.Actor,
-			Data: map[string]any{"attempt_id": att.ID}}); err != nil {
+		action, err := tx.moveAction(ActionTransition{ID: att.ActionID, From: ActionRunning, To: p.ActionState, Actor: p.Actor,
+			Data: map[string]any{"attempt_id": att.ID}}, 0)
+		if err != nil {
 			return err
 		}
-		if out.Attempt, err = tx.findAttempt(att.ID); err != nil {
-			return err
-		}
-		out.Action, err = tx.findAction(att.ActionID)
+		out.Action = action.toAction()
+		out.Attempt, err = tx.findAttempt(att.ID)
 		return err
 	})
 	return out, err
 }
+
+var (
+	finishAttemptSQL = writeStmt(`UPDATE attempts SET status = ?, result = ?, error = ?, finished_at = ?, version = version + 1
+	WHERE id = ? AND status = ?`)
+	spendExecutionSQL = writeStmt(`UPDATE budgets SET execution_used_us = execution_used_us + ?, version = version + 1
+	WHERE run_id = ?`)
+)
 
 // RecordObservation implements Store.
 func (s *GormStore) RecordObservation(ctx context.Context, p RecordObservationParams) (*Observation, *Attempt, error) {
@@ -222,7 +228,8 @@ func (tx *txn) observe(att *Attempt, src ObservationSource, effect EffectFact, d
 		AttemptID: strPtr(string(att.ID)), Source: string(src), Effect: string(effect), Detail: rawPtr(canon),
 		ObservedAt: micros(tx.now),
 	}
-	if err := tx.db.Create(&row).Error; err != nil {
+	if _, err := tx.exec(insertObservationSQL, row.ID, row.RunID, row.ActionID, row.AttemptID, row.Source, row.Effect,
+		row.Detail, row.ObservedAt); err != nil {
 		return nil, err
 	}
 	if _, err := tx.appendEvent(eventSpec{RunID: att.RunID, Type: "observation.recorded", EntityType: "observation",
@@ -233,12 +240,11 @@ func (tx *txn) observe(att *Attempt, src ObservationSource, effect EffectFact, d
 		if err := ValidateEffectTransition(att.Effect, effect); err != nil {
 			return nil, err
 		}
-		res := tx.db.Model(&attemptRow{}).Where("id = ? AND effect = ?", att.ID, EffectUnknown).Updates(map[string]any{
-			"effect": effect, "effect_observation_id": row.ID, "version": gorm.Expr("version + 1")})
-		if res.Error != nil {
-			return nil, res.Error
+		set, err := tx.execOne(setEffectSQL, string(effect), row.ID, string(att.ID), string(EffectUnknown))
+		if err != nil {
+			return nil, err
 		}
-		if res.RowsAffected == 0 {
+		if !set {
 			return nil, Errorf(CodeConflict, "attempt %s effect changed underneath", att.ID)
 		}
 		if _, err := tx.appendEvent(eventSpec{RunID: att.RunID, Type: "attempt.effect_" + string(effect), EntityType: "attempt",
@@ -251,6 +257,13 @@ func (tx *txn) observe(att *Attempt, src ObservationSource, effect EffectFact, d
 	return row.toObservation(), nil
 }
 
+var (
+	insertObservationSQL = writeStmt(`INSERT INTO observations (id, run_id, action_id, attempt_id, source, effect, detail,
+	observed_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)`)
+	setEffectSQL = writeStmt(`UPDATE attempts SET effect = ?, effect_observation_id = ?, version = version + 1
+	WHERE id = ? AND effect = ?`)
+)
+
 func (tx *txn) staleAttempt(id AttemptID, from AttemptStatus) error {
 	a, err := tx.findAttempt(id)
 	if err != nil {
@@ -261,15 +274,14 @@ func (tx *txn) staleAttempt(id AttemptID, from AttemptStatus) error {
 
 func (tx *txn) findAttempt(id AttemptID) (*Attempt, error) {
 	var row attemptRow
-	err := tx.db.Where("id = ?", id).Take(&row).Error
-	if errors.Is(err, gorm.ErrRecordNotFound) {
-		return nil, Errorf(CodeNotFound, "attempt %s not found", id)
-	}
-	if err != nil {
+	rows, err := tx.query(findAttemptSQL, string(id))
+	if err := scanOne(rows, err, "attempt "+string(id), func(rows *sql.Rows) error { return scanAttempt(rows, &row) }); err != nil {
 		return nil, err
 	}
 	return row.toAttempt()
 }
+
+var findAttemptSQL = writeStmt(`SELECT ` + attemptCols + ` FROM attempts WHERE id = ?`)
 
 // FindAttempts implements Store.
 func (s *GormStore) FindAttempts(ctx context.Context, f AttemptFilter) ([]*Attempt, error) {

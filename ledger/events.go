@@ -3,6 +3,7 @@ package ledger
 import (
 	"bytes"
 	"context"
+	"database/sql"
 	"encoding/json"
 	"fmt"
 	"strconv"
@@ -159,8 +160,12 @@ func transitionEvent[S ~string](run RunID, entity, id string, from, to S, actor 
 		From: string(from), To: string(to), Actor: actor, Data: data}
 }
 
-const insertEventSQL = `INSERT INTO events (id, run_id, seq, type, entity_type, entity_id, from_state, to_state,
-	actor, data, created_at, prev_hash, hash) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
+var (
+	insertEventSQL = writeStmt(`INSERT INTO events (id, run_id, seq, type, entity_type, entity_id, from_state, to_state,
+	actor, data, created_at, prev_hash, hash) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`)
+	selectHeadSQL = writeStmt(`SELECT event_seq, event_hash FROM runs WHERE id = ?`)
+	moveHeadSQL   = writeStmt(`UPDATE runs SET event_seq = ?, event_hash = ? WHERE id = ? AND event_seq = ?`)
+)
 
 // chainHead is a run's chain head as a write sees it: where it stood when
 // the write first read it (base) and where the write has moved it.
@@ -178,15 +183,13 @@ type chainHead struct {
 func (tx *txn) appendEvent(spec eventSpec) (*Event, error) {
 	h := tx.heads[spec.RunID]
 	if h == nil {
-		var head struct {
-			EventSeq  int64
-			EventHash string
+		h = &chainHead{}
+		rows, err := tx.query(selectHeadSQL, string(spec.RunID))
+		err = scanOne(rows, err, "run "+string(spec.RunID), func(rows *sql.Rows) error { return rows.Scan(&h.seq, &h.hash) })
+		if err != nil {
+			return nil, fmt.Errorf("append event: %w", err)
 		}
-		res := tx.db.Model(&runRow{}).Select("event_seq", "event_hash").Where("id = ?", spec.RunID).Take(&head)
-		if res.Error != nil {
-			return nil, fmt.Errorf("append event: run %s: %w", spec.RunID, res.Error)
-		}
-		h = &chainHead{base: head.EventSeq, seq: head.EventSeq, hash: head.EventHash}
+		h.base = h.seq
 		if tx.heads == nil {
 			tx.heads = map[RunID]*chainHead{}
 		}
@@ -210,9 +213,8 @@ func (tx *txn) appendEvent(spec eventSpec) (*Event, error) {
 		return nil, err
 	}
 	e.Hash = hash
-	// Events are the most frequent insert of all: plain SQL, no reflection.
-	if err := tx.db.Exec(insertEventSQL, string(e.ID), string(e.RunID), e.Seq, e.Type, e.EntityType, e.EntityID,
-		e.FromState, e.ToState, e.Actor, rawPtr(e.Data), micros(e.CreatedAt), e.PrevHash, e.Hash).Error; err != nil {
+	if _, err := tx.exec(insertEventSQL, string(e.ID), string(e.RunID), e.Seq, e.Type, e.EntityType, e.EntityID,
+		e.FromState, e.ToState, e.Actor, rawPtr(e.Data), micros(e.CreatedAt), e.PrevHash, e.Hash); err != nil {
 		return nil, fmt.Errorf("append event %s: %w", e.Type, err)
 	}
 	h.seq, h.hash = e.Seq, e.Hash
@@ -225,12 +227,11 @@ func (tx *txn) flushHeads() error {
 		if h.seq == h.base {
 			continue
 		}
-		res := tx.db.Model(&runRow{}).Where("id = ? AND event_seq = ?", run, h.base).
-			Updates(map[string]any{"event_seq": h.seq, "event_hash": h.hash})
-		if res.Error != nil {
-			return fmt.Errorf("move chain head of run %s: %w", run, res.Error)
+		moved, err := tx.execOne(moveHeadSQL, h.seq, h.hash, string(run), h.base)
+		if err != nil {
+			return fmt.Errorf("move chain head of run %s: %w", run, err)
 		}
-		if res.RowsAffected != 1 {
+		if !moved {
 			return Errorf(CodeConflict, "run %s: chain moved underneath", run)
 		}
 		h.base = h.seq

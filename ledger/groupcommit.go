@@ -2,6 +2,7 @@ package ledger
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"strconv"
@@ -121,7 +122,11 @@ func (s *GormStore) runOne(r writeReq, db *gorm.DB) (err error) {
 			err = fmt.Errorf("write panicked: %v", p)
 		}
 	}()
-	tx := &txn{db: db.WithContext(r.ctx), now: s.now(), newID: s.newID}
+	sqlTx, ok := db.Statement.ConnPool.(*sql.Tx)
+	if !ok {
+		return fmt.Errorf("write: GORM transaction is a %T, not a *sql.Tx", db.Statement.ConnPool)
+	}
+	tx := &txn{db: db.WithContext(r.ctx), ctx: r.ctx, sql: sqlTx, stmts: s.ws, now: s.now(), newID: s.newID}
 	if err := r.fn(tx); err != nil {
 		return err
 	}

@@ -1,6 +1,7 @@
 package ledger
 
 import (
+	"database/sql"
 	"encoding/json"
 	"time"
 )
@@ -348,4 +349,24 @@ func (r *eventRow) toEvent() *Event {
 		PrevHash:   r.PrevHash,
 		Hash:       r.Hash,
 	}
+}
+
+// Column lists and scanners of the rows the hot statements read (stmts.go):
+// the SELECT lists and the Scan targets must stay in the same order.
+
+const actionCols = `id, run_id, tenant, seq, idempotency_key, tool, tool_version, effect, arguments, action_digest,
+	dedup_key, supersedes, state, attempt_count, version, created_at, updated_at`
+
+func scanAction(rows *sql.Rows, r *actionRow) error {
+	return rows.Scan(&r.ID, &r.RunID, &r.Tenant, &r.Seq, &r.IdempotencyKey, &r.Tool, &r.ToolVersion, &r.Effect,
+		&r.Arguments, &r.ActionDigest, &r.DedupKey, &r.Supersedes, &r.State, &r.AttemptCount, &r.Version,
+		&r.CreatedAt, &r.UpdatedAt)
+}
+
+const attemptCols = `id, action_id, run_id, attempt_no, status, effect, effect_observation_id, result, error, version,
+	started_at, finished_at`
+
+func scanAttempt(rows *sql.Rows, r *attemptRow) error {
+	return rows.Scan(&r.ID, &r.ActionID, &r.RunID, &r.AttemptNo, &r.Status, &r.Effect, &r.EffectObservationID,
+		&r.Result, &r.Error, &r.Version, &r.StartedAt, &r.FinishedAt)
 }

@@ -2,6 +2,7 @@ package ledger
 
 import (
 	"context"
+	"database/sql"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -58,35 +59,28 @@ func (tx *txn) addUsage(p AddUsageParams) error {
 	if p.Steps < 0 || p.Tokens < 0 || p.Execution < 0 {
 		return Errorf(CodeInvalid, "usage cannot be negative")
 	}
-	upd := map[string]any{
-		"steps_used":        gorm.Expr("steps_used + ?", p.Steps),
-		"tokens_used":       gorm.Expr("tokens_used + ?", p.Tokens),
-		"execution_used_us": gorm.Expr("execution_used_us + ?", p.Execution.Microseconds()),
-		"version":           gorm.Expr("version + 1"),
-	}
-	if p.TokensUnavailable {
-		upd["tokens_unavailable"] = true
-	}
 	// The guard keeps the sums inside int64: SQLite would silently turn an
 	// overflowing INTEGER into a REAL.
-	res := tx.db.Model(&budgetRow{}).
-		Where("run_id = ? AND steps_used <= ? AND tokens_used <= ? AND execution_used_us <= ?", p.RunID,
-			math.MaxInt64-p.Steps, math.MaxInt64-p.Tokens, math.MaxInt64-p.Execution.Microseconds()).
-		Updates(upd)
-	if res.Error != nil {
-		return res.Error
+	added, err := tx.execOne(addUsageSQL, p.Steps, p.Tokens, p.Execution.Microseconds(), p.TokensUnavailable,
+		string(p.RunID), math.MaxInt64-p.Steps, math.MaxInt64-p.Tokens, math.MaxInt64-p.Execution.Microseconds())
+	if err != nil {
+		return err
 	}
-	if res.RowsAffected == 0 {
+	if !added {
 		if _, err := tx.findRun(p.RunID); err != nil {
 			return err
 		}
 		return Errorf(CodeInvalid, "usage of run %s would overflow", p.RunID)
 	}
-	_, err := tx.appendEvent(eventSpec{RunID: p.RunID, Type: "budget.usage", EntityType: "budget",
+	_, err = tx.appendEvent(eventSpec{RunID: p.RunID, Type: "budget.usage", EntityType: "budget",
 		EntityID: string(p.RunID), Data: map[string]any{"steps": p.Steps, "tokens": p.Tokens,
 			"execution_us": p.Execution.Microseconds(), "tokens_unavailable": p.TokensUnavailable}})
 	return err
 }
+
+var addUsageSQL = writeStmt(`UPDATE budgets SET steps_used = steps_used + ?, tokens_used = tokens_used + ?,
+	execution_used_us = execution_used_us + ?, tokens_unavailable = tokens_unavailable OR ?, version = version + 1
+	WHERE run_id = ? AND steps_used <= ? AND tokens_used <= ? AND execution_used_us <= ?`)
 
 // requestDigestInput is what a run's request digest covers.
 type requestDigestInput struct {
@@ -190,23 +184,23 @@ func (tx *txn) transitionRun(p RunTransition) error {
 	if err := ValidateRunTransition(p.From, p.To, p.StopReason); err != nil {
 		return err
 	}
-	res := tx.db.Model(&runRow{}).Where("id = ? AND state = ?", p.ID, p.From).Updates(map[string]any{
-		"state": p.To, "stop_reason": strPtr(string(p.StopReason)),
-		"version": gorm.Expr("version + 1"), "updated_at": micros(tx.now),
-	})
-	if res.Error != nil {
-		return res.Error
+	moved, err := tx.execOne(moveRunSQL, string(p.To), strPtr(string(p.StopReason)), micros(tx.now), string(p.ID), string(p.From))
+	if err != nil {
+		return err
 	}
-	if res.RowsAffected == 0 {
+	if !moved {
 		return tx.staleState(&runRow{}, "run", string(p.ID), string(p.From))
 	}
 	data := p.Data
 	if p.StopReason != "" && data == nil {
 		data = map[string]any{"stop_reason": p.StopReason}
 	}
-	_, err := tx.appendEvent(transitionEvent(p.ID, "run", string(p.ID), p.From, p.To, p.Actor, data))
+	_, err = tx.appendEvent(transitionEvent(p.ID, "run", string(p.ID), p.From, p.To, p.Actor, data))
 	return err
 }
+
+var moveRunSQL = writeStmt(`UPDATE runs SET state = ?, stop_reason = ?, version = version + 1, updated_at = ?
+	WHERE id = ? AND state = ?`)
 
 // staleState explains a guarded UPDATE that matched no row: the object is
 // missing (CodeNotFound) or no longer in the expected state (CodeConflict).
@@ -223,7 +217,8 @@ func (tx *txn) staleState(model any, entity, id, from string) error {
 }
 
 func (tx *txn) findRun(id RunID) (*Run, error) {
-	run, err := findRun(tx.db, id)
+	rows, err := tx.query(findRunSQL, string(id))
+	run, err := scanRun(rows, err, id)
 	if err == nil {
 		if h := tx.heads[id]; h != nil { // events of this write not yet on the run row
 			run.EventSeq, run.EventHash = h.seq, h.hash
@@ -234,33 +229,26 @@ func (tx *txn) findRun(id RunID) (*Run, error) {
 
 // findRunSQL reads a run with its budget: it runs on every step of every
 // run, so one query, scanned by hand, not two through reflection.
-const findRunSQL = `SELECT r.id, r.tenant, r.idempotency_key, r.request_digest, r.submitted_by, r.agent, r.input,
+var findRunSQL = writeStmt(`SELECT r.id, r.tenant, r.idempotency_key, r.request_digest, r.submitted_by, r.agent, r.input,
 	r.state, r.stop_reason, r.version, r.event_seq, r.event_hash, r.created_at, r.updated_at,
 	b.max_attempts_per_action, b.max_attempts_per_run, b.max_execution_us, b.max_steps, b.max_tokens,
 	b.deadline_at, b.attempts_used, b.execution_used_us, b.steps_used, b.tokens_used, b.tokens_unavailable, b.version
-FROM runs r JOIN budgets b ON b.run_id = r.id WHERE r.id = ?`
+FROM runs r JOIN budgets b ON b.run_id = r.id WHERE r.id = ?`)
 
-func findRun(db *gorm.DB, id RunID) (*Run, error) {
-	rows, err := db.Raw(findRunSQL, string(id)).Rows()
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	if !rows.Next() {
-		if err := rows.Err(); err != nil {
-			return nil, err
-		}
-		return nil, Errorf(CodeNotFound, "run %s not found", id)
-	}
+// scanRun scans the answer of findRunSQL.
+func scanRun(rows *sql.Rows, err error, id RunID) (*Run, error) {
 	var (
 		r runRow
 		b budgetRow
 	)
-	if err := rows.Scan(&r.ID, &r.Tenant, &r.IdempotencyKey, &r.RequestDigest, &r.SubmittedBy, &r.Agent, &r.Input,
-		&r.State, &r.StopReason, &r.Version, &r.EventSeq, &r.EventHash, &r.CreatedAt, &r.UpdatedAt,
-		&b.MaxAttemptsPerAction, &b.MaxAttemptsPerRun, &b.MaxExecutionUs, &b.MaxSteps, &b.MaxTokens,
-		&b.DeadlineAt, &b.AttemptsUsed, &b.ExecutionUsedUs, &b.StepsUsed, &b.TokensUsed, &b.TokensUnavailable, &b.Version); err != nil {
-		return nil, fmt.Errorf("run %s: %w", id, err)
+	err = scanOne(rows, err, "run "+string(id), func(rows *sql.Rows) error {
+		return rows.Scan(&r.ID, &r.Tenant, &r.IdempotencyKey, &r.RequestDigest, &r.SubmittedBy, &r.Agent, &r.Input,
+			&r.State, &r.StopReason, &r.Version, &r.EventSeq, &r.EventHash, &r.CreatedAt, &r.UpdatedAt,
+			&b.MaxAttemptsPerAction, &b.MaxAttemptsPerRun, &b.MaxExecutionUs, &b.MaxSteps, &b.MaxTokens,
+			&b.DeadlineAt, &b.AttemptsUsed, &b.ExecutionUsedUs, &b.StepsUsed, &b.TokensUsed, &b.TokensUnavailable, &b.Version)
+	})
+	if err != nil {
+		return nil, err
 	}
 	b.RunID = r.ID
 	return r.toRun(&b), nil
@@ -268,7 +256,8 @@ func findRun(db *gorm.DB, id RunID) (*Run, error) {
 
 // FindRunByID implements Store.
 func (s *GormStore) FindRunByID(ctx context.Context, id RunID) (*Run, error) {
-	run, err := findRun(s.r.WithContext(ctx), id)
+	rows, err := s.rs.query(ctx, findRunSQL.sql, string(id))
+	run, err := scanRun(rows, err, id)
 	if err != nil {
 		return nil, wrapErr("find run", err)
 	}

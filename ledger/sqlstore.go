@@ -52,6 +52,10 @@ type GormStore struct {
 	now   func() time.Time
 	newID NewIDFunc
 	wr    *writer // group commit (groupcommit.go)
+	// ws are the write statements, prepared on the writer's connection;
+	// rs the read statements of the reader pool (stmts.go).
+	ws []*sql.Stmt
+	rs *readStmts
 }
 
 var _ Store = (*GormStore)(nil)
@@ -108,6 +112,14 @@ func Open(ctx context.Context, cfg Config) (*GormStore, error) {
 		_ = closeDB(w)
 		return nil, err
 	}
+	wdb, err := w.DB()
+	if err == nil {
+		s.ws, err = prepareWrites(ctx, wdb)
+	}
+	if err != nil {
+		_ = closeDB(w)
+		return nil, Errorf(CodeInternal, "open store %s: %w", cfg.Path, err)
+	}
 	// Readers open after migration so they find the WAL files in place.
 	r, err := gorm.Open(sqlite.Open(dsn(cfg, true)), gcfg())
 	if err != nil {
@@ -115,10 +127,17 @@ func Open(ctx context.Context, cfg Config) (*GormStore, error) {
 		return nil, Errorf(CodeInternal, "open store readers %s: %w", cfg.Path, err)
 	}
 	if err := setPool(r, cfg.ReadConns); err != nil {
+		_ = closeStmts(s.ws)
 		_ = closeDB(w)
 		return nil, err
 	}
-	s.r = r
+	rdb, err := r.DB()
+	if err != nil {
+		_ = closeStmts(s.ws)
+		_ = closeDB(w)
+		return nil, Errorf(CodeInternal, "open store readers %s: %w", cfg.Path, err)
+	}
+	s.r, s.rs = r, &readStmts{db: rdb}
 	s.startWriter()
 	return s, nil
 }
@@ -161,9 +180,9 @@ func (s *GormStore) Close() error {
 	s.stopWriter()
 	var errs []error
 	if s.r != nil {
-		errs = append(errs, closeDB(s.r))
+		errs = append(errs, s.rs.close(), closeDB(s.r))
 	}
-	errs = append(errs, closeDB(s.w))
+	errs = append(errs, closeStmts(s.ws), closeDB(s.w))
 	if err := errors.Join(errs...); err != nil {
 		return Errorf(CodeInternal, "close store: %w", err)
 	}
@@ -280,10 +299,14 @@ func (s *GormStore) CurrentSchemaVersion(ctx context.Context) (int, error) {
 	return v, nil
 }
 
-// txn is one write transaction: the GORM handle, one "now" for every row and
+// txn is one write transaction: the GORM handle and the same transaction
+// for the prepared hot statements (stmts.go), one "now" for every row and
 // event it writes, and the id generator.
 type txn struct {
 	db    *gorm.DB
+	ctx   context.Context
+	sql   *sql.Tx
+	stmts []*sql.Stmt
 	now   time.Time
 	newID NewIDFunc
 	// heads caches the chain heads this write moved; flushHeads writes

@@ -1,0 +1,154 @@
+package ledger
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"sync"
+)
+
+// Hot statements. Every tool call runs the same few statements (record the
+// action, start and finish its attempt, append their events) and every
+// engine step the same few reads. Through GORM each one is built by
+// reflection and prepared anew by the driver: 40–80 µs of CPU apiece, which
+// on a disk with fast fsyncs costs more than the commit itself. These are
+// plain SQL, prepared once per connection with database/sql and scanned by
+// hand; everything else stays on GORM.
+//
+// Writes: the writer has one connection, and a statement prepared on the
+// database while a transaction holds that connection would wait for it
+// forever, so write statements are declared up front (writeStmt) and
+// prepared when the Store opens; a transaction takes them with
+// Tx.StmtContext, which reuses the connection's prepared statement.
+// Reads: the pool has several connections; a read statement is prepared on
+// first use and database/sql prepares it again on each connection that
+// runs it.
+
+// stmt is one write statement, prepared when the Store opens.
+type stmt struct {
+	sql   string
+	index int
+}
+
+// writeStmts lists every write statement in declaration order.
+var writeStmts []*stmt
+
+// writeStmt declares a statement the writer prepares at Open. Call it only
+// from package-level variable declarations.
+func writeStmt(sql string) *stmt {
+	s := &stmt{sql: sql, index: len(writeStmts)}
+	writeStmts = append(writeStmts, s)
+	return s
+}
+
+// prepareWrites prepares every declared write statement on db.
+func prepareWrites(ctx context.Context, db *sql.DB) ([]*sql.Stmt, error) {
+	out := make([]*sql.Stmt, len(writeStmts))
+	for i, s := range writeStmts {
+		p, err := db.PrepareContext(ctx, s.sql)
+		if err != nil {
+			closeStmts(out)
+			return nil, fmt.Errorf("prepare %q: %w", s.sql, err)
+		}
+		out[i] = p
+	}
+	return out, nil
+}
+
+func closeStmts(stmts []*sql.Stmt) error {
+	var errs []error
+	for _, s := range stmts {
+		if s != nil {
+			errs = append(errs, s.Close())
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// stmt returns the transaction's form of the prepared statement s.
+func (tx *txn) stmt(s *stmt) *sql.Stmt { return tx.sql.StmtContext(tx.ctx, tx.stmts[s.index]) }
+
+// exec runs a write statement in the transaction.
+func (tx *txn) exec(s *stmt, args ...any) (sql.Result, error) {
+	return tx.stmt(s).ExecContext(tx.ctx, args...)
+}
+
+// execOne runs a guarded write statement and reports whether it changed a
+// row.
+func (tx *txn) execOne(s *stmt, args ...any) (bool, error) {
+	res, err := tx.exec(s, args...)
+	if err != nil {
+		return false, err
+	}
+	n, err := res.RowsAffected()
+	return n > 0, err
+}
+
+// query runs a statement that returns rows in the transaction.
+func (tx *txn) query(s *stmt, args ...any) (*sql.Rows, error) {
+	return tx.stmt(s).QueryContext(tx.ctx, args...)
+}
+
+// readStmts prepares read statements lazily, once per statement text.
+type readStmts struct {
+	db *sql.DB
+	mu sync.Mutex
+	m  map[string]*sql.Stmt
+}
+
+func (r *readStmts) get(ctx context.Context, query string) (*sql.Stmt, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if s, ok := r.m[query]; ok {
+		return s, nil
+	}
+	s, err := r.db.PrepareContext(ctx, query)
+	if err != nil {
+		return nil, err
+	}
+	if r.m == nil {
+		r.m = map[string]*sql.Stmt{}
+	}
+	r.m[query] = s
+	return s, nil
+}
+
+// query runs a read statement on the reader pool.
+func (r *readStmts) query(ctx context.Context, query string, args ...any) (*sql.Rows, error) {
+	s, err := r.get(ctx, query)
+	if err != nil {
+		return nil, err
+	}
+	return s.QueryContext(ctx, args...)
+}
+
+func (r *readStmts) close() error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var errs []error
+	for _, s := range r.m {
+		errs = append(errs, s.Close())
+	}
+	r.m = nil
+	return errors.Join(errs...)
+}
+
+// scanOne scans the first row of a query's answer (rows, err) with scan;
+// no row is CodeNotFound, with what naming the object.
+func scanOne(rows *sql.Rows, err error, what string, scan func(*sql.Rows) error) error {
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	if !rows.Next() {
+		if err := rows.Err(); err != nil {
+			return err
+		}
+		return Errorf(CodeNotFound, "%s not found", what)
+	}
+	if err := scan(rows); err != nil {
+		return fmt.Errorf("%s: %w", what, err)
+	}
+	return rows.Close()
+}
