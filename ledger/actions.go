@@ -247,26 +247,31 @@ func (s *GormStore) FindActionByID(ctx context.Context, id ActionID) (*Action, e
 
 // FindActions implements Store.
 func (s *GormStore) FindActions(ctx context.Context, f ActionFilter) ([]*Action, error) {
-	q := s.r.WithContext(ctx).Model(&actionRow{})
+	var w where
 	if f.RunID != nil {
-		q = q.Where("run_id = ?", *f.RunID)
+		w.eq("run_id", string(*f.RunID))
 	}
 	if f.Tenant != nil {
-		q = q.Where("tenant = ?", *f.Tenant)
+		w.eq("tenant", *f.Tenant)
 	}
 	if f.State != nil {
-		q = q.Where("state = ?", *f.State)
+		w.eq("state", string(*f.State))
 	}
-	if f.Limit > 0 {
-		q = q.Limit(f.Limit)
-	}
-	var rows []actionRow
-	if err := q.Order("run_id, seq").Find(&rows).Error; err != nil {
+	rows, err := s.rs.query(ctx, w.query(`SELECT `+actionCols+` FROM actions`, "run_id, seq", f.Limit), w.args...)
+	if err != nil {
 		return nil, wrapErr("find actions", err)
 	}
-	out := make([]*Action, len(rows))
-	for i := range rows {
-		out[i] = rows[i].toAction()
+	defer rows.Close()
+	out := []*Action{}
+	for rows.Next() {
+		var r actionRow
+		if err := scanAction(rows, &r); err != nil {
+			return nil, wrapErr("find actions", err)
+		}
+		out = append(out, r.toAction())
+	}
+	if err := rows.Err(); err != nil {
+		return nil, wrapErr("find actions", err)
 	}
 	return out, nil
 }

@@ -285,30 +285,35 @@ var findAttemptSQL = writeStmt(`SELECT ` + attemptCols + ` FROM attempts WHERE i
 
 // FindAttempts implements Store.
 func (s *GormStore) FindAttempts(ctx context.Context, f AttemptFilter) ([]*Attempt, error) {
-	q := s.r.WithContext(ctx).Model(&attemptRow{})
+	var w where
 	if f.ActionID != nil {
-		q = q.Where("action_id = ?", *f.ActionID)
+		w.eq("action_id", string(*f.ActionID))
 	}
 	if f.RunID != nil {
-		q = q.Where("run_id = ?", *f.RunID)
+		w.eq("run_id", string(*f.RunID))
 	}
 	if f.Status != nil {
-		q = q.Where("status = ?", *f.Status)
+		w.eq("status", string(*f.Status))
 	}
-	if f.Limit > 0 {
-		q = q.Limit(f.Limit)
-	}
-	var rows []attemptRow
-	if err := q.Order("action_id, attempt_no").Find(&rows).Error; err != nil {
+	rows, err := s.rs.query(ctx, w.query(`SELECT `+attemptCols+` FROM attempts`, "action_id, attempt_no", f.Limit), w.args...)
+	if err != nil {
 		return nil, wrapErr("find attempts", err)
 	}
-	out := make([]*Attempt, len(rows))
-	for i := range rows {
-		a, err := rows[i].toAttempt()
+	defer rows.Close()
+	out := []*Attempt{}
+	for rows.Next() {
+		var r attemptRow
+		if err := scanAttempt(rows, &r); err != nil {
+			return nil, wrapErr("find attempts", err)
+		}
+		a, err := r.toAttempt()
 		if err != nil {
 			return nil, wrapErr("find attempts", err)
 		}
-		out[i] = a
+		out = append(out, a)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, wrapErr("find attempts", err)
 	}
 	return out, nil
 }

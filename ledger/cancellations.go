@@ -2,7 +2,7 @@ package ledger
 
 import (
 	"context"
-	"errors"
+	"database/sql"
 
 	"gorm.io/gorm"
 )
@@ -109,24 +109,30 @@ func (tx *txn) checkNothingInFlight(run RunID) error {
 }
 
 func (tx *txn) findCancellation(run RunID) (*Cancellation, error) {
-	return findCancellation(tx.db, run)
+	rows, err := tx.query(findCancellationSQL, string(run))
+	return scanCancellation(rows, err, run)
 }
 
-func findCancellation(db *gorm.DB, run RunID) (*Cancellation, error) {
-	var row cancellationRow
-	err := db.Where("run_id = ?", run).Take(&row).Error
-	if errors.Is(err, gorm.ErrRecordNotFound) {
-		return nil, Errorf(CodeNotFound, "run %s has no cancellation", run)
-	}
+var findCancellationSQL = writeStmt(`SELECT id, run_id, tenant, state, requested_by, reason, version, requested_at,
+	accepted_at, stopping_at, stopped_at FROM cancellations WHERE run_id = ?`)
+
+// scanCancellation scans the answer of findCancellationSQL.
+func scanCancellation(rows *sql.Rows, err error, run RunID) (*Cancellation, error) {
+	var r cancellationRow
+	err = scanOne(rows, err, "cancellation of run "+string(run), func(rows *sql.Rows) error {
+		return rows.Scan(&r.ID, &r.RunID, &r.Tenant, &r.State, &r.RequestedBy, &r.Reason, &r.Version, &r.RequestedAt,
+			&r.AcceptedAt, &r.StoppingAt, &r.StoppedAt)
+	})
 	if err != nil {
 		return nil, err
 	}
-	return row.toCancellation(), nil
+	return r.toCancellation(), nil
 }
 
 // FindCancellation implements Store.
 func (s *GormStore) FindCancellation(ctx context.Context, run RunID) (*Cancellation, error) {
-	c, err := findCancellation(s.r.WithContext(ctx), run)
+	rows, err := s.rs.query(ctx, findCancellationSQL.sql, string(run))
+	c, err := scanCancellation(rows, err, run)
 	if err != nil {
 		return nil, wrapErr("find cancellation", err)
 	}

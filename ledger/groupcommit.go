@@ -11,73 +11,95 @@ import (
 	"gorm.io/gorm"
 )
 
-// Group commit. Every write of the Store goes through one writer goroutine
-// that takes the writes waiting at that moment (up to maxBatch) and runs
-// them in ONE SQLite transaction, each inside its own SAVEPOINT: a write
-// that fails is rolled back to its savepoint alone, the others commit
-// together with one fsync. Alone, a write costs what it did before (no
-// savepoint for a batch of one); under concurrency the fsyncs are shared.
-// No caller is answered before the COMMIT that holds its write returns, so
-// "durable before the next step" holds for each of them.
+// Group commit. Every write of the Store joins one queue; whoever holds the
+// writer lock takes the writes waiting at that moment (up to maxBatch) and
+// runs them in ONE SQLite transaction, each inside its own SAVEPOINT: a
+// write that fails is rolled back to its savepoint alone, the others commit
+// together with one fsync. The caller that finds the lock free runs the
+// batch itself (leader), so a write alone costs what it did before — no
+// savepoint, no hand-off to another goroutine — and under concurrency the
+// writers queued behind a commit share the next one. No caller is answered
+// before the COMMIT that holds its write returns, so "durable before the
+// next step" holds for each of them.
 
 // maxBatch bounds how many writes share one commit.
 const maxBatch = 64
 
-// writeReq is one write waiting for the writer.
+// writeReq is one write waiting in the queue.
 type writeReq struct {
 	ctx  context.Context
 	fn   func(tx *txn) error
-	done chan error
+	done chan error // buffered: the leader never waits for the caller
 }
 
-// writer owns the writer connection's transactions.
+// writer is the queue of writes and the lock of the writer connection.
 type writer struct {
-	reqs chan writeReq
-	quit chan struct{}
-	done chan struct{}
-	stop sync.Once
+	lead sync.Mutex // held by the leader while it runs a batch
+
+	mu     sync.Mutex // guards queue and closed
+	queue  []*writeReq
+	closed bool
 }
 
-func (s *GormStore) startWriter() {
-	s.wr = &writer{reqs: make(chan writeReq), quit: make(chan struct{}), done: make(chan struct{})}
-	go s.writeLoop()
-}
+func (s *GormStore) startWriter() { s.wr = &writer{} }
 
-// stopWriter lets the writer finish the batch it runs and return.
+// stopWriter refuses new writes and waits for the batch being run.
 func (s *GormStore) stopWriter() {
 	if s.wr == nil {
 		return
 	}
-	s.wr.stop.Do(func() { close(s.wr.quit) })
-	<-s.wr.done
+	s.wr.mu.Lock()
+	s.wr.closed = true
+	pending := s.wr.queue
+	s.wr.queue = nil
+	s.wr.mu.Unlock()
+	for _, r := range pending { // queued, never run
+		r.done <- errClosed
+	}
+	s.wr.lead.Lock() // the batch being run, if any, ends first
+	defer s.wr.lead.Unlock()
 }
 
-func (s *GormStore) writeLoop() {
-	defer close(s.wr.done)
+// write queues r and returns once a commit (its own batch or another
+// leader's) has answered it.
+func (s *GormStore) write(r *writeReq) error {
+	w := s.wr
+	w.mu.Lock()
+	if w.closed {
+		w.mu.Unlock()
+		return errClosed
+	}
+	w.queue = append(w.queue, r)
+	w.mu.Unlock()
 	for {
-		var first writeReq
+		s.lead()
 		select {
-		case first = <-s.wr.reqs:
-		case <-s.wr.quit:
-			return
+		case err := <-r.done: // by this leader or one before it
+			return err
+		default: // more than maxBatch were queued ahead of r: lead again
 		}
-		batch := []writeReq{first}
-	drain:
-		for len(batch) < maxBatch {
-			select {
-			case r := <-s.wr.reqs:
-				batch = append(batch, r)
-			default:
-				break drain
-			}
-		}
+	}
+}
+
+// lead takes the writer lock and runs the writes queued at that moment, if
+// a previous leader has not run them all already.
+func (s *GormStore) lead() {
+	w := s.wr
+	w.lead.Lock()
+	defer w.lead.Unlock()
+	w.mu.Lock()
+	n := min(len(w.queue), maxBatch)
+	batch := w.queue[:n:n]
+	w.queue = w.queue[n:]
+	w.mu.Unlock()
+	if n > 0 {
 		s.runBatch(batch)
 	}
 }
 
 // runBatch runs a batch in one transaction and answers every request once
 // the outcome of the COMMIT is known.
-func (s *GormStore) runBatch(batch []writeReq) {
+func (s *GormStore) runBatch(batch []*writeReq) {
 	errs := make([]error, len(batch))
 	// The batch's context is none of its callers': a caller that goes away
 	// must not roll back the others' writes. Each write still checks its
@@ -113,7 +135,7 @@ func (s *GormStore) runBatch(batch []writeReq) {
 }
 
 // runOne runs one write; a panic becomes its error, not the writer's end.
-func (s *GormStore) runOne(r writeReq, db *gorm.DB) (err error) {
+func (s *GormStore) runOne(r *writeReq, db *gorm.DB) (err error) {
 	if err := r.ctx.Err(); err != nil {
 		return err
 	}
@@ -140,17 +162,13 @@ var errClosed = errors.New("store is closed")
 // possibly shared with other writes through group commit, isolated from
 // them by a savepoint. fn's error rolls back fn's changes; errors come out
 // as *Error. Once queued, a write is waited for even if ctx ends, because
-// it may already be committed.
+// it may already be committed; a write whose ctx ended before its batch
+// began is not run.
 func (s *GormStore) inTx(ctx context.Context, op string, fn func(tx *txn) error) error {
-	req := writeReq{ctx: ctx, fn: fn, done: make(chan error, 1)}
-	select {
-	case s.wr.reqs <- req:
-	case <-s.wr.quit:
-		return wrapErr(op, errClosed)
-	case <-ctx.Done():
-		return wrapErr(op, ctx.Err())
+	if err := ctx.Err(); err != nil {
+		return wrapErr(op, err)
 	}
-	if err := <-req.done; err != nil {
+	if err := s.write(&writeReq{ctx: ctx, fn: fn, done: make(chan error, 1)}); err != nil {
 		return wrapErr(op, err)
 	}
 	return nil
