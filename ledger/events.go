@@ -4,10 +4,14 @@ import (
 	"bytes"
 	"context"
 	"database/sql"
+	"encoding"
 	"encoding/json"
 	"fmt"
+	"reflect"
+	"slices"
 	"strconv"
 	"time"
+	"unicode/utf8"
 
 	"github.com/gowebpki/jcs"
 	"gorm.io/gorm"
@@ -102,6 +106,82 @@ func jcsString(b *bytes.Buffer, s string) {
 		}
 	}
 	b.WriteByte('"')
+}
+
+// eventData returns the canonical JSON of an event's data. Nearly every
+// event carries a flat map of strings, integers and booleans, which is
+// written here directly (sorted keys, JCS strings, integers exact as
+// doubles) instead of being marshalled, checked and re-parsed by
+// CanonicalJSON; anything else — nested values, floats, raw JSON, types
+// with their own marshalling, non-ASCII keys (JCS sorts by UTF-16 code
+// units) — takes the general path. TestEventDataIsJCS holds the two to the
+// same output.
+func eventData(v any) ([]byte, error) {
+	m, ok := v.(map[string]any)
+	if !ok {
+		return CanonicalJSON(v)
+	}
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		for i := range len(k) {
+			if k[i] >= utf8.RuneSelf {
+				return CanonicalJSON(v)
+			}
+		}
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	var b bytes.Buffer
+	b.Grow(32 * len(keys))
+	b.WriteByte('{')
+	for i, k := range keys {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		jcsString(&b, k)
+		b.WriteByte(':')
+		if !writeScalar(&b, m[k]) {
+			return CanonicalJSON(v)
+		}
+	}
+	b.WriteByte('}')
+	return b.Bytes(), nil
+}
+
+var (
+	jsonMarshaler = reflect.TypeFor[json.Marshaler]()
+	textMarshaler = reflect.TypeFor[encoding.TextMarshaler]()
+)
+
+// writeScalar writes v as JCS if it is a string, an integer exact as a
+// double, a boolean or nil, and reports whether it did.
+func writeScalar(b *bytes.Buffer, v any) bool {
+	const exact = 1 << 53
+	switch x := v.(type) {
+	case nil:
+		b.WriteString("null")
+	case bool:
+		b.WriteString(strconv.FormatBool(x))
+	case string:
+		jcsString(b, x)
+	case int:
+		if x < -exact || x > exact {
+			return false
+		}
+		b.WriteString(strconv.Itoa(x))
+	case int64:
+		if x < -exact || x > exact {
+			return false
+		}
+		b.WriteString(strconv.FormatInt(x, 10))
+	default:
+		t := reflect.TypeOf(v)
+		if t.Kind() != reflect.String || t.Implements(jsonMarshaler) || t.Implements(textMarshaler) {
+			return false
+		}
+		jcsString(b, reflect.ValueOf(v).String()) // ActionID, Kind, EffectFact…
+	}
+	return true
 }
 
 // VerifyEvents walks events (in the order given) as the chain of one run
@@ -202,7 +282,7 @@ func (tx *txn) appendEvent(spec eventSpec) (*Event, error) {
 		CreatedAt: tx.now, PrevHash: h.hash,
 	}
 	if spec.Data != nil {
-		data, err := CanonicalJSON(spec.Data)
+		data, err := eventData(spec.Data)
 		if err != nil {
 			return nil, fmt.Errorf("append event %s: data: %w", spec.Type, err)
 		}

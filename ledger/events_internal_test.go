@@ -79,3 +79,49 @@ func TestEventHashIsJCS(t *testing.T) {
 		}
 	})
 }
+
+// jsonText is a string type with its own marshalling: eventData must leave
+// it to encoding/json.
+type jsonText string
+
+func (j jsonText) MarshalText() ([]byte, error) { return []byte("text:" + string(j)), nil }
+
+// TestEventDataIsJCS holds eventData's direct encoding of flat maps to the
+// general RFC 8785 path (CanonicalJSON) for any keys and scalar values,
+// including the values it must hand over to the general path: big
+// integers, floats, nested maps, raw JSON and types that marshal
+// themselves.
+func TestEventDataIsJCS(t *testing.T) {
+	str := rapid.OneOf(rapid.String(), rapid.StringOf(rapid.RuneFrom([]rune{'"', '\\', '\n', 0x01, 0x2028, 'é', '😀', '<', '&', 'a', 'B', '_'})),
+		rapid.Custom(func(t *rapid.T) string { return string(rapid.SliceOf(rapid.Byte()).Draw(t, "bytes")) }))
+	scalar := rapid.OneOf(
+		rapid.Just[any](nil), rapid.Map(rapid.Bool(), func(v bool) any { return v }),
+		rapid.Map(str, func(v string) any { return v }), rapid.Map(str, func(v string) any { return ActionID(v) }),
+		rapid.Map(rapid.Int(), func(v int) any { return v }), rapid.Map(rapid.Int64(), func(v int64) any { return v }),
+		rapid.Map(rapid.Int64Range(-1<<53-3, -1<<53+3), func(v int64) any { return v }),
+		rapid.Map(rapid.Int64Range(1<<53-3, 1<<53+3), func(v int64) any { return v }),
+		rapid.Map(rapid.Int64Range(1<<53, 1<<62), func(v int64) any { return v }),
+	)
+	general := rapid.OneOf(
+		rapid.Map(rapid.Float64(), func(v float64) any { return v }),
+		rapid.Map(str, func(v string) any { return jsonText(v) }),
+		rapid.Map(str, func(v string) any { return map[string]any{"nested": v} }),
+		rapid.Just[any](json.RawMessage(`{"b": 1, "a": [2, 1.0]}`)),
+	)
+	rapid.Check(t, func(t *rapid.T) {
+		value := scalar
+		if rapid.Bool().Draw(t, "beyond scalars") {
+			value = rapid.OneOf(scalar, general)
+		}
+		key := rapid.StringOf(rapid.RuneFrom([]rune("abcAB_0<\"\\\x01")))
+		if rapid.Bool().Draw(t, "any keys") {
+			key = str
+		}
+		m := rapid.MapOf(key, value).Draw(t, "data")
+		fast, fastErr := eventData(m)
+		slow, slowErr := CanonicalJSON(m)
+		if (fastErr == nil) != (slowErr == nil) || string(fast) != string(slow) {
+			t.Fatalf("eventData = %s, %v; CanonicalJSON = %s, %v", fast, fastErr, slow, slowErr)
+		}
+	})
+}
