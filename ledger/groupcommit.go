@@ -148,7 +148,12 @@ func (s *GormStore) runOne(r *writeReq, db *gorm.DB) (err error) {
 	if !ok {
 		return fmt.Errorf("write: GORM transaction is a %T, not a *sql.Tx", db.Statement.ConnPool)
 	}
-	tx := &txn{db: db.WithContext(r.ctx), ctx: r.ctx, sql: sqlTx, stmts: s.ws, now: s.now(), newID: s.newID}
+	// The write's statements run without the caller's cancellation (checked
+	// above, before the write starts): mattn/go-sqlite3 runs every
+	// statement of a cancellable context on a goroutine of its own, to be
+	// able to interrupt it, and that hand-off cost more than the statement.
+	ctx := context.WithoutCancel(r.ctx)
+	tx := &txn{db: db.WithContext(ctx), ctx: ctx, sql: sqlTx, stmts: s.ws, now: s.now(), newID: s.newID}
 	if err := r.fn(tx); err != nil {
 		return err
 	}

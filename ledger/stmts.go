@@ -115,8 +115,14 @@ func (r *readStmts) get(ctx context.Context, query string) (*sql.Stmt, error) {
 	return s, nil
 }
 
-// query runs a read statement on the reader pool.
+// query runs a read statement on the reader pool. The statements read a
+// few indexed rows, so ctx is checked before and not during: mattn/go-sqlite3
+// would run each step of a cancellable context on a goroutine of its own.
 func (r *readStmts) query(ctx context.Context, query string, args ...any) (*sql.Rows, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	ctx = context.WithoutCancel(ctx)
 	s, err := r.get(ctx, query)
 	if err != nil {
 		return nil, err
