@@ -104,6 +104,17 @@ func (s *GormStore) CreateAction(ctx context.Context, p CreateActionParams) (Cre
 				return err
 			}
 		}
+		// A gate that opens no approval (approved, denied) is written with
+		// the action: the row starts in the gate's state (its second
+		// version) and both events are appended, one UPDATE fewer on the
+		// path every auto-approved action takes.
+		direct := p.Gate == ActionApproved || p.Gate == ActionDenied
+		if direct {
+			if err := ValidateActionTransition(ActionProposed, p.Gate); err != nil {
+				return err
+			}
+			row.State, row.Version = string(p.Gate), 2
+		}
 		if _, err := tx.exec(insertActionSQL, row.ID, row.RunID, row.Tenant, row.Seq, row.IdempotencyKey, row.Tool,
 			row.ToolVersion, row.Effect, row.Arguments, row.ActionDigest, row.DedupKey, row.Supersedes, row.State,
 			row.AttemptCount, row.Version, row.CreatedAt, row.UpdatedAt); err != nil {
@@ -117,7 +128,12 @@ func (s *GormStore) CreateAction(ctx context.Context, p CreateActionParams) (Cre
 		if _, err := tx.appendEvent(transitionEvent(p.RunID, "action", string(id), ActionState(""), ActionProposed, p.Actor, data)); err != nil {
 			return err
 		}
-		if p.Gate != "" {
+		switch {
+		case direct:
+			if _, err := tx.appendEvent(transitionEvent(p.RunID, "action", string(id), ActionProposed, p.Gate, p.Actor, nil)); err != nil {
+				return err
+			}
+		case p.Gate != "":
 			if err := tx.transitionAction(ActionTransition{ID: id, From: ActionProposed, To: p.Gate,
 				ApprovalTTL: p.ApprovalTTL, Actor: p.Actor}); err != nil {
 				return err

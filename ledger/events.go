@@ -118,7 +118,7 @@ func jcsString(b *bytes.Buffer, s string) {
 // same output.
 func eventData(v any) ([]byte, error) {
 	m, ok := v.(map[string]any)
-	if !ok {
+	if !ok || m == nil { // a nil map is JSON null
 		return CanonicalJSON(v)
 	}
 	keys := make([]string, 0, len(m))
