@@ -2,6 +2,7 @@ package ledger
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"time"
 
@@ -125,8 +126,18 @@ func (s *GormStore) DecideApproval(ctx context.Context, p DecideApprovalParams) 
 
 // ExpireApprovals implements Store.
 func (s *GormStore) ExpireApprovals(ctx context.Context) ([]*Approval, error) {
+	// The engine asks on every pass of its pool; nearly always nothing is
+	// due, which a reader answers without taking the writer's lock.
+	rows, err := s.rs.query(ctx, anyDueSQL, string(ApprovalPending), micros(s.now()))
+	var due bool
+	if err := scanOne(rows, err, "due approvals", func(rows *sql.Rows) error { return rows.Scan(&due) }); err != nil {
+		return nil, wrapErr("expire approvals", err)
+	}
+	if !due {
+		return nil, nil
+	}
 	var out []*Approval
-	err := s.inTx(ctx, "expire approvals", func(tx *txn) error {
+	err = s.inTx(ctx, "expire approvals", func(tx *txn) error {
 		var rows []approvalRow
 		if err := tx.db.Where("state = ? AND expires_at IS NOT NULL AND expires_at <= ?", ApprovalPending, micros(tx.now)).
 			Order("id").Find(&rows).Error; err != nil {
@@ -151,6 +162,8 @@ func (s *GormStore) ExpireApprovals(ctx context.Context) ([]*Approval, error) {
 	})
 	return out, err
 }
+
+const anyDueSQL = `SELECT EXISTS (SELECT 1 FROM approvals WHERE state = ? AND expires_at IS NOT NULL AND expires_at <= ?)`
 
 // resumeAfterApproval moves a run waiting for approval back to running once
 // none of its approvals is pending (granted, denied, expired or invalidated), so whoever drives runs (the engine's
