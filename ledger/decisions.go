@@ -1,9 +1,6 @@
 package ledger
 
-import (
-	"context"
-	"maps"
-)
+import "context"
 
 // RecordDecision implements Store.
 func (s *GormStore) RecordDecision(ctx context.Context, p RecordDecisionParams) (*Event, error) {
@@ -16,14 +13,7 @@ func (s *GormStore) RecordDecision(ctx context.Context, p RecordDecisionParams) 
 		if err != nil {
 			return err
 		}
-		data := map[string]any{"decision": p.Decision, "rationale": p.Rationale}
-		if p.AttemptID != "" {
-			data["attempt_id"] = p.AttemptID
-		}
-		maps.Copy(data, p.Data)
-		data["decision"], data["rationale"] = p.Decision, p.Rationale // never overwritten by Data
-		out, err = tx.appendEvent(eventSpec{RunID: a.RunID, Type: "recovery.decision", EntityType: "action",
-			EntityID: string(a.ID), Actor: p.Actor, Data: data})
+		out, err = tx.appendEvent(decisionEvent(a.RunID, p))
 		return err
 	})
 	return out, err

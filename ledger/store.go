@@ -111,6 +111,21 @@ type Store interface {
 	// rationale, to the run's event log (type "recovery.decision"). It
 	// changes no state: acting on the decision is the caller's next call.
 	RecordDecision(ctx context.Context, p RecordDecisionParams) (*Event, error)
+	// RecordRecovery writes one recovery pass over an action in one
+	// transaction: its decisions and the tools' answers in order, then the
+	// act on the final decision (close the interrupted attempt, move the
+	// action, move the run). CodeConflict if the action is no longer in
+	// p.ActionState, the attempt is no longer started, the run is no longer
+	// in p.Run.From or an answer contradicts an established effect;
+	// nothing is written then.
+	RecordRecovery(ctx context.Context, p RecordRecoveryParams) (RecordRecoveryResult, error)
+	// FindRecoveryFacts returns, in (run, seq) order, every action approved,
+	// running or uncertain of a run that is not terminal, a page of runs at
+	// a time (f.AfterRun, f.Runs) — or, with f.ActionID, that one action
+	// (CodeNotFound if unknown) — with its run and budget, its last
+	// attempt, the failed queries about that attempt and the run's
+	// cancellation, all from one snapshot.
+	FindRecoveryFacts(ctx context.Context, f RecoveryFilter) ([]*RecoveryFacts, error)
 
 	// FindEvents returns a run's events in sequence order.
 	FindEvents(ctx context.Context, run RunID) ([]*Event, error)

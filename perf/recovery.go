@@ -60,7 +60,9 @@ func interruptedRun(ctx context.Context, s ledger.Store, i int) error {
 // WriteInterruptedRuns wrote, with synchronous=FULL and times one recovery
 // scan with a tool that can be queried and answers "not happened" at once:
 // per run a query decision, the observation, a continue decision, the
-// attempt closed and the action back to approved, each durable. It checks
+// attempt closed and the action back to approved, written together in one
+// durable transaction (Store.RecordRecovery) that the group commit shares
+// with other runs'. It checks
 // that the scan decided to continue every one of the n actions. While the
 // scan runs it reports the decisions so far every five seconds.
 func ScanRecovery(ctx context.Context, path string, n int, progress Progress) (time.Duration, error) {

@@ -26,7 +26,8 @@ func benchRuns(b *testing.B) int {
 // BenchmarkRecoveryScan times one start-up scan over many interrupted runs
 // of a tool that can be queried (instantly, answering "not happened"): per
 // run, a query decision, the observation, a continue decision, the attempt
-// closed and the action back to approved — each durable. Reported beside
+// closed and the action back to approved — durable together, in one
+// transaction per run, commits shared between runs. Reported beside
 // the raw commit floor of the same file system. The workload is perf's,
 // the one `ledger bench` runs: perf.WriteInterruptedRuns writes the runs
 // (synchronous=OFF), perf.ScanRecovery times the scan on a FULL store.

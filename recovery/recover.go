@@ -3,7 +3,6 @@ package recovery
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -38,11 +37,15 @@ type Config struct {
 	MaxQueryFailures int
 	// ProbeTimeout bounds one query or cancel; 0 means 10s.
 	ProbeTimeout time.Duration
-	// OnDecision, if set, sees every decision recorded (for metrics); it
-	// may be called from several goroutines at once.
+	// OnDecision, if set, sees every decision once it is durable (for
+	// metrics); it may be called from several goroutines at once.
 	OnDecision func(Decision)
-	// ScanWorkers is how many runs Scan recovers at once; 0 means 4.
+	// ScanWorkers is how many runs Scan recovers at once (their probes run
+	// concurrently, their writes share commits); 0 means 64, as many
+	// writes as one group commit takes.
 	ScanWorkers int
+	// ScanPage is how many runs' facts Scan reads at once; 0 means 1000.
+	ScanPage int
 }
 
 // Recoverer applies the decision table to actions and acts on it.
@@ -60,7 +63,10 @@ func New(cfg Config) *Recoverer {
 		cfg.ProbeTimeout = 10 * time.Second
 	}
 	if cfg.ScanWorkers <= 0 {
-		cfg.ScanWorkers = 4
+		cfg.ScanWorkers = 64
+	}
+	if cfg.ScanPage <= 0 {
+		cfg.ScanPage = 1000
 	}
 	if cfg.Retry == nil {
 		cfg.Retry = func(*ledger.Run, *ledger.Action, time.Time) (ledger.StopReason, string) { return "", "" }
@@ -68,70 +74,73 @@ func New(cfg Config) *Recoverer {
 	return &Recoverer{cfg: cfg}
 }
 
-// Recover decides what to do about one action of run whose outcome is not
+// Recover decides what to do about one action whose outcome is not
 // settled (approved, running, uncertain), records every decision with its
 // rationale as an event — probes included — and acts on the final one:
 // marks the interrupted attempt, establishes effects from the tool's
 // answers, and moves the action and, for stop and review, the run.
-// The action must not be in flight in this process.
+// The action must not be in flight in this process. run and a name the
+// action; its facts (its state, its run's, its last attempt, failed
+// queries, the run's cancellation) are read afresh from the store.
+//
+// Durable writes: the decisions of a pass, the tools' answers and the act
+// on the final decision are written together, in one transaction
+// (Store.RecordRecovery), once the final decision is made. A query is a
+// read: a crash before that commit loses nothing but the question, which
+// the next pass asks again. A cancel acts on the tool, so the decision to
+// cancel (with whatever was decided before it) is durable before the tool
+// is asked; its answer is written with the final decision.
 func (r *Recoverer) Recover(ctx context.Context, run *ledger.Run, a *ledger.Action) (Decision, error) {
-	f, probe, err := r.facts(ctx, run, a)
+	found, err := r.cfg.Store.FindRecoveryFacts(ctx, ledger.RecoveryFilter{ActionID: &a.ID})
 	if err != nil {
-		return Decision{}, err
+		return Decision{}, fmt.Errorf("recover %s: %w", a.ID, err)
 	}
+	if run != nil && found[0].Run.ID != run.ID {
+		return Decision{}, fmt.Errorf("recover %s: the action belongs to run %s, not %s", a.ID, found[0].Run.ID, run.ID)
+	}
+	return r.recover(ctx, found[0])
+}
+
+// recover is Recover on facts already read.
+func (r *Recoverer) recover(ctx context.Context, lf *ledger.RecoveryFacts) (Decision, error) {
+	f, probe := r.facts(lf)
+	var p pass
 	for range 4 { // at most a cancel and a query before a final decision
 		d := Decide(f)
-		if err := r.record(ctx, f, d); err != nil {
-			return d, err
-		}
+		p.decide(f, d)
 		switch d.Kind {
 		case Query:
-			f.Query = r.query(ctx, f, probe)
+			f.Query = r.query(ctx, f, probe, &p)
 			if f.Query.Err != nil {
 				f.QueryFailures++
 			}
 		case Cancel:
-			f.Cancel = r.cancel(ctx, f, probe)
+			// The cancel changes the world: the decision to ask for it is
+			// durable before it is asked.
+			if err := r.write(ctx, lf.Run, f, &p, nil); err != nil {
+				return d, err
+			}
+			f.Cancel = r.cancel(ctx, f, probe, &p)
 		default:
-			return d, r.act(ctx, run, f, d)
+			return d, r.write(ctx, lf.Run, f, &p, &d)
 		}
 	}
-	return Decision{}, fmt.Errorf("recover %s: no final decision after probing", a.ID)
+	return Decision{}, fmt.Errorf("recover %s: no final decision after probing", f.Action.ID)
 }
 
-// facts gathers what Decide needs from the ledger.
-func (r *Recoverer) facts(ctx context.Context, run *ledger.Run, a *ledger.Action) (Facts, Probe, error) {
-	f := Facts{Action: a, Now: r.cfg.Now(), MaxQueryFailures: r.cfg.MaxQueryFailures}
+// facts is what Decide needs, from what the ledger holds and the tool's
+// probe.
+func (r *Recoverer) facts(lf *ledger.RecoveryFacts) (Facts, Probe) {
+	a := lf.Action
+	f := Facts{Action: a, Attempt: lf.Attempt, Now: r.cfg.Now(), MaxQueryFailures: r.cfg.MaxQueryFailures,
+		QueryFailures: lf.FailedQueries, Cancelling: lf.Cancellation != "" && lf.Cancellation != ledger.CancelRequested}
 	probe, ok := r.cfg.Probes(a.Tool, a.ToolVersion)
 	if !ok {
 		// A tool we no longer have guarantees nothing: review.
 		probe = Probe{}
 	}
 	f.Tool = probe.Tool
-	atts, err := r.cfg.Store.FindAttempts(ctx, ledger.AttemptFilter{ActionID: &a.ID})
-	if err != nil {
-		return f, probe, fmt.Errorf("recover %s: %w", a.ID, err)
-	}
-	if len(atts) > 0 {
-		f.Attempt = atts[len(atts)-1]
-		obs, err := r.cfg.Store.FindObservations(ctx, ledger.ObservationFilter{AttemptID: &f.Attempt.ID})
-		if err != nil {
-			return f, probe, fmt.Errorf("recover %s: %w", a.ID, err)
-		}
-		for _, o := range obs {
-			if o.Source == ledger.ObservedQuery && o.Effect == ledger.EffectUnknown && isProbeError(o.Detail) {
-				f.QueryFailures++
-			}
-		}
-	}
-	c, err := r.cfg.Store.FindCancellation(ctx, run.ID)
-	switch {
-	case err == nil:
-		f.Cancelling = c.State != ledger.CancelRequested
-	case !errors.Is(err, ledger.ErrNotFound):
-		return f, probe, fmt.Errorf("recover %s: %w", a.ID, err)
-	}
-	f.Retry, f.RetryRationale = r.cfg.Retry(run, a, f.Now)
+	f.Retry, f.RetryRationale = r.cfg.Retry(lf.Run, a, f.Now)
 	// A guarantee without the means to use it is no guarantee.
 	if probe.QueryFunc == nil {
 		f.Tool.Guarantees.Query = false
@@ -139,40 +148,65 @@ func (r *Recoverer) facts(ctx context.Context, run *ledger.Run, a *ledger.Action
 	if probe.CancelFunc == nil {
 		f.Tool.Guarantees.Cancel = false
 	}
-	return f, probe, nil
+	return f, probe
 }
 
-func isProbeError(detail json.RawMessage) bool {
-	var d struct {
-		Error string `json:"error"`
-	}
-	return json.Unmarshal(detail, &d) == nil && d.Error != ""
+// pass collects what a recovery pass decided and heard that is not written
+// yet.
+type pass struct {
+	steps     []ledger.RecoveryStep
+	decisions []Decision
 }
 
-func (r *Recoverer) record(ctx context.Context, f Facts, d Decision) error {
-	p := ledger.RecordDecisionParams{ActionID: f.Action.ID, Decision: string(d.Kind), Rationale: d.Rationale, Actor: "recovery",
-		Data: map[string]any{"query": f.Tool.Guarantees.Query, "dedup": f.Tool.Guarantees.Dedup, "cancel": f.Tool.Guarantees.Cancel}}
-	if f.Attempt != nil {
-		p.AttemptID = f.Attempt.ID
-	}
+func (p *pass) decide(f Facts, d Decision) {
+	data := map[string]any{"query": f.Tool.Guarantees.Query, "dedup": f.Tool.Guarantees.Dedup, "cancel": f.Tool.Guarantees.Cancel}
 	if d.StopReason != "" {
-		p.Data["stop_reason"] = d.StopReason
+		data["stop_reason"] = d.StopReason
 	}
-	if _, err := r.cfg.Store.RecordDecision(ctx, p); err != nil {
-		return fmt.Errorf("recover %s: %w", f.Action.ID, err)
+	p.steps = append(p.steps, ledger.RecoveryStep{Decision: &ledger.RecoveryDecision{Decision: string(d.Kind), Rationale: d.Rationale, Data: data}})
+	p.decisions = append(p.decisions, d)
+}
+
+func (p *pass) observe(src ledger.ObservationSource, effect ledger.EffectFact, detail json.RawMessage) {
+	p.steps = append(p.steps, ledger.RecoveryStep{Observation: &ledger.ObservationInput{Source: src, Effect: effect, Detail: detail}})
+}
+
+// write makes what p holds durable in one transaction, with the act on
+// final if it is set, and then reports p's decisions to OnDecision.
+func (r *Recoverer) write(ctx context.Context, run *ledger.Run, f Facts, p *pass, final *Decision) error {
+	a := f.Action
+	w := ledger.RecordRecoveryParams{ActionID: a.ID, ActionState: a.State, Steps: p.steps, Actor: "recovery"}
+	if f.Attempt != nil {
+		w.AttemptID = f.Attempt.ID
+	}
+	kind := p.decisions[len(p.decisions)-1].Kind
+	if final != nil {
+		if err := plan(&w, run, f, *final); err != nil {
+			return err
+		}
+	}
+	if _, err := r.cfg.Store.RecordRecovery(ctx, w); err != nil {
+		return fmt.Errorf("recover %s: %s: %w", a.ID, kind, err)
 	}
 	if r.cfg.OnDecision != nil {
-		r.cfg.OnDecision(d)
+		for _, d := range p.decisions {
+			r.cfg.OnDecision(d)
+		}
 	}
+	*p = pass{}
 	return nil
 }
 
-// query asks the tool and records its answer as an observation; a failed
-// query is recorded as unknown with the error, never as an answer.
-func (r *Recoverer) query(ctx context.Context, f Facts, p Probe) *QueryAnswer {
+// query asks the tool and keeps its answer as an observation to record; a
+// failed query is recorded as unknown with the error, never as an answer,
+// and so is an answer that cannot be recorded.
+func (r *Recoverer) query(ctx context.Context, f Facts, probe Probe, p *pass) *QueryAnswer {
 	qctx, cancel := context.WithTimeout(ctx, r.cfg.ProbeTimeout)
-	effect, out, err := p.QueryFunc(qctx, f.Action.DedupKey)
+	effect, out, err := probe.QueryFunc(qctx, f.Action.DedupKey)
 	cancel()
+	if err == nil {
+		err = recordable(out)
+	}
 	ans := &QueryAnswer{Effect: effect, Err: err}
 	detail := out
 	if err != nil {
@@ -181,20 +215,22 @@ func (r *Recoverer) query(ctx context.Context, f Facts, p Probe) *QueryAnswer {
 	} else if !effect.Valid() {
 		ans.Effect = ledger.EffectUnknown
 	}
-	if _, _, oerr := r.cfg.Store.RecordObservation(ctx, ledger.RecordObservationParams{AttemptID: f.Attempt.ID,
-		Source: ledger.ObservedQuery, Effect: ans.Effect, Detail: detail, Actor: "recovery"}); oerr != nil {
-		// The answer cannot be kept: treat it as no answer.
-		return &QueryAnswer{Effect: ledger.EffectUnknown, Err: oerr}
+	if f.Attempt != nil {
+		p.observe(ledger.ObservedQuery, ans.Effect, detail)
 	}
 	return ans
 }
 
-// cancel asks the tool to cancel and records its answer; a confirmed cancel
-// establishes that the effect did not happen.
-func (r *Recoverer) cancel(ctx context.Context, f Facts, p Probe) *CancelAnswer {
+// cancel asks the tool to cancel and keeps its answer to record; a
+// confirmed cancel establishes that the effect did not happen. An answer
+// that cannot be recorded counts as a failed cancel.
+func (r *Recoverer) cancel(ctx context.Context, f Facts, probe Probe, p *pass) *CancelAnswer {
 	cctx, stop := context.WithTimeout(ctx, r.cfg.ProbeTimeout)
-	confirmed, out, err := p.CancelFunc(cctx, f.Action.DedupKey)
+	confirmed, out, err := probe.CancelFunc(cctx, f.Action.DedupKey)
 	stop()
+	if err == nil {
+		err = recordable(out)
+	}
 	ans := &CancelAnswer{Confirmed: confirmed && err == nil, Err: err}
 	effect, detail := ledger.EffectUnknown, out
 	if ans.Confirmed {
@@ -203,97 +239,89 @@ func (r *Recoverer) cancel(ctx context.Context, f Facts, p Probe) *CancelAnswer 
 	if err != nil {
 		detail, _ = json.Marshal(map[string]string{"error": err.Error()})
 	}
-	if f.Attempt == nil {
-		return ans
-	}
-	if _, _, oerr := r.cfg.Store.RecordObservation(ctx, ledger.RecordObservationParams{AttemptID: f.Attempt.ID,
-		Source: ledger.ObservedCancel, Effect: effect, Detail: detail, Actor: "recovery"}); oerr != nil {
-		return &CancelAnswer{Err: oerr}
+	if f.Attempt != nil {
+		p.observe(ledger.ObservedCancel, effect, detail)
 	}
 	return ans
 }
 
-// act carries out a final decision.
-func (r *Recoverer) act(ctx context.Context, run *ledger.Run, f Facts, d Decision) error {
-	s := r.cfg.Store
+// recordable refuses a tool's answer the ledger could not keep as an
+// observation's detail (not JSON, or JSON it refuses); nil for none.
+func recordable(out json.RawMessage) error {
+	if len(out) == 0 {
+		return nil
+	}
+	if _, err := ledger.Canonicalize(out); err != nil {
+		return fmt.Errorf("the tool's answer cannot be recorded: %w", err)
+	}
+	return nil
+}
+
+// plan adds to w the act on a final decision: an attempt still marked
+// started was interrupted, so it is closed (its status says we never saw
+// the call's outcome; its effect stays what the probes established, or
+// unknown); the action moves; for stop and review, the run too.
+func plan(w *ledger.RecordRecoveryParams, run *ledger.Run, f Facts, d Decision) error {
 	a := f.Action
-	// An attempt still marked started was interrupted: close it. Its status
-	// says we never saw the call's outcome; its effect stays what the
-	// probes established (or unknown).
-	closeAttempt := func(actionTo ledger.ActionState, status ledger.AttemptStatus) error {
-		if a.State != ledger.ActionRunning {
-			return nil
+	state := a.State
+	closeAttempt := func(actionTo ledger.ActionState, status ledger.AttemptStatus) {
+		if state != ledger.ActionRunning || f.Attempt == nil {
+			return
 		}
-		_, err := s.FinishAttempt(ctx, ledger.FinishAttemptParams{AttemptID: f.Attempt.ID, Status: status, ActionState: actionTo,
-			Actor: "recovery", Error: &ledger.AttemptError{Code: "interrupted", Message: "no outcome was recorded for this attempt: " + d.Rationale}})
-		if err == nil {
-			a.State = actionTo
-		}
-		return err
+		w.CloseAttempt = &ledger.CloseAttempt{Status: status, ActionState: actionTo,
+			Error: &ledger.AttemptError{Code: "interrupted", Message: "no outcome was recorded for this attempt: " + d.Rationale}}
+		state = actionTo
 	}
-	move := func(to ledger.ActionState) error {
-		if a.State == to {
-			return nil
+	move := func(to ledger.ActionState) {
+		if state == to {
+			return
 		}
-		_, err := s.TransitionAction(ctx, ledger.ActionTransition{ID: a.ID, From: a.State, To: to, Actor: "recovery",
-			Data: map[string]any{"decision": d.Kind, "rationale": d.Rationale}})
-		if err == nil {
-			a.State = to
-		}
-		return err
+		w.Moves = append(w.Moves, ledger.ActionMove{To: to, Data: map[string]any{"decision": d.Kind, "rationale": d.Rationale}})
+		state = to
 	}
-	var err error
 	switch d.Kind {
 	case Wait:
-		return nil
 	case Continue:
-		if err = closeAttempt(ledger.ActionUncertain, ledger.AttemptUncertain); err == nil {
-			if a.State == ledger.ActionUncertain {
-				err = move(ledger.ActionApproved)
-			}
+		closeAttempt(ledger.ActionUncertain, ledger.AttemptUncertain)
+		if state == ledger.ActionUncertain {
+			move(ledger.ActionApproved)
 		}
 	case Reconcile:
-		if a.State == ledger.ActionRunning {
-			err = closeAttempt(ledger.ActionSucceeded, ledger.AttemptUncertain)
+		if state == ledger.ActionRunning {
+			closeAttempt(ledger.ActionSucceeded, ledger.AttemptUncertain)
 		} else {
-			err = move(ledger.ActionSucceeded)
+			move(ledger.ActionSucceeded)
 		}
 	case Cancelled:
 		status := ledger.AttemptUncertain
 		if f.Cancel != nil && f.Cancel.Confirmed {
 			status = ledger.AttemptCancelled
 		}
-		if err = closeAttempt(ledger.ActionUncertain, status); err == nil && a.State == ledger.ActionUncertain {
-			err = move(ledger.ActionApproved)
+		closeAttempt(ledger.ActionUncertain, status)
+		if state == ledger.ActionUncertain {
+			move(ledger.ActionApproved)
 		}
-		if err == nil {
-			err = move(ledger.ActionCancelled)
-		}
+		move(ledger.ActionCancelled)
 	case Stop:
-		if err = closeAttempt(ledger.ActionUncertain, ledger.AttemptUncertain); err == nil {
-			if a.State == ledger.ActionApproved {
-				err = move(ledger.ActionCancelled)
-			} else {
-				err = move(ledger.ActionFailed)
-			}
+		closeAttempt(ledger.ActionUncertain, ledger.AttemptUncertain)
+		if state == ledger.ActionApproved {
+			move(ledger.ActionCancelled)
+		} else {
+			move(ledger.ActionFailed)
 		}
-		if err == nil && !run.State.Terminal() && run.State != ledger.RunStopping {
-			_, err = s.TransitionRun(ctx, ledger.RunTransition{ID: run.ID, From: run.State, To: d.StopReason.TerminalState(),
-				StopReason: d.StopReason, Actor: "recovery", Data: map[string]any{"action_id": a.ID, "rationale": d.Rationale}})
+		if !run.State.Terminal() && run.State != ledger.RunStopping {
+			w.Run = &ledger.RunTransition{ID: run.ID, From: run.State, To: d.StopReason.TerminalState(),
+				StopReason: d.StopReason, Actor: "recovery", Data: map[string]any{"action_id": a.ID, "rationale": d.Rationale}}
 		}
 	case Review:
-		if err = closeAttempt(ledger.ActionUncertain, ledger.AttemptUncertain); err == nil {
-			err = move(ledger.ActionNeedsReview)
-		}
-		if err == nil && (run.State == ledger.RunRunning || run.State == ledger.RunAwaitingApproval) {
-			_, err = s.TransitionRun(ctx, ledger.RunTransition{ID: run.ID, From: run.State, To: ledger.RunNeedsReview,
-				Actor: "recovery", Data: map[string]any{"action_id": a.ID, "rationale": d.Rationale}})
+		closeAttempt(ledger.ActionUncertain, ledger.AttemptUncertain)
+		move(ledger.ActionNeedsReview)
+		if run.State == ledger.RunRunning || run.State == ledger.RunAwaitingApproval {
+			w.Run = &ledger.RunTransition{ID: run.ID, From: run.State, To: ledger.RunNeedsReview,
+				Actor: "recovery", Data: map[string]any{"action_id": a.ID, "rationale": d.Rationale}}
 		}
 	default:
 		return fmt.Errorf("recover %s: cannot act on %q", a.ID, d.Kind)
-	}
-	if err != nil {
-		return fmt.Errorf("recover %s: %s: %w", a.ID, d.Kind, err)
 	}
 	return nil
 }
@@ -307,32 +335,18 @@ type ScanReport struct {
 
 // Scan recovers every action of a non-terminal run that is approved,
 // running or uncertain: at start-up, before the engine takes work, and on
-// `ledger recover`. Runs are recovered Config.ScanWorkers at a time (the
-// actions of one run one after another, in order), so their writes share
-// commits. An error on one action is reported and the scan goes on with
-// the others; a cancelled ctx stops it.
+// `ledger recover`. The facts are read in pages of runs, each page in one
+// read (Store.FindRecoveryFacts); runs are recovered Config.ScanWorkers at
+// a time (the actions of one run one after another, in order), each
+// action's pass written in one transaction, so that the group commit
+// shares one commit among many runs. An error on one action is reported
+// and the scan goes on with the others; a cancelled ctx stops it.
 func (r *Recoverer) Scan(ctx context.Context) (ScanReport, error) {
 	rep := ScanReport{Decisions: map[Kind]int{}}
-	// Snapshot first: acting moves actions between these states (running →
-	// approved), and each must be decided once per scan.
-	byRun := map[ledger.RunID][]*ledger.Action{}
-	var order []ledger.RunID
-	for _, st := range []ledger.ActionState{ledger.ActionRunning, ledger.ActionUncertain, ledger.ActionApproved} {
-		found, err := r.cfg.Store.FindActions(ctx, ledger.ActionFilter{State: &st})
-		if err != nil {
-			return rep, fmt.Errorf("recovery scan: %w", err)
-		}
-		for _, a := range found {
-			if _, seen := byRun[a.RunID]; !seen {
-				order = append(order, a.RunID)
-			}
-			byRun[a.RunID] = append(byRun[a.RunID], a)
-		}
-	}
 	var (
 		mu   sync.Mutex
 		wg   sync.WaitGroup
-		next = make(chan ledger.RunID)
+		next = make(chan []*ledger.RecoveryFacts)
 	)
 	note := func(d Decision, err error) {
 		mu.Lock()
@@ -346,34 +360,65 @@ func (r *Recoverer) Scan(ctx context.Context) (ScanReport, error) {
 	}
 	for range r.cfg.ScanWorkers {
 		wg.Go(func() {
-			for id := range next {
-				for _, a := range byRun[id] {
+			for run := range next {
+				for i, lf := range run {
 					if ctx.Err() != nil {
 						return
 					}
-					run, err := r.cfg.Store.FindRunByID(ctx, id)
-					if err != nil {
-						note(Decision{}, fmt.Errorf("recovery scan: %w", err))
+					if i > 0 {
+						// The run's earlier action may have moved the run
+						// (stop, review): read this one's facts afresh.
+						fresh, err := r.cfg.Store.FindRecoveryFacts(ctx, ledger.RecoveryFilter{ActionID: &lf.Action.ID})
+						if err != nil {
+							note(Decision{}, fmt.Errorf("recovery scan: %w", err))
+							break
+						}
+						lf = fresh[0]
+					}
+					if lf.Run.State.Terminal() {
 						break
 					}
-					if run.State.Terminal() {
-						break
-					}
-					note(r.Recover(ctx, run, a))
+					note(r.recover(ctx, lf))
 				}
 			}
 		})
 	}
-	for _, id := range order {
-		select {
-		case next <- id:
-		case <-ctx.Done():
-		}
-	}
+	err := r.dispatch(ctx, next)
 	close(next)
 	wg.Wait()
-	if err := ctx.Err(); err != nil {
-		return rep, err
+	if cerr := ctx.Err(); cerr != nil {
+		return rep, cerr
 	}
-	return rep, nil
+	return rep, err
+}
+
+// dispatch hands the workers the actions of one run at a time, page after
+// page. The pages go by run id, so an action that recovery moves (running
+// → approved) is not met again in a later page: each is decided once per
+// scan.
+func (r *Recoverer) dispatch(ctx context.Context, next chan<- []*ledger.RecoveryFacts) error {
+	var after *ledger.RunID
+	for {
+		page, err := r.cfg.Store.FindRecoveryFacts(ctx, ledger.RecoveryFilter{AfterRun: after, Runs: r.cfg.ScanPage})
+		if err != nil {
+			return fmt.Errorf("recovery scan: %w", err)
+		}
+		if len(page) == 0 {
+			return nil
+		}
+		for start := 0; start < len(page); {
+			end := start + 1
+			for end < len(page) && page[end].Run.ID == page[start].Run.ID {
+				end++
+			}
+			select {
+			case next <- page[start:end]:
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+			start = end
+		}
+		last := page[len(page)-1].Run.ID
+		after = &last
+	}
 }

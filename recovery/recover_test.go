@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -139,6 +141,137 @@ func TestScan(t *testing.T) {
 		got, err := b.Store.FindActionByID(ctx, a.ID)
 		require.NoError(t, err)
 		require.Equal(t, ledger.ActionNeedsReview, got.State)
+	})
+}
+
+// decisionKinds lists the recovery decisions recorded on a run, in order.
+func decisionKinds(t *testing.T, s ledger.Store, run ledger.RunID) []string {
+	t.Helper()
+	events, err := s.FindEvents(context.Background(), run)
+	require.NoError(t, err)
+	var kinds []string
+	for _, e := range events {
+		if e.Type == "recovery.decision" {
+			var d struct{ Decision string }
+			require.NoError(t, json.Unmarshal(e.Data, &d))
+			kinds = append(kinds, d.Decision)
+		}
+	}
+	return kinds
+}
+
+func TestRecoverWrites(t *testing.T) {
+	ctx := context.Background()
+
+	t.Run("a pass that cannot be applied leaves nothing, not even its query", func(t *testing.T) {
+		b := ledgertest.OpenStore(t)
+		run, a := interrupted(t, b, ledger.BudgetLimits{})
+		atts, err := b.Store.FindAttempts(ctx, ledger.AttemptFilter{ActionID: &a.ID})
+		require.NoError(t, err)
+		r := recovery.New(recovery.Config{Store: b.Store, Now: b.Clock.Now,
+			Probes: queryProbe(func() (ledger.EffectFact, error) {
+				// Another process settles the attempt while the tool is asked.
+				_, err := b.Store.FinishAttempt(ctx, ledger.FinishAttemptParams{AttemptID: atts[0].ID, Status: ledger.AttemptSucceeded,
+					ActionState: ledger.ActionSucceeded})
+				require.NoError(t, err)
+				return ledger.EffectNotHappened, nil
+			})})
+		_, err = r.Recover(ctx, run, a)
+		require.ErrorIs(t, err, ledger.ErrConflict)
+		require.Empty(t, decisionKinds(t, b.Store, run.ID), "the query decision is written with its answer, or not at all")
+		obs, err := b.Store.FindObservations(ctx, ledger.ObservationFilter{ActionID: &a.ID})
+		require.NoError(t, err)
+		require.Empty(t, obs)
+	})
+
+	t.Run("a cancel is decided durably before the tool is asked", func(t *testing.T) {
+		b := ledgertest.OpenStore(t)
+		run, a := interrupted(t, b, ledger.BudgetLimits{})
+		var seen []string
+		r := recovery.New(recovery.Config{Store: b.Store, Now: b.Clock.Now,
+			Probes: func(string, string) (recovery.Probe, bool) {
+				return recovery.Probe{Tool: recovery.Tool{Guarantees: contracts.Guarantees{Cancel: true}},
+					CancelFunc: func(context.Context, string) (bool, json.RawMessage, error) {
+						seen = decisionKinds(t, b.Store, run.ID)
+						return true, json.RawMessage(`{"cancelled":true}`), nil
+					}}, true
+			}})
+		d, err := r.Recover(ctx, run, a)
+		require.NoError(t, err)
+		require.Equal(t, recovery.Continue, d.Kind)
+		require.Equal(t, []string{"cancel"}, seen, "committed before the cancel was sent")
+		require.Equal(t, []string{"cancel", "continue"}, decisionKinds(t, b.Store, run.ID))
+		atts, err := b.Store.FindAttempts(ctx, ledger.AttemptFilter{ActionID: &a.ID})
+		require.NoError(t, err)
+		require.Equal(t, ledger.EffectNotHappened, atts[0].Effect, "the confirmed cancel is recorded with the final decision")
+	})
+
+	t.Run("an answer that cannot be recorded is a failed query", func(t *testing.T) {
+		b := ledgertest.OpenStore(t)
+		run, a := interrupted(t, b, ledger.BudgetLimits{})
+		r := recovery.New(recovery.Config{Store: b.Store, Now: b.Clock.Now,
+			Probes: func(string, string) (recovery.Probe, bool) {
+				return recovery.Probe{Tool: recovery.Tool{Guarantees: contracts.Guarantees{Query: true}},
+					QueryFunc: func(context.Context, string) (ledger.EffectFact, json.RawMessage, error) {
+						return ledger.EffectNotHappened, json.RawMessage(`{"a":1,"a":2}`), nil
+					}}, true
+			}})
+		d, err := r.Recover(ctx, run, a)
+		require.NoError(t, err)
+		require.Equal(t, recovery.Wait, d.Kind, "never read as 'did not happen'")
+		facts, err := b.Store.FindRecoveryFacts(ctx, ledger.RecoveryFilter{ActionID: &a.ID})
+		require.NoError(t, err)
+		require.Equal(t, 1, facts[0].FailedQueries, "and it counts against the recovery budget")
+	})
+
+	t.Run("many runs in one scan, each decided once with an intact chain", func(t *testing.T) {
+		b := ledgertest.OpenStore(t)
+		var runs []ledger.RunID
+		for i := range 40 {
+			run := b.RunningRun(t, fmt.Sprintf("k%d", i), ledger.BudgetLimits{})
+			a := b.Action(t, run.ID, "step-1", ledger.ActionApproved).Action
+			_, err := b.Store.StartAttempt(ctx, ledger.StartAttemptParams{ActionID: a.ID})
+			require.NoError(t, err)
+			runs = append(runs, run.ID)
+		}
+		var decided atomic.Int64
+		r := recovery.New(recovery.Config{Store: b.Store, Now: b.Clock.Now, ScanWorkers: 8, ScanPage: 7,
+			OnDecision: func(recovery.Decision) { decided.Add(1) },
+			Probes:     queryProbe(func() (ledger.EffectFact, error) { return ledger.EffectNotHappened, nil })})
+		rep, err := r.Scan(ctx)
+		require.NoError(t, err)
+		require.Equal(t, map[recovery.Kind]int{recovery.Continue: 40}, rep.Decisions)
+		require.Equal(t, int64(80), decided.Load(), "a query and a continue each")
+		for _, id := range runs {
+			require.Equal(t, []string{"query", "continue"}, decisionKinds(t, b.Store, id))
+			chain, err := b.Store.VerifyChain(ctx, id)
+			require.NoError(t, err)
+			require.True(t, chain.OK, chain.Reason)
+		}
+		again, err := r.Scan(ctx)
+		require.NoError(t, err)
+		require.Equal(t, map[recovery.Kind]int{recovery.Continue: 40}, again.Decisions, "approved, no attempt: start one")
+	})
+
+	t.Run("a run stopped by its first action is not recovered further", func(t *testing.T) {
+		b := ledgertest.OpenStore(t)
+		run, first := interrupted(t, b, ledger.BudgetLimits{})
+		later := b.Action(t, run.ID, "step-2", ledger.ActionApproved).Action
+		r := recovery.New(recovery.Config{Store: b.Store, Now: b.Clock.Now,
+			Probes: queryProbe(func() (ledger.EffectFact, error) { return ledger.EffectNotHappened, nil }),
+			Retry: func(*ledger.Run, *ledger.Action, time.Time) (ledger.StopReason, string) {
+				return ledger.StopRetryBudgetExhausted, "no attempt left"
+			}})
+		rep, err := r.Scan(ctx)
+		require.NoError(t, err)
+		require.Equal(t, 1, rep.Actions)
+		require.Equal(t, 1, rep.Decisions[recovery.Stop])
+		got, err := b.Store.FindActionByID(ctx, first.ID)
+		require.NoError(t, err)
+		require.Equal(t, ledger.ActionFailed, got.State)
+		got, err = b.Store.FindActionByID(ctx, later.ID)
+		require.NoError(t, err)
+		require.Equal(t, ledger.ActionApproved, got.State, "its run is stopped: nothing more to decide")
 	})
 }
 

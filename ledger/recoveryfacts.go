@@ -1,0 +1,238 @@
+package ledger
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+
+	"gorm.io/gorm"
+)
+
+// RecoveryFilter selects what FindRecoveryFacts returns. The zero value
+// selects every action recovery has to decide.
+type RecoveryFilter struct {
+	// ActionID, if set, selects that one action whatever its state and its
+	// run's (a caller recovering one action it already chose); the other
+	// fields are ignored then.
+	ActionID *ActionID
+	// AfterRun and Runs page through the scan by run, so that its memory
+	// does not grow with the ledger: only runs whose id is greater than
+	// AfterRun, and at most Runs of them (0: no limit). A page never splits
+	// a run's actions.
+	AfterRun *RunID
+	Runs     int
+}
+
+// RecoveryFacts is what the ledger knows of one action recovery has to
+// decide, read in one snapshot: the action, its run with the run's budget,
+// its last attempt, how many queries about that attempt failed, and the
+// run's cancellation.
+type RecoveryFacts struct {
+	Run    *Run
+	Action *Action
+	// Attempt is the action's last attempt (highest number); nil if it has
+	// none.
+	Attempt *Attempt
+	// FailedQueries counts the failed queries recorded about Attempt:
+	// observations from a query (source tool_query) with an unknown effect
+	// whose detail is a JSON object with a non-empty string "error" — what
+	// recovery records when a query fails, as opposed to a tool answering
+	// "unknown".
+	FailedQueries int
+	// Cancellation is the state of the run's cancellation; "" if none was
+	// requested.
+	Cancellation CancellationState
+}
+
+// recoveryFactsSelect reads, for each selected action, the action, its run and
+// budget, its last attempt and its run's cancellation in one pass: one row
+// per action, hand-scanned. A WHERE clause (the selection) follows it.
+const recoveryFactsSelect = `SELECT
+	a.id, a.run_id, a.tenant, a.seq, a.idempotency_key, a.tool, a.tool_version, a.effect, a.arguments,
+	a.action_digest, a.dedup_key, a.supersedes, a.state, a.attempt_count, a.version, a.created_at, a.updated_at,
+	r.id, r.tenant, r.idempotency_key, r.request_digest, r.submitted_by, r.agent, r.input,
+	r.state, r.stop_reason, r.version, r.event_seq, r.event_hash, r.created_at, r.updated_at,
+	b.max_attempts_per_action, b.max_attempts_per_run, b.max_execution_us, b.max_steps, b.max_tokens,
+	b.deadline_at, b.attempts_used, b.execution_used_us, b.steps_used, b.tokens_used, b.tokens_unavailable, b.version,
+	t.id, t.attempt_no, t.status, t.effect, t.effect_observation_id, t.result, t.error, t.version, t.started_at, t.finished_at,
+	c.state
+FROM actions a
+JOIN runs r ON r.id = a.run_id
+JOIN budgets b ON b.run_id = r.id
+LEFT JOIN attempts t ON t.action_id = a.id
+	AND t.attempt_no = (SELECT MAX(attempt_no) FROM attempts WHERE action_id = a.id)
+LEFT JOIN cancellations c ON c.run_id = r.id
+`
+
+// recoveryUnsettled is the scan's selection: actions approved, running or
+// uncertain of runs that are not terminal. The actions_state index finds
+// them without reading settled actions.
+const recoveryUnsettled = `WHERE a.state IN ('approved', 'running', 'uncertain')
+	AND r.state NOT IN ('completed', 'stopped', 'failed')`
+
+// recoveryRunsPage narrows recoveryUnsettled to a page of runs: the first
+// runs (by id) after a cursor. Each branch walks actions_state in run order
+// for one state and stops at the page's size, so a page costs its size,
+// not the number of unsettled actions after the cursor. Arguments: the
+// cursor and the size (-1: no limit), three times, then the size again.
+const recoveryRunsPage = ` AND a.run_id IN (SELECT run_id FROM (
+	SELECT * FROM (SELECT DISTINCT a2.run_id FROM actions a2 JOIN runs r2 ON r2.id = a2.run_id
+		WHERE a2.state = 'approved' AND a2.run_id > ? AND r2.state NOT IN ('completed', 'stopped', 'failed') ORDER BY a2.run_id LIMIT ?)
+	UNION SELECT * FROM (SELECT DISTINCT a2.run_id FROM actions a2 JOIN runs r2 ON r2.id = a2.run_id
+		WHERE a2.state = 'running' AND a2.run_id > ? AND r2.state NOT IN ('completed', 'stopped', 'failed') ORDER BY a2.run_id LIMIT ?)
+	UNION SELECT * FROM (SELECT DISTINCT a2.run_id FROM actions a2 JOIN runs r2 ON r2.id = a2.run_id
+		WHERE a2.state = 'uncertain' AND a2.run_id > ? AND r2.state NOT IN ('completed', 'stopped', 'failed') ORDER BY a2.run_id LIMIT ?)
+	) ORDER BY run_id LIMIT ?)`
+
+// recoveryUnknownQueries reads the detail of every query observation with
+// an unknown effect about the selected actions; whether one is a failed
+// query is decided in Go (isFailedQuery). The selection's WHERE clause
+// follows it.
+const recoveryUnknownQueries = `SELECT o.attempt_id, o.detail
+FROM actions a
+JOIN runs r ON r.id = a.run_id
+JOIN observations o ON o.action_id = a.id
+`
+
+// FindRecoveryFacts implements Store.
+func (s *GormStore) FindRecoveryFacts(ctx context.Context, f RecoveryFilter) ([]*RecoveryFacts, error) {
+	var where string
+	var args []any
+	switch {
+	case f.ActionID != nil:
+		where, args = `WHERE a.id = ?`, []any{string(*f.ActionID)}
+	case f.Runs < 0:
+		return nil, Errorf(CodeInvalid, "find recovery facts: runs cannot be negative")
+	case f.AfterRun != nil || f.Runs > 0:
+		after, limit := "", -1
+		if f.AfterRun != nil {
+			after = string(*f.AfterRun)
+		}
+		if f.Runs > 0 {
+			limit = f.Runs
+		}
+		where, args = recoveryUnsettled+recoveryRunsPage, []any{after, limit, after, limit, after, limit, limit}
+	default:
+		where = recoveryUnsettled
+	}
+	var out []*RecoveryFacts
+	// One read transaction: the facts and the failure counts come from
+	// the same snapshot.
+	err := s.r.WithContext(ctx).Transaction(func(db *gorm.DB) error {
+		var err error
+		if out, err = scanRecoveryFacts(db, recoveryFactsSelect+where+` ORDER BY a.run_id, a.seq`, args); err != nil {
+			return err
+		}
+		if len(out) == 0 {
+			return nil
+		}
+		byAttempt := make(map[AttemptID]*RecoveryFacts, len(out))
+		for _, rf := range out {
+			if rf.Attempt != nil {
+				byAttempt[rf.Attempt.ID] = rf
+			}
+		}
+		if len(byAttempt) == 0 {
+			return nil
+		}
+		rows, err := db.Raw(recoveryUnknownQueries+where+` AND o.source = ? AND o.effect = ?`,
+			append(args, string(ObservedQuery), string(EffectUnknown))...).Rows()
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var att, detail sql.NullString
+			if err := rows.Scan(&att, &detail); err != nil {
+				return err
+			}
+			if rf := byAttempt[AttemptID(att.String)]; rf != nil && isFailedQuery(detail.String) {
+				rf.FailedQueries++
+			}
+		}
+		return rows.Err()
+	})
+	if err != nil {
+		return nil, wrapErr("find recovery facts", err)
+	}
+	if f.ActionID != nil && len(out) == 0 {
+		return nil, Errorf(CodeNotFound, "find recovery facts: action %s not found", *f.ActionID)
+	}
+	return out, nil
+}
+
+// isFailedQuery reports whether an observation's detail records a failed
+// query: a JSON object whose "error" is a non-empty string (what recovery
+// writes for a query that returned an error).
+func isFailedQuery(detail string) bool {
+	if detail == "" {
+		return false
+	}
+	var d struct {
+		Error string `json:"error"`
+	}
+	return json.Unmarshal([]byte(detail), &d) == nil && d.Error != ""
+}
+
+func scanRecoveryFacts(db *gorm.DB, query string, args []any) ([]*RecoveryFacts, error) {
+	rows, err := db.Raw(query, args...).Rows()
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []*RecoveryFacts
+	for rows.Next() {
+		var (
+			a      actionRow
+			r      runRow
+			b      budgetRow
+			t      nullableAttemptRow
+			cancel sql.NullString
+		)
+		if err := rows.Scan(
+			&a.ID, &a.RunID, &a.Tenant, &a.Seq, &a.IdempotencyKey, &a.Tool, &a.ToolVersion, &a.Effect, &a.Arguments,
+			&a.ActionDigest, &a.DedupKey, &a.Supersedes, &a.State, &a.AttemptCount, &a.Version, &a.CreatedAt, &a.UpdatedAt,
+			&r.ID, &r.Tenant, &r.IdempotencyKey, &r.RequestDigest, &r.SubmittedBy, &r.Agent, &r.Input,
+			&r.State, &r.StopReason, &r.Version, &r.EventSeq, &r.EventHash, &r.CreatedAt, &r.UpdatedAt,
+			&b.MaxAttemptsPerAction, &b.MaxAttemptsPerRun, &b.MaxExecutionUs, &b.MaxSteps, &b.MaxTokens,
+			&b.DeadlineAt, &b.AttemptsUsed, &b.ExecutionUsedUs, &b.StepsUsed, &b.TokensUsed, &b.TokensUnavailable, &b.Version,
+			&t.ID, &t.AttemptNo, &t.Status, &t.Effect, &t.EffectObservationID, &t.Result, &t.Error, &t.Version, &t.StartedAt, &t.FinishedAt,
+			&cancel,
+		); err != nil {
+			return nil, err
+		}
+		b.RunID = r.ID
+		rf := &RecoveryFacts{Run: r.toRun(&b), Action: a.toAction(), Cancellation: CancellationState(cancel.String)}
+		if t.ID.Valid {
+			if rf.Attempt, err = t.toAttempt(ActionID(a.ID), RunID(a.RunID)); err != nil {
+				return nil, err
+			}
+		}
+		out = append(out, rf)
+	}
+	return out, rows.Err()
+}
+
+// nullableAttemptRow is an attempt row read through a LEFT JOIN: every
+// column may be NULL when the action has no attempt.
+type nullableAttemptRow struct {
+	ID                  sql.NullString
+	AttemptNo           sql.NullInt64
+	Status              sql.NullString
+	Effect              sql.NullString
+	EffectObservationID *string
+	Result              *string
+	Error               *string
+	Version             sql.NullInt64
+	StartedAt           sql.NullInt64
+	FinishedAt          *int64
+}
+
+// toAttempt is the attempt of action (of run) the row holds; the row must
+// hold one (ID valid).
+func (t *nullableAttemptRow) toAttempt(action ActionID, run RunID) (*Attempt, error) {
+	row := attemptRow{ID: t.ID.String, ActionID: string(action), RunID: string(run), AttemptNo: t.AttemptNo.Int64,
+		Status: t.Status.String, Effect: t.Effect.String, EffectObservationID: t.EffectObservationID, Result: t.Result,
+		Error: t.Error, Version: t.Version.Int64, StartedAt: t.StartedAt.Int64, FinishedAt: t.FinishedAt}
+	return row.toAttempt()
+}

@@ -1,0 +1,274 @@
+package ledger
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"maps"
+)
+
+// RecordRecoveryParams is one pass of recovery over one action, written by
+// RecordRecovery in one transaction: what was decided and what the tool
+// answered (Steps, in order), then what is done about the final decision
+// (CloseAttempt, Moves, Run, in that order).
+type RecordRecoveryParams struct {
+	ActionID ActionID
+	// ActionState is the state the action was in when the decisions were
+	// made; CodeConflict, and nothing written, if it is no longer in it.
+	ActionState ActionState
+	// AttemptID is the attempt the decisions are about (the action's last),
+	// where observations are recorded and which CloseAttempt closes; "" if
+	// the action has none.
+	AttemptID AttemptID
+	// Steps are recorded in order: each a decision (a recovery.decision
+	// event, as RecordDecision writes it) or a tool's answer (an
+	// observation on the attempt, as RecordObservation writes it).
+	Steps []RecoveryStep
+	// CloseAttempt, if set, finishes the attempt, which must still be
+	// started, as FinishAttempt does (status, error, duration added to the
+	// run's execution budget) and moves the action from running (so
+	// ActionState must be running) to CloseAttempt.ActionState.
+	CloseAttempt *CloseAttempt
+	// Moves move the action on, one edge each, from where it stands after
+	// CloseAttempt; edges owned by another method are CodeInvalid, as for
+	// TransitionAction.
+	Moves []ActionMove
+	// Run, if set, moves the action's run (its ID may be left empty);
+	// CodeConflict if the run is no longer in Run.From.
+	Run   *RunTransition
+	Actor string
+}
+
+// RecoveryStep is one record of a recovery pass: exactly one of Decision
+// and Observation.
+type RecoveryStep struct {
+	Decision    *RecoveryDecision
+	Observation *ObservationInput
+}
+
+// RecoveryDecision is one recovery decision with its rationale.
+type RecoveryDecision struct {
+	Decision  string // continue, reconcile, stop, review, wait, query, cancel, cancelled
+	Rationale string
+	Data      map[string]any // extra facts the decision used
+}
+
+// CloseAttempt finishes the interrupted attempt of a RecordRecovery.
+type CloseAttempt struct {
+	Status      AttemptStatus // not started
+	Error       *AttemptError
+	ActionState ActionState // where the action goes from running
+}
+
+// ActionMove is one edge of the action in a RecordRecovery.
+type ActionMove struct {
+	To   ActionState
+	Data any // recorded in the transition's event
+}
+
+// RecordRecoveryResult is what RecordRecovery wrote: the decision events in
+// order, and the action's state after it.
+type RecordRecoveryResult struct {
+	Decisions   []*Event
+	ActionState ActionState
+}
+
+// RecordRecovery implements Store.
+func (s *GormStore) RecordRecovery(ctx context.Context, p RecordRecoveryParams) (RecordRecoveryResult, error) {
+	if err := p.check(); err != nil {
+		return RecordRecoveryResult{}, wrapErr("record recovery", err)
+	}
+	var out RecordRecoveryResult
+	err := s.inTx(ctx, "record recovery", func(tx *txn) error {
+		out = RecordRecoveryResult{}
+		run, state, att, err := tx.recoveryTarget(p.ActionID, p.AttemptID)
+		if err != nil {
+			return err
+		}
+		if state != p.ActionState {
+			return Errorf(CodeConflict, "action %s is %s, not %s: decided on stale facts", p.ActionID, state, p.ActionState)
+		}
+		for _, st := range p.Steps {
+			if d := st.Decision; d != nil {
+				e, err := tx.appendEvent(decisionEvent(run, RecordDecisionParams{ActionID: p.ActionID, AttemptID: p.AttemptID,
+					Decision: d.Decision, Rationale: d.Rationale, Actor: p.Actor, Data: d.Data}))
+				if err != nil {
+					return err
+				}
+				out.Decisions = append(out.Decisions, e)
+				continue
+			}
+			o := st.Observation
+			if _, err := tx.observe(att, o.Source, o.Effect, o.Detail, p.Actor); err != nil {
+				return err
+			}
+		}
+		if c := p.CloseAttempt; c != nil {
+			if err := tx.closeAttempt(att, c.Status, c.Error, c.ActionState, p.Actor); err != nil {
+				return err
+			}
+			state = c.ActionState
+		}
+		for _, m := range p.Moves {
+			if err := tx.transitionAction(ActionTransition{ID: p.ActionID, From: state, To: m.To, Actor: p.Actor, Data: m.Data}); err != nil {
+				return err
+			}
+			state = m.To
+		}
+		if p.Run != nil {
+			rt := *p.Run
+			if rt.ID == "" {
+				rt.ID = run
+			}
+			if rt.ID != run {
+				return Errorf(CodeInvalid, "run %s is not the run of action %s", rt.ID, p.ActionID)
+			}
+			if err := tx.transitionRun(rt); err != nil {
+				return err
+			}
+		}
+		out.ActionState = state
+		return nil
+	})
+	return out, err
+}
+
+// recoveryTargetSQL reads an action's run and state and, if named, one of
+// its attempts, in one statement.
+const recoveryTargetSQL = `SELECT a.run_id, a.state,
+	t.id, t.attempt_no, t.status, t.effect, t.effect_observation_id, t.result, t.error, t.version, t.started_at, t.finished_at
+FROM actions a LEFT JOIN attempts t ON t.id = ? AND t.action_id = a.id
+WHERE a.id = ?`
+
+// recoveryTarget reads what RecordRecovery guards on: the action's run and
+// state and, if attempt is set, that attempt of the action (CodeInvalid if
+// the action has no such attempt).
+func (tx *txn) recoveryTarget(action ActionID, attempt AttemptID) (RunID, ActionState, *Attempt, error) {
+	var (
+		run, state string
+		t          nullableAttemptRow
+	)
+	err := tx.db.Raw(recoveryTargetSQL, string(attempt), string(action)).Row().Scan(&run, &state,
+		&t.ID, &t.AttemptNo, &t.Status, &t.Effect, &t.EffectObservationID, &t.Result, &t.Error, &t.Version, &t.StartedAt, &t.FinishedAt)
+	switch {
+	case errors.Is(err, sql.ErrNoRows):
+		return "", "", nil, Errorf(CodeNotFound, "action %s not found", action)
+	case err != nil:
+		return "", "", nil, err
+	case attempt == "":
+		return RunID(run), ActionState(state), nil, nil
+	case !t.ID.Valid:
+		return "", "", nil, Errorf(CodeInvalid, "action %s has no attempt %s", action, attempt)
+	}
+	att, err := t.toAttempt(action, RunID(run))
+	return RunID(run), ActionState(state), att, err
+}
+
+// check refuses a malformed RecordRecoveryParams before anything is read.
+func (p RecordRecoveryParams) check() error {
+	switch {
+	case p.ActionID == "":
+		return Errorf(CodeInvalid, "action id is required")
+	case !p.ActionState.Valid():
+		return Errorf(CodeInvalid, "action state %q is not known", p.ActionState)
+	}
+	for i, st := range p.Steps {
+		switch {
+		case (st.Decision == nil) == (st.Observation == nil):
+			return Errorf(CodeInvalid, "step %d: exactly one of decision and observation", i+1)
+		case st.Decision != nil:
+			if err := firstErr(checkText("decision", st.Decision.Decision, 32), checkText("rationale", st.Decision.Rationale, 4000)); err != nil {
+				return err
+			}
+		case p.AttemptID == "":
+			return Errorf(CodeInvalid, "step %d: an observation needs the attempt it is about", i+1)
+		}
+	}
+	state := p.ActionState
+	if c := p.CloseAttempt; c != nil {
+		switch {
+		case p.AttemptID == "":
+			return Errorf(CodeInvalid, "closing an attempt needs the attempt")
+		case c.Status == AttemptStarted || !c.Status.Valid():
+			return Errorf(CodeInvalid, "%q is not an outcome of an attempt", c.Status)
+		case p.ActionState != ActionRunning:
+			return Errorf(CodeInvalid, "closing an attempt moves a running action, not a %s one", p.ActionState)
+		}
+		if err := ValidateActionTransition(ActionRunning, c.ActionState); err != nil {
+			return err
+		}
+		state = c.ActionState
+	}
+	for _, m := range p.Moves {
+		if owner := ActionEdgeOwner(state, m.To); owner != "" {
+			return Errorf(CodeInvalid, "%s → %s is taken by %s", state, m.To, owner)
+		}
+		if err := ValidateActionTransition(state, m.To); err != nil {
+			return err
+		}
+		state = m.To
+	}
+	return nil
+}
+
+// decisionEvent is the recovery.decision event of p about an action of run:
+// the decision and its rationale (never overwritten by p.Data), the attempt
+// it is about, and p.Data.
+func decisionEvent(run RunID, p RecordDecisionParams) eventSpec {
+	data := make(map[string]any, len(p.Data)+3)
+	data["decision"], data["rationale"] = p.Decision, p.Rationale
+	if p.AttemptID != "" {
+		data["attempt_id"] = p.AttemptID
+	}
+	maps.Copy(data, p.Data)
+	data["decision"], data["rationale"] = p.Decision, p.Rationale // never overwritten by Data
+	return eventSpec{RunID: run, Type: "recovery.decision", EntityType: "action", EntityID: string(p.ActionID),
+		Actor: p.Actor, Data: data}
+}
+
+// closeAttempt finishes a started attempt as FinishAttempt does without an
+// observation or a result: its status and error, its duration added to the
+// run's execution budget, its event, and the action moved from running to
+// actionTo. Kept beside FinishAttempt's body until the two share one
+// helper.
+func (tx *txn) closeAttempt(att *Attempt, status AttemptStatus, attErr *AttemptError, actionTo ActionState, actor string) error {
+	var errJSON *string
+	if attErr != nil {
+		b, err := json.Marshal(attErr)
+		if err != nil {
+			return Errorf(CodeInvalid, "attempt error: %w", err)
+		}
+		errJSON = rawPtr(b)
+	}
+	if err := ValidateAttemptTransition(att.Status, status); err != nil {
+		if att.Status != AttemptStarted {
+			return Errorf(CodeConflict, "attempt %s already finished as %s", att.ID, att.Status)
+		}
+		return err
+	}
+	res := tx.db.Exec(`UPDATE attempts SET status = ?, result = NULL, error = ?, finished_at = ?, version = version + 1
+		WHERE id = ? AND status = ?`, string(status), errJSON, micros(tx.now), string(att.ID), string(AttemptStarted))
+	if res.Error != nil {
+		return res.Error
+	}
+	if res.RowsAffected == 0 {
+		return tx.staleAttempt(att.ID, AttemptStarted)
+	}
+	// The attempt's time counts against the run's execution budget.
+	spent := tx.now.Sub(att.StartedAt).Microseconds()
+	if err := tx.db.Exec(`UPDATE budgets SET execution_used_us = execution_used_us + ?, version = version + 1 WHERE run_id = ?`,
+		max(spent, 0), string(att.RunID)).Error; err != nil {
+		return err
+	}
+	data := map[string]any{"action_id": att.ActionID, "attempt_no": att.No, "duration_us": spent}
+	if attErr != nil {
+		data["error"] = attErr
+	}
+	if _, err := tx.appendEvent(transitionEvent(att.RunID, "attempt", string(att.ID), AttemptStarted, status, actor, data)); err != nil {
+		return err
+	}
+	att.Status = status
+	return tx.transitionAction(ActionTransition{ID: att.ActionID, From: ActionRunning, To: actionTo, Actor: actor,
+		Data: map[string]any{"attempt_id": att.ID}})
+}
