@@ -117,63 +117,87 @@ func (s *GormStore) FinishAttempt(ctx context.Context, p FinishAttemptParams) (F
 			return FinishAttemptResult{}, fmt.Errorf("finish attempt: result: %w", err)
 		}
 	}
-	var errJSON *string
-	if p.Error != nil {
-		b, err := json.Marshal(p.Error)
-		if err != nil {
-			return FinishAttemptResult{}, Errorf(CodeInvalid, "finish attempt: error: %w", err)
-		}
-		errJSON = rawPtr(b)
-	}
 	var out FinishAttemptResult
 	err := s.inTx(ctx, "finish attempt", func(tx *txn) error {
 		att, err := tx.findAttempt(p.AttemptID)
 		if err != nil {
 			return err
 		}
-		if err := ValidateAttemptTransition(att.Status, p.Status); err != nil {
-			if att.Status != AttemptStarted {
-				return Errorf(CodeConflict, "attempt %s already finished as %s", att.ID, att.Status)
-			}
-			return err
-		}
-		finished, err := tx.execOne(finishAttemptSQL, string(p.Status), rawPtr(result), errJSON, micros(tx.now),
-			string(att.ID), string(AttemptStarted))
+		action, obs, err := tx.finishAttempt(att, attemptOutcome{Status: p.Status, Result: result, Error: p.Error,
+			Observation: p.Observation, ActionState: p.ActionState, Actor: p.Actor})
 		if err != nil {
 			return err
 		}
-		if !finished {
-			return tx.staleAttempt(att.ID, AttemptStarted)
-		}
-		// The attempt's time counts against the run's execution budget.
-		spent := tx.now.Sub(att.StartedAt).Microseconds()
-		if _, err := tx.exec(spendExecutionSQL, max(spent, 0), string(att.RunID)); err != nil {
-			return err
-		}
-		data := map[string]any{"action_id": att.ActionID, "attempt_no": att.No, "duration_us": spent}
-		if p.Error != nil {
-			data["error"] = p.Error
-		}
-		if _, err := tx.appendEvent(transitionEvent(att.RunID, "attempt", string(att.ID), AttemptStarted, p.Status, p.Actor, data)); err != nil {
-			return err
-		}
-		if p.Observation != nil {
-			obs, err := tx.observe(att, p.Observation.Source, p.Observation.Effect, p.Observation.Detail, p.Actor)
-			if err != nil {
-				return err
-			}
-			out.Observation = obs
-		}
-		action, err := tx.moveAction(ActionTransition{ID: att.ActionID, From: ActionRunning, To: p.ActionState, Actor: p.Actor,
-			Data: map[string]any{"attempt_id": att.ID}}, 0)
-		if err != nil {
-			return err
-		}
-		out.Action = action.toAction()
+		out.Action, out.Observation = action.toAction(), obs
 		out.Attempt, err = tx.findAttempt(att.ID)
 		return err
 	})
 	return out, err
+}
+
+// attemptOutcome is how an attempt ended, as finishAttempt records it.
+type attemptOutcome struct {
+	Status      AttemptStatus
+	Result      []byte // canonical JSON, or nil
+	Error       *AttemptError
+	Observation *ObservationInput // what the answer established, if anything
+	ActionState ActionState       // where the action goes from running
+	Actor       string
+}
+
+// finishAttempt closes the started attempt att (FinishAttempt, and
+// recovery closing an interrupted one): its outcome, its duration added to
+// the run's execution budget, its event, the observation if any, and the
+// action moved from running to o.ActionState, which it returns with the
+// observation.
+func (tx *txn) finishAttempt(att *Attempt, o attemptOutcome) (*actionRow, *Observation, error) {
+	var errJSON *string
+	if o.Error != nil {
+		b, err := json.Marshal(o.Error)
+		if err != nil {
+			return nil, nil, Errorf(CodeInvalid, "attempt error: %w", err)
+		}
+		errJSON = rawPtr(b)
+	}
+	if err := ValidateAttemptTransition(att.Status, o.Status); err != nil {
+		if att.Status != AttemptStarted {
+			return nil, nil, Errorf(CodeConflict, "attempt %s already finished as %s", att.ID, att.Status)
+		}
+		return nil, nil, err
+	}
+	finished, err := tx.execOne(finishAttemptSQL, string(o.Status), rawPtr(o.Result), errJSON, micros(tx.now),
+		string(att.ID), string(AttemptStarted))
+	if err != nil {
+		return nil, nil, err
+	}
+	if !finished {
+		return nil, nil, tx.staleAttempt(att.ID, AttemptStarted)
+	}
+	// The attempt's time counts against the run's execution budget.
+	spent := tx.now.Sub(att.StartedAt).Microseconds()
+	if _, err := tx.exec(spendExecutionSQL, max(spent, 0), string(att.RunID)); err != nil {
+		return nil, nil, err
+	}
+	data := map[string]any{"action_id": att.ActionID, "attempt_no": att.No, "duration_us": spent}
+	if o.Error != nil {
+		data["error"] = o.Error
+	}
+	if _, err := tx.appendEvent(transitionEvent(att.RunID, "attempt", string(att.ID), AttemptStarted, o.Status, o.Actor, data)); err != nil {
+		return nil, nil, err
+	}
+	att.Status = o.Status
+	var obs *Observation
+	if o.Observation != nil {
+		if obs, err = tx.observe(att, o.Observation.Source, o.Observation.Effect, o.Observation.Detail, o.Actor); err != nil {
+			return nil, nil, err
+		}
+	}
+	action, err := tx.moveAction(ActionTransition{ID: att.ActionID, From: ActionRunning, To: o.ActionState, Actor: o.Actor,
+		Data: map[string]any{"attempt_id": att.ID}}, 0)
+	if err != nil {
+		return nil, nil, err
+	}
+	return action, obs, nil
 }
 
 var (

@@ -3,8 +3,6 @@ package ledger
 import (
 	"context"
 	"database/sql"
-	"encoding/json"
-	"errors"
 	"maps"
 )
 
@@ -105,7 +103,8 @@ func (s *GormStore) RecordRecovery(ctx context.Context, p RecordRecoveryParams) 
 			}
 		}
 		if c := p.CloseAttempt; c != nil {
-			if err := tx.closeAttempt(att, c.Status, c.Error, c.ActionState, p.Actor); err != nil {
+			if _, _, err := tx.finishAttempt(att, attemptOutcome{Status: c.Status, Error: c.Error, ActionState: c.ActionState,
+				Actor: p.Actor}); err != nil {
 				return err
 			}
 			state = c.ActionState
@@ -136,10 +135,10 @@ func (s *GormStore) RecordRecovery(ctx context.Context, p RecordRecoveryParams) 
 
 // recoveryTargetSQL reads an action's run and state and, if named, one of
 // its attempts, in one statement.
-const recoveryTargetSQL = `SELECT a.run_id, a.state,
+var recoveryTargetSQL = writeStmt(`SELECT a.run_id, a.state,
 	t.id, t.attempt_no, t.status, t.effect, t.effect_observation_id, t.result, t.error, t.version, t.started_at, t.finished_at
 FROM actions a LEFT JOIN attempts t ON t.id = ? AND t.action_id = a.id
-WHERE a.id = ?`
+WHERE a.id = ?`)
 
 // recoveryTarget reads what RecordRecovery guards on: the action's run and
 // state and, if attempt is set, that attempt of the action (CodeInvalid if
@@ -149,11 +148,12 @@ func (tx *txn) recoveryTarget(action ActionID, attempt AttemptID) (RunID, Action
 		run, state string
 		t          nullableAttemptRow
 	)
-	err := tx.db.Raw(recoveryTargetSQL, string(attempt), string(action)).Row().Scan(&run, &state,
-		&t.ID, &t.AttemptNo, &t.Status, &t.Effect, &t.EffectObservationID, &t.Result, &t.Error, &t.Version, &t.StartedAt, &t.FinishedAt)
+	rows, err := tx.query(recoveryTargetSQL, string(attempt), string(action))
+	err = scanOne(rows, err, "action "+string(action), func(rows *sql.Rows) error {
+		return rows.Scan(&run, &state, &t.ID, &t.AttemptNo, &t.Status, &t.Effect, &t.EffectObservationID, &t.Result, &t.Error,
+			&t.Version, &t.StartedAt, &t.FinishedAt)
+	})
 	switch {
-	case errors.Is(err, sql.ErrNoRows):
-		return "", "", nil, Errorf(CodeNotFound, "action %s not found", action)
 	case err != nil:
 		return "", "", nil, err
 	case attempt == "":
@@ -225,50 +225,4 @@ func decisionEvent(run RunID, p RecordDecisionParams) eventSpec {
 	data["decision"], data["rationale"] = p.Decision, p.Rationale // never overwritten by Data
 	return eventSpec{RunID: run, Type: "recovery.decision", EntityType: "action", EntityID: string(p.ActionID),
 		Actor: p.Actor, Data: data}
-}
-
-// closeAttempt finishes a started attempt as FinishAttempt does without an
-// observation or a result: its status and error, its duration added to the
-// run's execution budget, its event, and the action moved from running to
-// actionTo. Kept beside FinishAttempt's body until the two share one
-// helper.
-func (tx *txn) closeAttempt(att *Attempt, status AttemptStatus, attErr *AttemptError, actionTo ActionState, actor string) error {
-	var errJSON *string
-	if attErr != nil {
-		b, err := json.Marshal(attErr)
-		if err != nil {
-			return Errorf(CodeInvalid, "attempt error: %w", err)
-		}
-		errJSON = rawPtr(b)
-	}
-	if err := ValidateAttemptTransition(att.Status, status); err != nil {
-		if att.Status != AttemptStarted {
-			return Errorf(CodeConflict, "attempt %s already finished as %s", att.ID, att.Status)
-		}
-		return err
-	}
-	res := tx.db.Exec(`UPDATE attempts SET status = ?, result = NULL, error = ?, finished_at = ?, version = version + 1
-		WHERE id = ? AND status = ?`, string(status), errJSON, micros(tx.now), string(att.ID), string(AttemptStarted))
-	if res.Error != nil {
-		return res.Error
-	}
-	if res.RowsAffected == 0 {
-		return tx.staleAttempt(att.ID, AttemptStarted)
-	}
-	// The attempt's time counts against the run's execution budget.
-	spent := tx.now.Sub(att.StartedAt).Microseconds()
-	if err := tx.db.Exec(`UPDATE budgets SET execution_used_us = execution_used_us + ?, version = version + 1 WHERE run_id = ?`,
-		max(spent, 0), string(att.RunID)).Error; err != nil {
-		return err
-	}
-	data := map[string]any{"action_id": att.ActionID, "attempt_no": att.No, "duration_us": spent}
-	if attErr != nil {
-		data["error"] = attErr
-	}
-	if _, err := tx.appendEvent(transitionEvent(att.RunID, "attempt", string(att.ID), AttemptStarted, status, actor, data)); err != nil {
-		return err
-	}
-	att.Status = status
-	return tx.transitionAction(ActionTransition{ID: att.ActionID, From: ActionRunning, To: actionTo, Actor: actor,
-		Data: map[string]any{"attempt_id": att.ID}})
 }
