@@ -20,6 +20,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 )
 
 // ErrRedaction is matched (errors.Is) by every error about a value that
@@ -91,7 +92,22 @@ var secretKey = regexp.MustCompile(`(?i)(?:api[_-]?key|secret|token|password|pas
 // output or its errors. A Redactor is safe for concurrent use.
 type Redactor struct {
 	key []byte
+	// plainKeys remembers, for object keys that redaction leaves as they
+	// are, whether they name a credential: a report's documents repeat a
+	// few keys thousands of times, and matching each against every secret
+	// pattern was most of the cost of redacting them. Only keys shown
+	// verbatim in redacted output are kept, at most maxPlainKeys of them.
+	mu        sync.RWMutex
+	plainKeys map[string]bool
 }
+
+// maxPlainKeys bounds Redactor.plainKeys, and maxPlainKeyLen the keys it
+// keeps: a document with many distinct keys costs what it did without the
+// cache, not unbounded memory.
+const (
+	maxPlainKeys   = 4096
+	maxPlainKeyLen = 64
+)
 
 // NewRedactor returns a Redactor keyed with key, which must be at least
 // MinKeyLen bytes; the Redactor keeps its own copy. Reports redacted with
@@ -289,8 +305,25 @@ type keyInfo struct {
 }
 
 func (w *walker) key(k string) keyInfo {
+	r := w.r
+	r.mu.RLock()
+	secret, ok := r.plainKeys[k]
+	r.mu.RUnlock()
+	if ok {
+		return keyInfo{secret: secret, redacted: k}
+	}
 	ki := keyInfo{secret: secretKey.MatchString(k)}
-	ki.redacted, ki.changed = w.r.redactString(k)
+	ki.redacted, ki.changed = r.redactString(k)
+	if !ki.changed && len(k) <= maxPlainKeyLen {
+		r.mu.Lock()
+		if r.plainKeys == nil {
+			r.plainKeys = map[string]bool{}
+		}
+		if len(r.plainKeys) < maxPlainKeys {
+			r.plainKeys[k] = ki.secret
+		}
+		r.mu.Unlock()
+	}
 	return ki
 }
 
