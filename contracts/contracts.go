@@ -167,6 +167,22 @@ func Validate(schema Schema, doc []byte) error {
 	return cs.validate(schema, v)
 }
 
+// ValidateValue is Validate for a document its caller already holds as a
+// value, in the form encoding/json decodes JSON into an any with UseNumber:
+// map[string]any, []any, string, json.Number, bool and nil (any other Go
+// number is taken as a number too). It saves a writer encoding a document,
+// decoding the text and walking the result, when it can build the value
+// directly; the value must then be what its text decodes to, or the check
+// is of something else. A value of another type is an error matching
+// neither ErrInvalid nor ErrUnsupportedVersion.
+func ValidateValue(schema Schema, doc any) error {
+	cs, ok := compiled[schema]
+	if !ok {
+		return fmt.Errorf("contracts: unknown schema %q", schema)
+	}
+	return cs.validate(schema, doc)
+}
+
 // validate is Validate of the decoded document v.
 func (cs *compiledSchema) validate(schema Schema, v any) error {
 	if err := checkVersion(schema, v); err != nil {

@@ -22,11 +22,25 @@ func (r *Report) JSON(w io.Writer) error {
 	if err != nil {
 		return err
 	}
-	if err := contracts.Validate(contracts.SchemaReport, b); err != nil {
-		return fmt.Errorf("evidence: report of run %s breaks its schema: %w", r.Run.ID, err)
+	if err := r.validate(); err != nil {
+		return err
 	}
 	if _, err := w.Write(b); err != nil {
 		return fmt.Errorf("evidence: write report: %w", err)
+	}
+	return nil
+}
+
+// validate checks the report against its schema (contracts.SchemaReport):
+// the value its JSON text decodes to, built from the report (value.go)
+// rather than by decoding the text.
+func (r *Report) validate() error {
+	v, err := r.value()
+	if err != nil {
+		return fmt.Errorf("evidence: report of run %s: %w", r.Run.ID, err)
+	}
+	if err := contracts.ValidateValue(contracts.SchemaReport, v); err != nil {
+		return fmt.Errorf("evidence: report of run %s breaks its schema: %w", r.Run.ID, err)
 	}
 	return nil
 }
