@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"strconv"
 	"time"
+	"unicode/utf8"
 )
 
 // value is the report as its JSON text decodes (encoding/json into an any,
@@ -17,20 +18,20 @@ import (
 // it left out would fail the schema, which requires every field.
 func (r *Report) value() (map[string]any, error) {
 	v := map[string]any{
-		"schema_version": r.SchemaVersion,
+		"schema_version": text(r.SchemaVersion),
 		"generated_at":   timeValue(r.GeneratedAt),
 		"run": map[string]any{
-			"id": string(r.Run.ID), "tenant": r.Run.Tenant, "agent": r.Run.Agent, "state": string(r.Run.State),
-			"stop_reason": strPtrValue(r.Run.StopReason), "submitted_by": r.Run.SubmittedBy,
+			"id": text(r.Run.ID), "tenant": text(r.Run.Tenant), "agent": text(r.Run.Agent), "state": text(r.Run.State),
+			"stop_reason": strPtrValue(r.Run.StopReason), "submitted_by": text(r.Run.SubmittedBy),
 			"created_at": timeValue(r.Run.CreatedAt), "updated_at": timeValue(r.Run.UpdatedAt),
 		},
 		"budget":    r.Budget.value(),
 		"chain":     r.Chain.value(),
-		"redaction": map[string]any{"algorithm": r.Redaction.Algorithm, "key_id": r.Redaction.KeyID},
+		"redaction": map[string]any{"algorithm": text(r.Redaction.Algorithm), "key_id": text(r.Redaction.KeyID)},
 	}
 	if c := r.Cancellation; c != nil {
 		v["cancellation"] = map[string]any{
-			"id": string(c.ID), "state": string(c.State), "requested_by": c.RequestedBy, "reason": strPtrValue(c.Reason),
+			"id": text(c.ID), "state": text(c.State), "requested_by": text(c.RequestedBy), "reason": strPtrValue(c.Reason),
 			"requested_at": timeValue(c.RequestedAt), "accepted_at": timePtrValue(c.AcceptedAt),
 			"stopping_at": timePtrValue(c.StoppingAt), "stopped_at": timePtrValue(c.StoppedAt),
 		}
@@ -67,9 +68,9 @@ func (a *Action) value() (any, error) {
 		return nil, err
 	}
 	return map[string]any{
-		"id": string(a.ID), "seq": intValue(a.Seq), "tool": a.Tool, "tool_version": a.ToolVersion,
-		"effect": string(a.Effect), "state": string(a.State), "action_digest": string(a.ActionDigest),
-		"dedup_key": a.DedupKey, "supersedes": strPtrValue(a.Supersedes), "arguments": args,
+		"id": text(a.ID), "seq": intValue(a.Seq), "tool": text(a.Tool), "tool_version": text(a.ToolVersion),
+		"effect": text(a.Effect), "state": text(a.State), "action_digest": text(a.ActionDigest),
+		"dedup_key": text(a.DedupKey), "supersedes": strPtrValue(a.Supersedes), "arguments": args,
 		"created_at": timeValue(a.CreatedAt), "updated_at": timeValue(a.UpdatedAt),
 		"attempts": attempts, "approvals": approvals,
 	}, nil
@@ -82,10 +83,10 @@ func (a *Attempt) value() (any, error) {
 	}
 	var attErr any
 	if a.Error != nil {
-		attErr = map[string]any{"code": a.Error.Code, "message": a.Error.Message}
+		attErr = map[string]any{"code": text(a.Error.Code), "message": text(a.Error.Message)}
 	}
 	return map[string]any{
-		"id": string(a.ID), "attempt_no": intValue(a.No), "status": string(a.Status), "effect": string(a.Effect),
+		"id": text(a.ID), "attempt_no": intValue(a.No), "status": text(a.Status), "effect": text(a.Effect),
 		"effect_observation_id": strPtrValue(a.EffectObservationID), "result": result, "error": attErr,
 		"started_at": timeValue(a.StartedAt), "finished_at": timePtrValue(a.FinishedAt),
 	}, nil
@@ -93,7 +94,7 @@ func (a *Attempt) value() (any, error) {
 
 func (a *Approval) value() (any, error) {
 	return map[string]any{
-		"id": string(a.ID), "state": string(a.State), "action_digest": string(a.ActionDigest),
+		"id": text(a.ID), "state": text(a.State), "action_digest": text(a.ActionDigest),
 		"decided_by": strPtrValue(a.DecidedBy), "reason": strPtrValue(a.Reason), "requested_at": timeValue(a.RequestedAt),
 		"expires_at": timePtrValue(a.ExpiresAt), "decided_at": timePtrValue(a.DecidedAt),
 	}, nil
@@ -121,9 +122,9 @@ func (d *RecoveryDecision) value() (any, error) {
 		return nil, fmt.Errorf("recovery decision %d facts: %w", d.Seq, err)
 	}
 	return map[string]any{
-		"seq": intValue(d.Seq), "event_id": string(d.EventID), "action_id": string(d.ActionID),
-		"attempt_id": strPtrValue(d.AttemptID), "decision": d.Decision, "rationale": d.Rationale, "facts": facts,
-		"actor": d.Actor, "decided_at": timeValue(d.DecidedAt),
+		"seq": intValue(d.Seq), "event_id": text(d.EventID), "action_id": text(d.ActionID),
+		"attempt_id": strPtrValue(d.AttemptID), "decision": text(d.Decision), "rationale": text(d.Rationale), "facts": facts,
+		"actor": text(d.Actor), "decided_at": timeValue(d.DecidedAt),
 	}, nil
 }
 
@@ -133,8 +134,8 @@ func (o *Observation) value() (any, error) {
 		return nil, fmt.Errorf("observation %s detail: %w", o.ID, err)
 	}
 	return map[string]any{
-		"id": string(o.ID), "action_id": string(o.ActionID), "attempt_id": strPtrValue(o.AttemptID),
-		"source": string(o.Source), "effect": string(o.Effect), "detail": detail, "observed_at": timeValue(o.ObservedAt),
+		"id": text(o.ID), "action_id": text(o.ActionID), "attempt_id": strPtrValue(o.AttemptID),
+		"source": text(o.Source), "effect": text(o.Effect), "detail": detail, "observed_at": timeValue(o.ObservedAt),
 	}, nil
 }
 
@@ -144,9 +145,9 @@ func (e *TimelineEvent) value() (any, error) {
 		return nil, fmt.Errorf("event %d data: %w", e.Seq, err)
 	}
 	return map[string]any{
-		"seq": intValue(e.Seq), "id": string(e.ID), "type": e.Type, "entity_type": e.EntityType, "entity_id": e.EntityID,
+		"seq": intValue(e.Seq), "id": text(e.ID), "type": text(e.Type), "entity_type": text(e.EntityType), "entity_id": text(e.EntityID),
 		"from_state": strPtrValue(e.FromState), "to_state": strPtrValue(e.ToState), "actor": strPtrValue(e.Actor),
-		"data": data, "redacted": e.Redacted, "created_at": timeValue(e.CreatedAt), "hash": e.Hash, "prev_hash": e.PrevHash,
+		"data": data, "redacted": e.Redacted, "created_at": timeValue(e.CreatedAt), "hash": text(e.Hash), "prev_hash": text(e.PrevHash),
 	}, nil
 }
 
@@ -196,7 +197,26 @@ func strPtrValue[T ~string](s *T) any {
 	if s == nil {
 		return nil
 	}
-	return string(*s)
+	return text(*s)
+}
+
+// text is a string as its JSON text decodes: encoding/json writes each
+// byte of invalid UTF-8 as \ufffd.
+func text[T ~string](s T) any {
+	if utf8.ValidString(string(s)) {
+		return string(s)
+	}
+	b := make([]byte, 0, len(s)+8)
+	for i := 0; i < len(s); {
+		r, size := utf8.DecodeRuneInString(string(s[i:]))
+		if r == utf8.RuneError && size == 1 {
+			b = utf8.AppendRune(b, utf8.RuneError)
+		} else {
+			b = append(b, s[i:i+size]...)
+		}
+		i += size
+	}
+	return string(b)
 }
 
 // rawValue decodes an embedded document; absent is JSON null, as

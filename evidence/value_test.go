@@ -13,10 +13,11 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// TestValueIsDecodedJSON: the value JSON validates is what the text it
-// writes decodes to, for reports with every optional fact absent and with
-// every one present.
-func TestValueIsDecodedJSON(t *testing.T) {
+// testReports are reports with every optional fact absent and with every
+// one present: the golden run's, a fresh run's, one of a tampered chain, and
+// the golden one with every pointer flipped and text that JSON escapes.
+func testReports(t *testing.T) map[string]*evidence.Report {
+	t.Helper()
 	ctx := context.Background()
 	f := openFixture(t)
 	id := goldenRun(t, f)
@@ -37,15 +38,18 @@ func TestValueIsDecodedJSON(t *testing.T) {
 	require.NoError(t, err)
 	require.False(t, tampered.Chain.OK)
 
-	// Every pointer of the golden report flipped: absent facts present,
-	// present ones absent; text that JSON escapes.
 	flipped, err := evidence.Build(ctx, f.store, id, f.options(t))
 	require.NoError(t, err)
 	flipPointers(reflect.ValueOf(flipped).Elem())
-	flipped.Run.SubmittedBy = "<b>a & b</b>\u2028\"quoted\"\t\\ é 😀"
-	flipped.Timeline[0].Data = json.RawMessage(` { "b" : [1.50, -0, 1e3, "x\u0001"], "a": {"nested": null} } `)
+	flipped.Run.SubmittedBy = "<b>a & b</b>\u2028\"quoted\"\t\\ é 😀 \x7f\x01 \xff"
+	flipped.Timeline[0].Data = json.RawMessage(` { "b" : [1.50, -0, 1e3, "x\u0001", "\u2028<&>"], "a": {"nested": null, "e": {}, "l": []} } ` + "\n\t ")
+	return map[string]*evidence.Report{"golden": golden, "fresh": fresh, "tampered": tampered, "flipped": flipped}
+}
 
-	for name, rep := range map[string]*evidence.Report{"golden": golden, "fresh": fresh, "tampered": tampered, "flipped": flipped} {
+// TestValueIsDecodedJSON: the value JSON validates is what the text it
+// writes decodes to.
+func TestValueIsDecodedJSON(t *testing.T) {
+	for name, rep := range testReports(t) {
 		t.Run(name, func(t *testing.T) {
 			// The text as JSON writes it, whether or not the schema
 			// would let it (flipped ids do not match their patterns).
