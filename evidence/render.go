@@ -45,20 +45,6 @@ func (r *Report) validate() error {
 	return nil
 }
 
-// marshal is the report's JSON text: two-space indents, no HTML escaping
-// (the text is shown as recorded; the HTML renderer escapes for itself),
-// and a final newline.
-func (r *Report) marshal() ([]byte, error) {
-	var b bytes.Buffer
-	enc := json.NewEncoder(&b)
-	enc.SetEscapeHTML(false)
-	enc.SetIndent("", "  ")
-	if err := enc.Encode(r); err != nil {
-		return nil, fmt.Errorf("evidence: encode report: %w", err)
-	}
-	return b.Bytes(), nil
-}
-
 // timeText is how Markdown and HTML show a time: RFC 3339 in UTC, with
 // fractions only where the ledger recorded them.
 func timeText(t time.Time) string { return t.UTC().Format(time.RFC3339Nano) }
