@@ -215,11 +215,19 @@ func (r *Redactor) RedactJSONChanged(doc json.RawMessage, secretPaths []string) 
 	if len(doc) == 0 {
 		return nil, false, nil
 	}
+	w := walker{r: r}
+	if len(secretPaths) == 0 && w.plain(doc) {
+		return bytes.Clone(doc), false, nil
+	}
+	return w.redact(doc, secretPaths)
+}
+
+// redact is RedactJSONChanged of a document plain did not vouch for.
+func (w *walker) redact(doc json.RawMessage, secretPaths []string) (json.RawMessage, bool, error) {
 	root, err := decodeDoc(doc)
 	if err != nil {
 		return nil, false, err
 	}
-	w := walker{r: r}
 	for _, p := range secretPaths {
 		tokens, err := parsePointer(p)
 		if err != nil {
