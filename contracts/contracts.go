@@ -62,6 +62,7 @@ type compiledSchema struct {
 	raw    []byte
 	doc    any // the decoded schema, to name missing and unknown fields
 	schema *jsonschema.Schema
+	arrays []splitArray // top-level arrays validated item by item (split.go)
 }
 
 // compiled holds every embedded schema. A schema that does not compile is a
@@ -102,7 +103,11 @@ func compileEmbedded(c *jsonschema.Compiler, s Schema) (*compiledSchema, error) 
 	if err != nil {
 		return nil, err
 	}
-	return &compiledSchema{raw: raw, doc: doc, schema: sch}, nil
+	arrays, err := splitArrays(c, id, m)
+	if err != nil {
+		return nil, err
+	}
+	return &compiledSchema{raw: raw, doc: doc, schema: sch, arrays: arrays}, nil
 }
 
 // newCompiler returns a compiler for draft 2020-12 that asserts formats
@@ -159,14 +164,54 @@ func Validate(schema Schema, doc []byte) error {
 	if err != nil {
 		return &ValidationError{Subject: schema.String(), Issues: []Issue{{Message: err.Error()}}}
 	}
+	return cs.validate(schema, v)
+}
+
+// ValidateValue is Validate for a document its caller already holds as a
+// value, in the form encoding/json decodes JSON into an any with UseNumber:
+// map[string]any, []any, string, json.Number, bool and nil (any other Go
+// number is taken as a number too). It saves a writer encoding a document,
+// decoding the text and walking the result, when it can build the value
+// directly; the value must then be what its text decodes to, or the check
+// is of something else. A value of another type is an error matching
+// neither ErrInvalid nor ErrUnsupportedVersion.
+func ValidateValue(schema Schema, doc any) error {
+	cs, ok := compiled[schema]
+	if !ok {
+		return fmt.Errorf("contracts: unknown schema %q", schema)
+	}
+	return cs.validate(schema, doc)
+}
+
+// validate is Validate of the decoded document v.
+func (cs *compiledSchema) validate(schema Schema, v any) error {
 	if err := checkVersion(schema, v); err != nil {
 		return err
 	}
-	if err := cs.schema.Validate(v); err != nil {
-		return validationError(schema.String(), cs.doc, v, err, serverOwned[schema])
+	subject := schema.String()
+	rest, parts := cs.split(v)
+	var issues []Issue
+	if err := cs.schema.Validate(rest); err != nil {
+		is, err := issuesOf(subject, cs.doc, rest, err, serverOwned[schema])
+		if err != nil {
+			return err
+		}
+		issues = is
 	}
-	if issues := plainIntegers(cs.doc, v, ""); len(issues) > 0 {
-		return &ValidationError{Subject: schema.String(), Issues: sortIssues(issues)}
+	for _, p := range parts {
+		is, err := p.issues(subject)
+		if err != nil {
+			return err
+		}
+		issues = append(issues, is...)
+	}
+	if len(issues) > 0 {
+		return &ValidationError{Subject: subject, Issues: sortIssues(issues)}
+	}
+	// The split arrays' items lie behind a "$ref", which plainIntegers
+	// does not follow either: rest is all it would look at.
+	if issues := plainIntegers(cs.doc, rest, ""); len(issues) > 0 {
+		return &ValidationError{Subject: subject, Issues: sortIssues(issues)}
 	}
 	return nil
 }

@@ -223,6 +223,28 @@ func TestValidate(t *testing.T) {
 	}
 }
 
+// TestValidateValue: a decoded document gets Validate's verdict on its
+// text; a value JSON cannot hold is an error of the caller's making.
+func TestValidateValue(t *testing.T) {
+	for _, schema := range contracts.Schemas() {
+		t.Run(schema.String(), func(t *testing.T) {
+			doc := readTestdata(t, validDocs[schema])
+			require.NoError(t, contracts.ValidateValue(schema, decode(t, doc)))
+			for _, b := range [][]byte{
+				edit(t, doc, "/unknown_field", 1),
+				edit(t, doc, "/schema_version", "2.0"),
+				edit(t, doc, "/schema_version", json.Number("1.0")),
+			} {
+				require.Equal(t, contracts.Validate(schema, b), contracts.ValidateValue(schema, decode(t, b)))
+			}
+		})
+	}
+	err := contracts.ValidateValue(contracts.SchemaReport, map[string]any{"schema_version": "1.0", "generated_at": time.Now()})
+	require.Error(t, err)
+	require.NotErrorIs(t, err, contracts.ErrInvalid)
+	require.Error(t, contracts.ValidateValue("no_such_schema", map[string]any{}))
+}
+
 func TestValidateUnsupportedVersion(t *testing.T) {
 	for _, schema := range contracts.Schemas() {
 		for _, version := range []string{"2.0", "0.9", "10.1", "99999999999999999999999.0"} {

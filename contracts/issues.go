@@ -16,11 +16,21 @@ import (
 // schemaDoc and instance are the decoded schema and document; owned lists
 // top-level fields the server sets.
 func validationError(subject string, schemaDoc, instance any, err error, owned map[string]bool) error {
+	issues, err := issuesOf(subject, schemaDoc, instance, err, owned)
+	if err != nil {
+		return err
+	}
+	return &ValidationError{Subject: subject, Issues: sortIssues(issues)}
+}
+
+// issuesOf is validationError's list of issues, unsorted; the error is
+// set when err is not the library's *ValidationError.
+func issuesOf(subject string, schemaDoc, instance any, err error, owned map[string]bool) ([]Issue, error) {
 	var ve *jsonschema.ValidationError
 	if !errors.As(err, &ve) {
 		// Infinite loops and non-JSON values cannot come from decoded JSON
 		// and a compiled schema; if they do, it is our bug, not the caller's.
-		return fmt.Errorf("contracts: validate %s: %w", subject, err)
+		return nil, fmt.Errorf("contracts: validate %s: %w", subject, err)
 	}
 	var issues []Issue
 	var walk func(*jsonschema.ValidationError)
@@ -37,7 +47,7 @@ func validationError(subject string, schemaDoc, instance any, err error, owned m
 	if len(issues) == 0 {
 		issues = []Issue{{Location: ve.InstanceLocation, Message: ve.Message}}
 	}
-	return &ValidationError{Subject: subject, Issues: sortIssues(issues)}
+	return issues, nil
 }
 
 // leafIssues explains one failed keyword. required and

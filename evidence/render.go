@@ -22,8 +22,8 @@ func (r *Report) JSON(w io.Writer) error {
 	if err != nil {
 		return err
 	}
-	if err := contracts.Validate(contracts.SchemaReport, b); err != nil {
-		return fmt.Errorf("evidence: report of run %s breaks its schema: %w", r.Run.ID, err)
+	if err := r.validate(); err != nil {
+		return err
 	}
 	if _, err := w.Write(b); err != nil {
 		return fmt.Errorf("evidence: write report: %w", err)
@@ -31,18 +31,18 @@ func (r *Report) JSON(w io.Writer) error {
 	return nil
 }
 
-// marshal is the report's JSON text: two-space indents, no HTML escaping
-// (the text is shown as recorded; the HTML renderer escapes for itself),
-// and a final newline.
-func (r *Report) marshal() ([]byte, error) {
-	var b bytes.Buffer
-	enc := json.NewEncoder(&b)
-	enc.SetEscapeHTML(false)
-	enc.SetIndent("", "  ")
-	if err := enc.Encode(r); err != nil {
-		return nil, fmt.Errorf("evidence: encode report: %w", err)
+// validate checks the report against its schema (contracts.SchemaReport):
+// the value its JSON text decodes to, built from the report (value.go)
+// rather than by decoding the text.
+func (r *Report) validate() error {
+	v, err := r.value()
+	if err != nil {
+		return fmt.Errorf("evidence: report of run %s: %w", r.Run.ID, err)
 	}
-	return b.Bytes(), nil
+	if err := contracts.ValidateValue(contracts.SchemaReport, v); err != nil {
+		return fmt.Errorf("evidence: report of run %s breaks its schema: %w", r.Run.ID, err)
+	}
+	return nil
 }
 
 // timeText is how Markdown and HTML show a time: RFC 3339 in UTC, with

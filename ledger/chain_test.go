@@ -125,3 +125,36 @@ func TestVerifyChainDetectsTampering(t *testing.T) {
 		require.ErrorIs(t, err, ledger.ErrNotFound)
 	})
 }
+
+// TestFindChainEvents: FindChain's hand-scanned events are the events as
+// written, field for field, the same as FindEvents returns, with and
+// without data.
+func TestFindChainEvents(t *testing.T) {
+	ctx := context.Background()
+	b, run, _ := chainFixture(t)
+	chain, err := b.Store.FindChain(ctx, run.ID)
+	require.NoError(t, err)
+	require.True(t, chain.Report.OK, chain.Report.Reason)
+	events, err := b.Store.FindEvents(ctx, run.ID)
+	require.NoError(t, err)
+	require.Equal(t, events, chain.Events)
+
+	withData, without := 0, 0
+	for i, e := range chain.Events {
+		require.Equal(t, int64(i+1), e.Seq)
+		require.Equal(t, run.ID, e.RunID)
+		require.Equal(t, time.UTC, e.CreatedAt.Location())
+		if e.Data == nil {
+			without++
+		} else {
+			withData++
+		}
+	}
+	require.Positive(t, withData)
+	require.Positive(t, without)
+
+	t.Run("ErrNotFound", func(t *testing.T) {
+		_, err := b.Store.FindChain(ctx, "run_nope")
+		require.ErrorIs(t, err, ledger.ErrNotFound)
+	})
+}

@@ -342,14 +342,11 @@ func (s *GormStore) FindChain(ctx context.Context, run RunID) (*Chain, error) {
 		if err := db.Select("id", "event_seq", "event_hash").Where("id = ?", run).Take(&head).Error; err != nil {
 			return err
 		}
-		var rows []eventRow
-		if err := db.Where("run_id = ?", run).Order("seq").Find(&rows).Error; err != nil {
+		events, err := readChainEvents(db, run, head.EventSeq)
+		if err != nil {
 			return err
 		}
-		out.Events = make([]*Event, len(rows))
-		for i := range rows {
-			out.Events[i] = rows[i].toEvent()
-		}
+		out.Events = events
 		out.Report = VerifyEvents(run, out.Events, head.EventSeq, head.EventHash)
 		return nil
 	})

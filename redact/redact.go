@@ -20,6 +20,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 )
 
 // ErrRedaction is matched (errors.Is) by every error about a value that
@@ -91,7 +92,22 @@ var secretKey = regexp.MustCompile(`(?i)(?:api[_-]?key|secret|token|password|pas
 // output or its errors. A Redactor is safe for concurrent use.
 type Redactor struct {
 	key []byte
+	// plainKeys remembers, for object keys that redaction leaves as they
+	// are, whether they name a credential: a report's documents repeat a
+	// few keys thousands of times, and matching each against every secret
+	// pattern was most of the cost of redacting them. Only keys shown
+	// verbatim in redacted output are kept, at most maxPlainKeys of them.
+	mu        sync.RWMutex
+	plainKeys map[string]bool
 }
+
+// maxPlainKeys bounds Redactor.plainKeys, and maxPlainKeyLen the keys it
+// keeps: a document with many distinct keys costs what it did without the
+// cache, not unbounded memory.
+const (
+	maxPlainKeys   = 4096
+	maxPlainKeyLen = 64
+)
 
 // NewRedactor returns a Redactor keyed with key, which must be at least
 // MinKeyLen bytes; the Redactor keeps its own copy. Reports redacted with
@@ -199,11 +215,19 @@ func (r *Redactor) RedactJSONChanged(doc json.RawMessage, secretPaths []string) 
 	if len(doc) == 0 {
 		return nil, false, nil
 	}
+	w := walker{r: r}
+	if len(secretPaths) == 0 && w.plain(doc) {
+		return bytes.Clone(doc), false, nil
+	}
+	return w.redact(doc, secretPaths)
+}
+
+// redact is RedactJSONChanged of a document plain did not vouch for.
+func (w *walker) redact(doc json.RawMessage, secretPaths []string) (json.RawMessage, bool, error) {
 	root, err := decodeDoc(doc)
 	if err != nil {
 		return nil, false, err
 	}
-	w := walker{r: r}
 	for _, p := range secretPaths {
 		tokens, err := parsePointer(p)
 		if err != nil {
@@ -289,8 +313,25 @@ type keyInfo struct {
 }
 
 func (w *walker) key(k string) keyInfo {
+	r := w.r
+	r.mu.RLock()
+	secret, ok := r.plainKeys[k]
+	r.mu.RUnlock()
+	if ok {
+		return keyInfo{secret: secret, redacted: k}
+	}
 	ki := keyInfo{secret: secretKey.MatchString(k)}
-	ki.redacted, ki.changed = w.r.redactString(k)
+	ki.redacted, ki.changed = r.redactString(k)
+	if !ki.changed && len(k) <= maxPlainKeyLen {
+		r.mu.Lock()
+		if r.plainKeys == nil {
+			r.plainKeys = map[string]bool{}
+		}
+		if len(r.plainKeys) < maxPlainKeys {
+			r.plainKeys[k] = ki.secret
+		}
+		r.mu.Unlock()
+	}
 	return ki
 }
 

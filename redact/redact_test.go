@@ -2,6 +2,7 @@ package redact_test
 
 import (
 	"encoding/json"
+	"fmt"
 	"regexp"
 	"strings"
 	"testing"
@@ -139,6 +140,35 @@ func TestRedactJSONPatternsEverywhere(t *testing.T) {
 		require.NoError(t, err)
 		require.Nil(t, got)
 	})
+}
+
+// TestRedactJSONRepeatedKeys: a Redactor remembers the object keys it has
+// seen; what it remembers never changes what a document becomes, whether a
+// key was seen before, was a secret, or came after the memory filled up.
+func TestRedactJSONRepeatedKeys(t *testing.T) {
+	docs := []string{
+		`{"note":"Bearer tok-1","password":"p","tokens":5,"sk-abcdefghijklmnopqrstuvwx":1,"headers":{"Authorization":"Basic whatever"}}`,
+		`{"password":{"nested":"kept"},"tokens":"sk-abcdefghijklmnopqrstuvwx","sk-abcdefghijklmnopqrstuvwx":"x"}`,
+	}
+	var many strings.Builder
+	many.WriteString(`{`)
+	for i := range 5000 {
+		fmt.Fprintf(&many, `"key_%d":%d,`, i, i)
+	}
+	many.WriteString(`"password":"late","api_key":"k"}`)
+	docs = append(docs, many.String(), docs[0], docs[1])
+
+	r := newRedactor(t)
+	for round := range 2 {
+		for i, doc := range docs {
+			got, changed, err := r.RedactJSONChanged(json.RawMessage(doc), nil)
+			require.NoError(t, err)
+			want, wantChanged, err := newRedactor(t).RedactJSONChanged(json.RawMessage(doc), nil)
+			require.NoError(t, err)
+			require.Equal(t, string(want), string(got), "round %d, doc %d", round, i)
+			require.Equal(t, wantChanged, changed, "round %d, doc %d", round, i)
+		}
+	}
 }
 
 func TestRedactJSONErrors(t *testing.T) {
