@@ -5,7 +5,6 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"strconv"
 	"sync"
 
 	"gorm.io/gorm"
@@ -109,15 +108,28 @@ func (s *GormStore) runBatch(batch []*writeReq) {
 			errs[0] = s.runOne(batch[0], db)
 			return errs[0]
 		}
+		sqlTx, ok := db.Statement.ConnPool.(*sql.Tx)
+		if !ok {
+			return fmt.Errorf("write: GORM transaction is a %T, not a *sql.Tx", db.Statement.ConnPool)
+		}
+		// One savepoint at a time, released when its write is done: nested
+		// savepoints would make SQLite journal every page a later write
+		// touches again, for every level.
+		sp := func(st *stmt) error {
+			_, err := sqlTx.Stmt(s.ws[st.index]).Exec()
+			return err
+		}
 		for i, r := range batch {
-			sp := "w" + strconv.Itoa(i)
-			if err := db.SavePoint(sp).Error; err != nil {
+			if err := sp(savepointSQL); err != nil {
 				return err
 			}
 			if errs[i] = s.runOne(r, db); errs[i] != nil {
-				if err := db.RollbackTo(sp).Error; err != nil {
+				if err := sp(rollbackToSavepointSQL); err != nil {
 					return err
 				}
+			}
+			if err := sp(releaseSavepointSQL); err != nil {
+				return err
 			}
 		}
 		return nil
@@ -133,6 +145,12 @@ func (s *GormStore) runBatch(batch []*writeReq) {
 		}
 	}
 }
+
+var (
+	savepointSQL           = writeStmt(`SAVEPOINT write`)
+	rollbackToSavepointSQL = writeStmt(`ROLLBACK TO write`)
+	releaseSavepointSQL    = writeStmt(`RELEASE write`)
+)
 
 // runOne runs one write; a panic becomes its error, not the writer's end.
 func (s *GormStore) runOne(r *writeReq, db *gorm.DB) (err error) {

@@ -28,6 +28,7 @@ func TestPragmas(t *testing.T) {
 		require.Equal(t, "2", pragma(t, reader, "synchronous"), "FULL")
 		require.Equal(t, "1", pragma(t, reader, "foreign_keys"))
 		require.Equal(t, "5000", pragma(t, reader, "busy_timeout"))
+		require.Equal(t, "2", pragma(t, reader, "temp_store"), "MEMORY, from the driver's connect hook")
 	}
 	require.Equal(t, "1", pragma(t, true, "query_only"), "readers cannot write")
 	require.Equal(t, "0", pragma(t, false, "query_only"))
