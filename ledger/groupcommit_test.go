@@ -69,3 +69,87 @@ func TestClosedStoreRefusesWrites(t *testing.T) {
 	_, err := b.Store.SubmitRun(context.Background(), submitParams("k", "t"))
 	require.Error(t, err)
 }
+
+// TestGroupCommitMoreWritersThanABatch queues several batches' worth of
+// writes on one run at once: every one lands exactly once (a writer whose
+// write was not in the leader's batch leads the next), and the run's chain
+// holds all their events in one unbroken sequence.
+func TestGroupCommitMoreWritersThanABatch(t *testing.T) {
+	b := ledgertest.OpenStore(t)
+	ctx := context.Background()
+	run := b.RunningRun(t, "k", ledger.BudgetLimits{})
+	const n = 300 // more than four batches of 64
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	errs := make([]error, n)
+	for i := range n {
+		wg.Go(func() {
+			<-start
+			_, errs[i] = b.Store.AddUsage(ctx, ledger.AddUsageParams{RunID: run.ID, Steps: 1, Tokens: int64(i)})
+		})
+	}
+	close(start)
+	wg.Wait()
+	for i, err := range errs {
+		require.NoError(t, err, "write %d", i)
+	}
+	got, err := b.Store.FindRunByID(ctx, run.ID)
+	require.NoError(t, err)
+	require.Equal(t, int64(n), got.Budget.Used.Steps)
+	require.Equal(t, int64(n*(n-1)/2), got.Budget.Used.Tokens, "each write counted once")
+	require.Equal(t, run.EventSeq+n, got.EventSeq)
+	rep, err := b.Store.VerifyChain(ctx, run.ID)
+	require.NoError(t, err)
+	require.True(t, rep.OK, rep.Reason)
+}
+
+// TestCloseWhileWriting closes the store while writes are queued and
+// running: every writer gets an answer (none hangs), and every write that
+// was answered with success is in the file when it is opened again.
+func TestCloseWhileWriting(t *testing.T) {
+	b := ledgertest.OpenStore(t)
+	ctx := context.Background()
+	run := b.RunningRun(t, "k", ledger.BudgetLimits{})
+	const n = 200
+	var (
+		wg sync.WaitGroup
+		mu sync.Mutex
+		ok int64
+	)
+	start := make(chan struct{})
+	for range n {
+		wg.Go(func() {
+			<-start
+			if _, err := b.Store.AddUsage(ctx, ledger.AddUsageParams{RunID: run.ID, Steps: 1}); err == nil {
+				mu.Lock()
+				ok++
+				mu.Unlock()
+			}
+		})
+	}
+	close(start)
+	require.NoError(t, b.Store.Close())
+	wg.Wait()
+	again := ledgertest.OpenStoreAt(t, b.Path, b.Clock)
+	got, err := again.Store.FindRunByID(ctx, run.ID)
+	require.NoError(t, err)
+	require.Equal(t, ok, got.Budget.Used.Steps, "exactly the writes answered with success are durable")
+	rep, err := again.Store.VerifyChain(ctx, run.ID)
+	require.NoError(t, err)
+	require.True(t, rep.OK, rep.Reason)
+}
+
+// TestCancelledWriteWritesNothing: a write whose context has ended before
+// it runs is refused and leaves no trace.
+func TestCancelledWriteWritesNothing(t *testing.T) {
+	b := ledgertest.OpenStore(t)
+	run := b.RunningRun(t, "k", ledger.BudgetLimits{})
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	_, err := b.Store.AddUsage(ctx, ledger.AddUsageParams{RunID: run.ID, Steps: 1})
+	require.ErrorIs(t, err, context.Canceled)
+	got, err := b.Store.FindRunByID(context.Background(), run.ID)
+	require.NoError(t, err)
+	require.Equal(t, int64(0), got.Budget.Used.Steps)
+	require.Equal(t, run.EventSeq, got.EventSeq)
+}
