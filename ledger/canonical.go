@@ -123,6 +123,11 @@ func DigestJSON(data []byte) (Digest, error) {
 	return digestBytes(c), nil
 }
 
+// DigestCanonical returns the sha256 digest of data that is already in
+// canonical form (the output of Canonicalize or CanonicalJSON, or bytes
+// built to equal it), without canonicalizing it again.
+func DigestCanonical(data []byte) Digest { return digestBytes(data) }
+
 func digestBytes(b []byte) Digest {
 	sum := sha256.Sum256(b)
 	return Digest("sha256:" + hex.EncodeToString(sum[:]))
