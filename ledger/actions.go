@@ -147,14 +147,15 @@ func (s *GormStore) CreateAction(ctx context.Context, p CreateActionParams) (Cre
 		if p.Usage != nil {
 			u := *p.Usage
 			u.RunID = p.RunID
-			if err := tx.addUsage(u); err != nil {
+			if run.Budget.Used, err = tx.addUsage(u); err != nil {
 				return err
 			}
 		}
 		if p.StartAttempt {
 			// startAttempt writes nothing before its checks pass, so a
-			// refusal keeps the recorded action and its events intact.
-			out.Attempt, out.StartErr = tx.startAttempt(StartAttemptParams{ActionID: id, Actor: p.Actor})
+			// refusal keeps the recorded action and its events intact. The
+			// action and the run are as this write has just written them.
+			out.Attempt, out.StartErr = tx.startAttemptOf(row.toAction(), run, p.Actor)
 			if out.StartErr != nil && Code(out.StartErr) == CodeInternal {
 				return out.StartErr
 			}

@@ -43,6 +43,13 @@ func (tx *txn) startAttempt(p StartAttemptParams) (*Attempt, error) {
 	if err != nil {
 		return nil, err
 	}
+	return tx.startAttemptOf(action, run, p.Actor)
+}
+
+// startAttemptOf starts the attempt of action, approved, of run, both as
+// this write last wrote them (CreateAction, which has just written them,
+// passes them instead of reading them back).
+func (tx *txn) startAttemptOf(action *Action, run *Run, actor string) (*Attempt, error) {
 	if run.State != RunRunning {
 		return nil, Errorf(CodeConflict, "run %s is %s: no attempt starts", run.ID, run.State)
 	}
@@ -59,7 +66,7 @@ func (tx *txn) startAttempt(p StartAttemptParams) (*Attempt, error) {
 	}
 	// From here on it writes.
 	no := action.AttemptCount + 1
-	if _, err := tx.moveAction(ActionTransition{ID: action.ID, From: ActionApproved, To: ActionRunning, Actor: p.Actor,
+	if _, err := tx.moveAction(ActionTransition{ID: action.ID, From: ActionApproved, To: ActionRunning, Actor: actor,
 		Data: map[string]any{"attempt_no": no}}, no); err != nil {
 		return nil, err
 	}
@@ -74,7 +81,7 @@ func (tx *txn) startAttempt(p StartAttemptParams) (*Attempt, error) {
 	if _, err := tx.exec(countAttemptSQL, string(run.ID)); err != nil {
 		return nil, err
 	}
-	if _, err := tx.appendEvent(transitionEvent(action.RunID, "attempt", row.ID, AttemptStatus(""), AttemptStarted, p.Actor,
+	if _, err := tx.appendEvent(transitionEvent(action.RunID, "attempt", row.ID, AttemptStatus(""), AttemptStarted, actor,
 		map[string]any{"action_id": action.ID, "attempt_no": no, "dedup_key": action.DedupKey})); err != nil {
 		return nil, err
 	}

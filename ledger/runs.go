@@ -54,33 +54,39 @@ func (l BudgetLimits) check() error {
 	return nil
 }
 
-// addUsage adds usage to a run's budget and records it as an event.
-func (tx *txn) addUsage(p AddUsageParams) error {
+// addUsage adds usage to a run's budget, records it as an event and
+// returns the run's usage after it.
+func (tx *txn) addUsage(p AddUsageParams) (BudgetUsage, error) {
 	if p.Steps < 0 || p.Tokens < 0 || p.Execution < 0 {
-		return Errorf(CodeInvalid, "usage cannot be negative")
+		return BudgetUsage{}, Errorf(CodeInvalid, "usage cannot be negative")
 	}
 	// The guard keeps the sums inside int64: SQLite would silently turn an
 	// overflowing INTEGER into a REAL.
-	added, err := tx.execOne(addUsageSQL, p.Steps, p.Tokens, p.Execution.Microseconds(), p.TokensUnavailable,
+	var b budgetRow
+	rows, err := tx.query(addUsageSQL, p.Steps, p.Tokens, p.Execution.Microseconds(), p.TokensUnavailable,
 		string(p.RunID), math.MaxInt64-p.Steps, math.MaxInt64-p.Tokens, math.MaxInt64-p.Execution.Microseconds())
-	if err != nil {
-		return err
-	}
-	if !added {
+	err = scanOne(rows, err, "budget of run "+string(p.RunID), func(rows *sql.Rows) error {
+		return rows.Scan(&b.AttemptsUsed, &b.ExecutionUsedUs, &b.StepsUsed, &b.TokensUsed, &b.TokensUnavailable)
+	})
+	if Code(err) == CodeNotFound {
 		if _, err := tx.findRun(p.RunID); err != nil {
-			return err
+			return BudgetUsage{}, err
 		}
-		return Errorf(CodeInvalid, "usage of run %s would overflow", p.RunID)
+		return BudgetUsage{}, Errorf(CodeInvalid, "usage of run %s would overflow", p.RunID)
+	}
+	if err != nil {
+		return BudgetUsage{}, err
 	}
 	_, err = tx.appendEvent(eventSpec{RunID: p.RunID, Type: "budget.usage", EntityType: "budget",
 		EntityID: string(p.RunID), Data: map[string]any{"steps": p.Steps, "tokens": p.Tokens,
 			"execution_us": p.Execution.Microseconds(), "tokens_unavailable": p.TokensUnavailable}})
-	return err
+	return b.toBudget(0).Used, err
 }
 
 var addUsageSQL = writeStmt(`UPDATE budgets SET steps_used = steps_used + ?, tokens_used = tokens_used + ?,
 	execution_used_us = execution_used_us + ?, tokens_unavailable = tokens_unavailable OR ?, version = version + 1
-	WHERE run_id = ? AND steps_used <= ? AND tokens_used <= ? AND execution_used_us <= ?`)
+	WHERE run_id = ? AND steps_used <= ? AND tokens_used <= ? AND execution_used_us <= ?
+	RETURNING attempts_used, execution_used_us, steps_used, tokens_used, tokens_unavailable`)
 
 // requestDigestInput is what a run's request digest covers.
 type requestDigestInput struct {
@@ -315,7 +321,7 @@ func (s *GormStore) AddUsage(ctx context.Context, p AddUsageParams) (*Budget, er
 	}
 	var out *Budget
 	err := s.inTx(ctx, "add usage", func(tx *txn) error {
-		if err := tx.addUsage(p); err != nil {
+		if _, err := tx.addUsage(p); err != nil {
 			return err
 		}
 		run, err := tx.findRun(p.RunID)
