@@ -1,8 +1,11 @@
 package contracts
 
 import (
+	"runtime"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 
 	"github.com/santhosh-tekuri/jsonschema/v5"
 )
@@ -145,19 +148,85 @@ func (cs *compiledSchema) split(doc any) (any, []arrayItems) {
 	return rest, parts
 }
 
+// parallelItems is the least number of items an array must have for its
+// items to be validated on several goroutines; a smaller array is
+// validated on the caller's goroutine, where starting workers would cost
+// more than it saves.
+const parallelItems = 512
+
+// chunkItems is how many consecutive items a worker takes at a time.
+const chunkItems = 128
+
 // issues validates each item and returns the issues of those that fail,
-// located in the whole document. The issues are made without the schema
-// document: validated whole, the keywords of an item lie behind the
-// "$ref", which leafIssues does not follow, so it keeps the library's
-// messages at the library's locations; this keeps the same.
+// located in the whole document, in the order of the items. The issues
+// are made without the schema document: validated whole, the keywords of
+// an item lie behind the "$ref", which leafIssues does not follow, so it
+// keeps the library's messages at the library's locations; this keeps the
+// same.
+//
+// An array of parallelItems or more is validated by up to
+// runtime.GOMAXPROCS(0) goroutines, each taking chunks of chunkItems
+// items, all of which have returned before issues does. The result is the
+// sequential one: issues in item order, and where an item's validation
+// fails with an error rather than issues, the error of the lowest such
+// item (and a panic of the lowest panicking chunk is raised again here).
 func (p arrayItems) issues(subject string) ([]Issue, error) {
+	workers := min(runtime.GOMAXPROCS(0), (len(p.items)+chunkItems-1)/chunkItems)
+	if len(p.items) < parallelItems || workers < 2 {
+		return p.itemIssues(subject, 0, len(p.items))
+	}
+	type result struct {
+		issues []Issue
+		err    error
+		panic  any
+	}
+	results := make([]result, (len(p.items)+chunkItems-1)/chunkItems)
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	for range workers {
+		wg.Go(func() {
+			for {
+				c := int(next.Add(1) - 1)
+				if c >= len(results) {
+					return
+				}
+				lo := c * chunkItems
+				hi := min(lo+chunkItems, len(p.items))
+				func() {
+					defer func() {
+						if r := recover(); r != nil {
+							results[c].panic = r
+						}
+					}()
+					results[c].issues, results[c].err = p.itemIssues(subject, lo, hi)
+				}()
+			}
+		})
+	}
+	wg.Wait()
 	var out []Issue
-	for i, item := range p.items {
-		err := p.array.items.Validate(item)
+	for _, r := range results {
+		if r.panic != nil {
+			panic(r.panic)
+		}
+		if r.err != nil {
+			return nil, r.err
+		}
+		out = append(out, r.issues...)
+	}
+	return out, nil
+}
+
+// itemIssues is issues of the items lo to hi (exclusive), validated one
+// after another; it stops at the first error.
+func (p arrayItems) itemIssues(subject string, lo, hi int) ([]Issue, error) {
+	var out []Issue
+	for i := lo; i < hi; i++ {
+		err := p.array.items.Validate(p.items[i])
 		if err == nil {
 			continue
 		}
-		is, err := issuesOf(subject, nil, item, err, nil)
+		is, err := issuesOf(subject, nil, p.items[i], err, nil)
 		if err != nil {
 			return nil, err
 		}

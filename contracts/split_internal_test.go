@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"sort"
 	"strconv"
@@ -11,6 +12,7 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
 )
 
 // wholeValidate is validate without splitting: the whole document in one
@@ -230,4 +232,104 @@ func TestSplitArraysRefusesDynamicSchemas(t *testing.T) {
 			require.Equal(t, tt.split, len(arrays) == 1)
 		})
 	}
+}
+
+// TestParallelItemsAreSequential validates reports whose timeline is long
+// enough to be validated on several goroutines, with items broken at
+// chunk edges and in between, and requires the issues (or the error) of
+// validating the items one after another on the caller's goroutine, and
+// of validating the whole document; no goroutine is left behind.
+func TestParallelItemsAreSequential(t *testing.T) {
+	defer goleak.VerifyNone(t)
+	// Several workers even where the machine has one CPU.
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(max(4, runtime.GOMAXPROCS(0))))
+	cs := compiled[SchemaReport]
+	raw, err := os.ReadFile(filepath.Join("testdata", "report.valid.json"))
+	require.NoError(t, err)
+	const n = 4*chunkItems + 37
+	require.GreaterOrEqual(t, n, parallelItems)
+
+	// report is the valid report with n timeline events made from its
+	// own, each edited by edit when it is one of at.
+	report := func(edit func(map[string]any), at ...int) any {
+		v, err := decodeJSON(raw)
+		require.NoError(t, err)
+		m := v.(map[string]any)
+		events := m["timeline"].([]any)
+		items := make([]any, n)
+		for i := range items {
+			src, err := json.Marshal(events[i%len(events)])
+			require.NoError(t, err)
+			ev, err := decodeJSON(src)
+			require.NoError(t, err)
+			ev.(map[string]any)["seq"] = json.Number(strconv.Itoa(i + 1))
+			if slices.Contains(at, i) {
+				edit(ev.(map[string]any))
+			}
+			items[i] = ev
+		}
+		m["timeline"] = items
+		return m
+	}
+	sequential := func(v any) error {
+		rest, parts := cs.split(v)
+		var issues []Issue
+		if err := cs.schema.Validate(rest); err != nil {
+			is, err := issuesOf(SchemaReport.String(), cs.doc, rest, err, serverOwned[SchemaReport])
+			require.NoError(t, err)
+			issues = is
+		}
+		for _, p := range parts {
+			is, err := p.itemIssues(SchemaReport.String(), 0, len(p.items))
+			if err != nil {
+				return err
+			}
+			issues = append(issues, is...)
+		}
+		if len(issues) > 0 {
+			return &ValidationError{Subject: SchemaReport.String(), Issues: sortIssues(issues)}
+		}
+		return nil
+	}
+	edges := []int{0, 1, chunkItems - 1, chunkItems, 2*chunkItems + 5, n - 1}
+	cases := map[string]any{
+		"valid":   report(nil),
+		"bad ids": report(func(e map[string]any) { e["id"] = "evt_x" }, edges...),
+		"missing and unknown": report(func(e map[string]any) {
+			delete(e, "hash")
+			e["unknown_field"] = true
+		}, edges...),
+		"one at the end":   report(func(e map[string]any) { e["seq"] = json.Number("0") }, n-1),
+		"one at the start": report(func(e map[string]any) { e["type"] = "" }, 0),
+	}
+	for name, v := range cases {
+		t.Run(name, func(t *testing.T) {
+			want := sequential(v)
+			require.Equal(t, want, cs.validate(SchemaReport, v))
+			require.Equal(t, wholeValidate(cs, SchemaReport, v), want)
+			if name == "valid" {
+				require.NoError(t, want)
+			} else {
+				require.ErrorIs(t, want, ErrInvalid)
+			}
+		})
+	}
+	// A value that is not JSON fails an item with an error, not issues:
+	// the error is the lowest such item's, as validating in order finds it.
+	t.Run("error of the lowest item", func(t *testing.T) {
+		type lowest struct{}
+		type higher struct{}
+		v := report(nil)
+		items := v.(map[string]any)["timeline"].([]any)
+		items[chunkItems+9].(map[string]any)["actor"] = lowest{}
+		for _, i := range []int{3*chunkItems + 2, n - 1} {
+			items[i].(map[string]any)["actor"] = higher{}
+		}
+		items[2].(map[string]any)["id"] = "evt_x" // issues before it do not count
+		want := sequential(v)
+		require.Error(t, want)
+		require.NotErrorIs(t, want, ErrInvalid)
+		require.Contains(t, want.Error(), "contracts.lowest")
+		require.Equal(t, want, cs.validate(SchemaReport, v))
+	})
 }

@@ -17,12 +17,36 @@ import (
 // is an error and nothing is written; so is a failing writer, after which
 // w may hold part of the report: write to a buffer or a temporary file to
 // publish all or nothing.
+//
+// The text of a report of overlapParts timeline events or more is written
+// on another goroutine while this one checks the report, both only reading
+// it; JSON waits for it before returning, whatever the outcome, and an
+// encoding error is returned before a schema error, as when one came after
+// the other.
 func (r *Report) JSON(w io.Writer) error {
-	b, err := r.marshal()
-	if err != nil {
-		return err
+	var (
+		b   []byte
+		err error
+	)
+	if len(r.Timeline) < overlapParts {
+		if b, err = r.marshal(); err != nil {
+			return err
+		}
+		err = r.validate()
+	} else {
+		done := make(chan struct{})
+		var merr error
+		go func() {
+			defer close(done)
+			b, merr = r.marshal()
+		}()
+		err = r.validate()
+		<-done
+		if merr != nil {
+			return merr
+		}
 	}
-	if err := r.validate(); err != nil {
+	if err != nil {
 		return err
 	}
 	if _, err := w.Write(b); err != nil {
@@ -30,6 +54,11 @@ func (r *Report) JSON(w io.Writer) error {
 	}
 	return nil
 }
+
+// overlapParts is the least number of timeline events for which JSON
+// writes the text and checks the report at the same time: below it, a
+// goroutine costs more than the overlap saves.
+const overlapParts = 256
 
 // validate checks the report against its schema (contracts.SchemaReport):
 // the value its JSON text decodes to, built from the report (value.go)

@@ -417,8 +417,20 @@ type decisionData struct {
 	AttemptID ledger.AttemptID `json:"attempt_id"`
 }
 
+// timeline redacts the events into rep.Timeline, sized for them at once,
+// and lifts the recovery decisions. The states and actors the events point
+// at are kept in one slab rather than allocated one by one.
 func (b *builder) timeline(rep *Report, events []*ledger.Event) error {
 	r := b.opts.Redactor
+	rep.Timeline = slices.Grow(rep.Timeline, len(events))
+	texts := make([]string, 0, 3*len(events))
+	text := func(s string) *string {
+		if s == "" {
+			return nil
+		}
+		texts = append(texts, s) // within its capacity: never moves
+		return &texts[len(texts)-1]
+	}
 	for _, e := range events {
 		data, changed, err := r.RedactJSONChanged(e.Data, nil)
 		if err != nil {
@@ -426,7 +438,7 @@ func (b *builder) timeline(rep *Report, events []*ledger.Event) error {
 		}
 		rep.Timeline = append(rep.Timeline, TimelineEvent{
 			Seq: e.Seq, ID: e.ID, Type: e.Type, EntityType: e.EntityType, EntityID: e.EntityID,
-			FromState: nonEmpty(e.FromState), ToState: nonEmpty(e.ToState), Actor: nonEmpty(e.Actor),
+			FromState: text(e.FromState), ToState: text(e.ToState), Actor: text(e.Actor),
 			Data: orNull(data), Redacted: changed, CreatedAt: e.CreatedAt.UTC(), Hash: e.Hash, PrevHash: e.PrevHash,
 		})
 		if e.Type == DecisionEventType {

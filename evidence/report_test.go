@@ -238,6 +238,42 @@ func TestReportJSONValidatesBeforeWriting(t *testing.T) {
 	require.ErrorContains(t, rep.JSON(failingWriter{}), "disk full")
 }
 
+// TestReportJSONLongTimeline: a report long enough for JSON to write the
+// text while it checks the report writes what marshal writes, nothing when
+// the report breaks its schema, and the encoding error before the schema's
+// when both fail. TestMain's goleak check covers the goroutine.
+func TestReportJSONLongTimeline(t *testing.T) {
+	f := openFixture(t)
+	id := goldenRun(t, f)
+	rep, err := evidence.Build(context.Background(), f.store, id, f.options(t))
+	require.NoError(t, err)
+	golden := rep.Timeline
+	for len(rep.Timeline) < 300 {
+		e := golden[len(rep.Timeline)%len(golden)]
+		e.Seq = int64(len(rep.Timeline) + 1)
+		rep.Timeline = append(rep.Timeline, e)
+	}
+
+	var b bytes.Buffer
+	require.NoError(t, rep.JSON(&b))
+	want, err := evidence.ReportMarshal(rep)
+	require.NoError(t, err)
+	require.Equal(t, string(want), b.String())
+
+	b.Reset()
+	rep.Timeline[299].Type = ""
+	err = rep.JSON(&b)
+	require.ErrorIs(t, err, contracts.ErrInvalid)
+	require.Contains(t, err.Error(), "/timeline/299/type")
+	require.Zero(t, b.Len(), "nothing is written")
+
+	rep.Timeline[298].Data = json.RawMessage(`{"a":`)
+	err = rep.JSON(&b)
+	require.ErrorContains(t, err, "evidence: encode report")
+	require.NotErrorIs(t, err, contracts.ErrInvalid)
+	require.Zero(t, b.Len())
+}
+
 type failingWriter struct{}
 
 func (failingWriter) Write([]byte) (int, error) { return 0, errors.New("disk full") }

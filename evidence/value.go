@@ -225,6 +225,9 @@ func rawValue(doc json.RawMessage) (any, error) {
 	if len(doc) == 0 {
 		return nil, nil
 	}
+	if v, ok := flatValue(doc); ok {
+		return v, nil
+	}
 	d := json.NewDecoder(bytes.NewReader(doc))
 	d.UseNumber()
 	var v any
@@ -235,4 +238,121 @@ func rawValue(doc json.RawMessage) (any, error) {
 		return nil, errors.New("data after the document")
 	}
 	return v, nil
+}
+
+// flatValue decodes doc when it is one compact JSON object whose members
+// are strings of printable ASCII without escapes, numbers, true, false or
+// null, which is what nearly every event's data is, and reports whether it
+// did. The value is what encoding/json decodes with UseNumber (a repeated
+// name keeps its last value, as there); anything else (white space,
+// escapes, other bytes, nesting, a malformed document) is left to the
+// decoder, which also words the errors. It spares each event a Decoder, its
+// buffer and its reflection. TestFlatValueIsDecoded holds it to the
+// decoder.
+func flatValue(doc []byte) (map[string]any, bool) {
+	if len(doc) < 2 || doc[0] != '{' {
+		return nil, false
+	}
+	m := make(map[string]any)
+	if len(doc) == 2 && doc[1] == '}' {
+		return m, true
+	}
+	i := 1
+	for {
+		k, next, ok := flatString(doc, i)
+		if !ok || next >= len(doc) || doc[next] != ':' {
+			return nil, false
+		}
+		i = next + 1
+		if i >= len(doc) {
+			return nil, false
+		}
+		var v any
+		switch c := doc[i]; {
+		case c == '"':
+			v, i, ok = flatString(doc, i)
+		case c == 't' && bytes.HasPrefix(doc[i:], []byte("true")):
+			v, i, ok = true, i+4, true
+		case c == 'f' && bytes.HasPrefix(doc[i:], []byte("false")):
+			v, i, ok = false, i+5, true
+		case c == 'n' && bytes.HasPrefix(doc[i:], []byte("null")):
+			v, i, ok = nil, i+4, true
+		default:
+			var end int
+			if end, ok = numberEnd(doc, i); ok {
+				v, i = json.Number(doc[i:end]), end
+			}
+		}
+		if !ok || i >= len(doc) {
+			return nil, false
+		}
+		m[k] = v
+		switch doc[i] {
+		case ',':
+			i++
+		case '}':
+			return m, i == len(doc)-1
+		default:
+			return nil, false
+		}
+	}
+}
+
+// flatString reads the string that starts at doc[i] when it holds only
+// printable ASCII other than quote and backslash, and returns it with the
+// index after its closing quote.
+func flatString(doc []byte, i int) (string, int, bool) {
+	if i >= len(doc) || doc[i] != '"' {
+		return "", 0, false
+	}
+	for j := i + 1; j < len(doc); j++ {
+		switch c := doc[j]; {
+		case c == '"':
+			return string(doc[i+1 : j]), j + 1, true
+		case c < 0x20 || c > 0x7e || c == '\\':
+			return "", 0, false
+		}
+	}
+	return "", 0, false
+}
+
+// numberEnd returns the index after the JSON number that starts at doc[i]:
+// -?(0|[1-9][0-9]*)(.[0-9]+)?([eE][+-]?[0-9]+)?
+func numberEnd(doc []byte, i int) (int, bool) {
+	digits := func(i int) int {
+		for i < len(doc) && doc[i] >= '0' && doc[i] <= '9' {
+			i++
+		}
+		return i
+	}
+	if i < len(doc) && doc[i] == '-' {
+		i++
+	}
+	switch {
+	case i < len(doc) && doc[i] == '0':
+		i++
+	case i < len(doc) && doc[i] >= '1' && doc[i] <= '9':
+		i = digits(i + 1)
+	default:
+		return 0, false
+	}
+	if i < len(doc) && doc[i] == '.' {
+		j := digits(i + 1)
+		if j == i+1 {
+			return 0, false
+		}
+		i = j
+	}
+	if i < len(doc) && (doc[i] == 'e' || doc[i] == 'E') {
+		i++
+		if i < len(doc) && (doc[i] == '+' || doc[i] == '-') {
+			i++
+		}
+		j := digits(i)
+		if j == i {
+			return 0, false
+		}
+		i = j
+	}
+	return i, true
 }

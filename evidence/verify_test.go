@@ -4,10 +4,13 @@ import (
 	"bytes"
 	"context"
 	"database/sql"
+	"errors"
 	"testing"
+	"time"
 
 	"github.com/actionledger/ledger/evidence"
 	"github.com/actionledger/ledger/ledger"
+	"github.com/actionledger/ledger/perf"
 	_ "github.com/mattn/go-sqlite3" // the driver under gorm.io/driver/sqlite, for tampering by hand
 	"github.com/stretchr/testify/require"
 )
@@ -69,4 +72,44 @@ func TestVerify(t *testing.T) {
 		_, err := f.store.VerifyChain(ctx, "run_00000000000000000000000099")
 		require.ErrorIs(t, err, ledger.ErrNotFound)
 	})
+}
+
+// TestChainReadCancelled: the store reads a long chain without handing
+// each row to a goroutine of the driver, but a cancelled context still
+// ends the read: FindChain either returns the whole chain or fails with
+// the context's error, for deadlines from before the read to after it.
+func TestChainReadCancelled(t *testing.T) {
+	f := openFixtureWith(t, ledger.Config{Synchronous: "OFF"})
+	id := goldenRun(t, f)
+	_, err := perf.FillEvents(context.Background(), f.store, id, 3000)
+	require.NoError(t, err)
+	whole, err := f.store.FindChain(context.Background(), id)
+	require.NoError(t, err)
+	require.True(t, whole.Report.OK)
+
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	_, err = f.store.FindChain(ctx, id)
+	require.ErrorIs(t, err, context.Canceled)
+
+	failed, finished := 0, 0
+	for d := 100 * time.Microsecond; d < 2*time.Second && (failed == 0 || finished == 0); d *= 2 {
+		ctx, cancel := context.WithTimeout(context.Background(), d)
+		chain, err := f.store.FindChain(ctx, id)
+		cancel()
+		if err != nil {
+			// Past the read, database/sql rolls the read transaction back
+			// when the context ends, and FindChain's commit finds it done.
+			if !errors.Is(err, sql.ErrTxDone) {
+				require.ErrorIs(t, err, context.DeadlineExceeded, "after %s", d)
+			}
+			failed++
+			continue
+		}
+		require.Equal(t, whole.Report, chain.Report, "after %s", d)
+		require.Len(t, chain.Events, len(whole.Events))
+		finished++
+	}
+	require.Positive(t, failed, "some deadline cut the read short")
+	require.Positive(t, finished, "some deadline let it finish")
 }

@@ -77,34 +77,56 @@ func (e *Event) ComputeHash() (string, error) {
 
 // jcsString writes s as RFC 8785 serializes strings: quotes, backslash and
 // control characters escaped (the short forms where JSON has them, else
-// \u00xx in lowercase hex), everything else as its own UTF-8.
+// \u00xx in lowercase hex), everything else as its own UTF-8. Runs of
+// printable ASCII other than quote and backslash, which is nearly all an
+// event holds (ids, states, times, hashes), are copied in one write;
+// other bytes are written a rune at a time.
 func jcsString(b *bytes.Buffer, s string) {
 	const hex = "0123456789abcdef"
 	b.WriteByte('"')
-	for _, r := range s { // an invalid byte ranges as U+FFFD, as encoding/json coerces it
-		switch {
-		case r == '"':
-			b.WriteString(`\"`)
-		case r == '\\':
-			b.WriteString(`\\`)
-		case r == '\b':
-			b.WriteString(`\b`)
-		case r == '\f':
-			b.WriteString(`\f`)
-		case r == '\n':
-			b.WriteString(`\n`)
-		case r == '\r':
-			b.WriteString(`\r`)
-		case r == '\t':
-			b.WriteString(`\t`)
-		case r < 0x20:
-			b.WriteString(`\u00`)
-			b.WriteByte(hex[r>>4])
-			b.WriteByte(hex[r&0xf])
-		default:
-			b.WriteRune(r)
+	done := 0 // s[:done] is written
+	for i := 0; i < len(s); {
+		c := s[i]
+		if c >= 0x20 && c <= 0x7e && c != '"' && c != '\\' {
+			i++
+			continue
 		}
+		b.WriteString(s[done:i])
+		if c >= utf8.RuneSelf {
+			r, size := utf8.DecodeRuneInString(s[i:]) // an invalid byte is U+FFFD, as encoding/json coerces it
+			b.WriteRune(r)
+			i += size
+			done = i
+			continue
+		}
+		switch c {
+		case '"':
+			b.WriteString(`\"`)
+		case '\\':
+			b.WriteString(`\\`)
+		case '\b':
+			b.WriteString(`\b`)
+		case '\f':
+			b.WriteString(`\f`)
+		case '\n':
+			b.WriteString(`\n`)
+		case '\r':
+			b.WriteString(`\r`)
+		case '\t':
+			b.WriteString(`\t`)
+		default:
+			if c < 0x20 {
+				b.WriteString(`\u00`)
+				b.WriteByte(hex[c>>4])
+				b.WriteByte(hex[c&0xf])
+			} else {
+				b.WriteByte(c) // DEL (0x7f) is not escaped
+			}
+		}
+		i++
+		done = i
 	}
+	b.WriteString(s[done:])
 	b.WriteByte('"')
 }
 
