@@ -49,7 +49,7 @@ func prepareWrites(ctx context.Context, db *sql.DB) ([]*sql.Stmt, error) {
 	for i, s := range writeStmts {
 		p, err := db.PrepareContext(ctx, s.sql)
 		if err != nil {
-			closeStmts(out)
+			_ = closeStmts(out)
 			return nil, fmt.Errorf("prepare %q: %w", s.sql, err)
 		}
 		out[i] = p
