@@ -9,6 +9,8 @@ import (
 	"fmt"
 	"io"
 	"regexp"
+	"slices"
+	"unicode/utf8"
 
 	"github.com/gowebpki/jcs"
 )
@@ -28,7 +30,113 @@ func (d Digest) Valid() bool { return digestPattern.MatchString(string(d)) }
 // CheckJSON refuses what DESIGN.md says must be refused before any digest is
 // taken: invalid JSON, trailing data, duplicate object keys and nesting deeper
 // than MaxJSONDepth. Unknown fields are the schemas' job (package contracts).
+//
+// It runs on every argument, result and digest, several times per action,
+// so well-formed JSON is checked in one pass over the bytes (json.Valid,
+// then checkKeys for keys and depth) without a json.Decoder's token
+// allocations; malformed JSON takes the decoder's path (checkJSONTokens),
+// which explains what is wrong. TestCheckJSONPaths holds both to the same
+// verdicts and messages.
 func CheckJSON(data []byte) error {
+	if !json.Valid(data) {
+		return checkJSONTokens(data)
+	}
+	return checkKeys(data)
+}
+
+// checkKeys finds duplicate keys and nesting deeper than MaxJSONDepth in
+// data, which must be valid JSON.
+func checkKeys(data []byte) error {
+	var stack []keyLevel
+	for i := 0; i < len(data); i++ {
+		switch data[i] {
+		case '{', '[':
+			if len(stack)+1 > MaxJSONDepth {
+				return Errorf(CodeInvalid, "json: nesting deeper than %d", MaxJSONDepth)
+			}
+			stack = append(stack, keyLevel{object: data[i] == '{', wantKey: data[i] == '{'})
+		case '}', ']':
+			stack = stack[:len(stack)-1]
+		case ',':
+			if top := &stack[len(stack)-1]; top.object {
+				top.wantKey = true
+			}
+		case '"':
+			end := i + 1 // the closing quote: valid JSON has one
+			for data[end] != '"' {
+				if data[end] == '\\' {
+					end++
+				}
+				end++
+			}
+			if top := len(stack) - 1; top >= 0 && stack[top].wantKey {
+				l := &stack[top]
+				l.wantKey = false
+				key, err := jsonKey(data[i : end+1])
+				if err != nil {
+					return err
+				}
+				if dup := l.add(key); dup {
+					return Errorf(CodeInvalid, "json: duplicate key %q", key)
+				}
+			}
+			i = end
+		}
+	}
+	return nil
+}
+
+// jsonKey is the text of a quoted JSON string as a decoder gives it:
+// escapes resolved, invalid UTF-8 as U+FFFD.
+func jsonKey(quoted []byte) (string, error) {
+	plain := true
+	for _, c := range quoted[1 : len(quoted)-1] {
+		if c == '\\' || c >= utf8.RuneSelf {
+			plain = false
+			break
+		}
+	}
+	if plain {
+		return string(quoted[1 : len(quoted)-1]), nil
+	}
+	var key string
+	if err := json.Unmarshal(quoted, &key); err != nil {
+		return "", Errorf(CodeInvalid, "json: %w", err)
+	}
+	return key, nil
+}
+
+// keyLevel is one object or array checkKeys is inside.
+type keyLevel struct {
+	object, wantKey bool                // an object, and whether a key comes next
+	keys            []string            // the object's keys so far
+	set             map[string]struct{} // the same, once there are many
+}
+
+// add records key at this level and reports whether it was there already.
+func (l *keyLevel) add(key string) (dup bool) {
+	if l.set != nil {
+		_, dup = l.set[key]
+		l.set[key] = struct{}{}
+		return dup
+	}
+	if slices.Contains(l.keys, key) {
+		return true
+	}
+	l.keys = append(l.keys, key)
+	if len(l.keys) > 16 {
+		l.set = make(map[string]struct{}, 2*len(l.keys))
+		for _, k := range l.keys {
+			l.set[k] = struct{}{}
+		}
+		l.keys = nil
+	}
+	return false
+}
+
+// checkJSONTokens is CheckJSON on a json.Decoder: token by token, with the
+// decoder's own explanation of malformed JSON.
+func checkJSONTokens(data []byte) error {
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.UseNumber()
 	if err := checkValue(dec, 0); err != nil {
