@@ -255,9 +255,26 @@ func ActionDigest(in ActionDigestInput) (Digest, error) {
 	if len(in.Arguments) == 0 {
 		return "", Errorf(CodeInvalid, "action digest: arguments are required")
 	}
-	d, err := DigestOf(in)
+	args, err := Canonicalize(in.Arguments)
 	if err != nil {
 		return "", fmt.Errorf("action digest: %w", err)
 	}
-	return d, nil
+	// The canonical form of in, written directly: the arguments are
+	// canonical now and the keys sort as arguments, effect, tool,
+	// tool_version. TestActionDigestIsDigestOf holds it to DigestOf(in).
+	// The depth limit applies to the arguments, not to the document around
+	// them: DigestOf(in) refused arguments nested exactly MaxJSONDepth deep,
+	// which Canonicalize (and so CreateAction) had accepted.
+	var b bytes.Buffer
+	b.Grow(len(args) + len(in.Tool) + len(in.ToolVersion) + 64)
+	b.WriteString(`{"arguments":`)
+	b.Write(args)
+	b.WriteString(`,"effect":`)
+	jcsString(&b, string(in.Effect))
+	b.WriteString(`,"tool":`)
+	jcsString(&b, in.Tool)
+	b.WriteString(`,"tool_version":`)
+	jcsString(&b, in.ToolVersion)
+	b.WriteByte('}')
+	return digestBytes(b.Bytes()), nil
 }

@@ -61,3 +61,28 @@ func TestCheckJSONPaths(t *testing.T) {
 		}
 	})
 }
+
+// TestActionDigestIsDigestOf holds ActionDigest's directly written document
+// to the general path, DigestOf of the input (marshal, then canonicalize),
+// for any tool names and argument documents — except arguments nested
+// exactly MaxJSONDepth deep, which the general path refused for the level
+// its wrapping object adds and ActionDigest accepts.
+func TestActionDigestIsDigestOf(t *testing.T) {
+	str := rapid.OneOf(rapid.String(), rapid.StringOf(rapid.RuneFrom([]rune{'"', '\\', '\n', 0x01, 0x2028, 'é', '<', 'a'})),
+		rapid.Custom(func(t *rapid.T) string { return string(rapid.SliceOf(rapid.Byte()).Draw(t, "bytes")) }))
+	rapid.Check(t, func(t *rapid.T) {
+		in := ActionDigestInput{Tool: str.Draw(t, "tool"), ToolVersion: str.Draw(t, "version"),
+			Effect: Effect(rapid.SampledFrom([]string{"read", "write", "é\x00"}).Draw(t, "effect")), Arguments: []byte(jsonDoc(t))}
+		got, gotErr := ActionDigest(in)
+		want, wantErr := DigestOf(in)
+		if gotErr == nil && wantErr != nil && strings.Contains(wantErr.Error(), "nesting deeper") {
+			if err := CheckJSON(in.Arguments); err != nil {
+				t.Fatalf("ActionDigest accepted arguments CheckJSON refuses: %v", err)
+			}
+			return // the one difference: the wrapper's level
+		}
+		if (gotErr == nil) != (wantErr == nil) || got != want {
+			t.Fatalf("%+v:\n  ActionDigest: %s, %v\n  DigestOf:     %s, %v", in, got, gotErr, want, wantErr)
+		}
+	})
+}
