@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"strings"
@@ -119,32 +120,47 @@ func driveCrashAuto(p engine.FaultPoint) func(ctx context.Context, h *harness, s
 		if err := startScenario(ctx, h, sc, planEnv(p, "")); err != nil {
 			return "", err
 		}
-		sub, _, err := h.submit("crash-auto-1", nil)
+		id, err := submitThroughCrash(ctx, h, sc, "crash-auto-1")
 		if err != nil {
-			return "", err
+			return id, err
 		}
-		if err := h.waitKilled(wait); err != nil {
-			return sub.ID, err
-		}
-		return sub.ID, restart(ctx, h, sc, sub.ID)
+		_, err = h.waitRun(id, wait, finished)
+		return id, err
 	}
+}
+
+// submitThroughCrash submits a run to a process whose fault plan kills it
+// once the engine picks the run up, waits for the kill and starts serve
+// again. The worker the submit wakes may reach the fault point before the
+// submit's answer is written; a client that lost the answer that way sends
+// the same request again, and the idempotency key resolves it to the run
+// the first one created (or creates it, if the first never committed).
+func submitThroughCrash(ctx context.Context, h *harness, sc *Scenario, key string) (ledger.RunID, error) {
+	sub, _, submitErr := h.submit(key, nil)
+	if err := h.waitKilled(wait); err != nil {
+		return sub.ID, errors.Join(submitErr, err)
+	}
+	if err := startScenario(ctx, h, sc); err != nil {
+		return sub.ID, err
+	}
+	if submitErr != nil {
+		var err error
+		if sub, _, err = h.submit(key, nil); err != nil {
+			return "", fmt.Errorf("submit again after losing the answer (%v): %w", submitErr, err)
+		}
+	}
+	return sub.ID, nil
 }
 
 func driveCrashAwaiting(ctx context.Context, h *harness, sc *Scenario) (ledger.RunID, error) {
 	if err := startScenario(ctx, h, sc, planEnv(engine.FaultAwaitingApproval, "")); err != nil {
 		return "", err
 	}
-	sub, _, err := h.submit("await-1", nil)
+	id, err := submitThroughCrash(ctx, h, sc, "await-1")
 	if err != nil {
-		return "", err
+		return id, err
 	}
-	if err := h.waitKilled(wait); err != nil {
-		return sub.ID, err
-	}
-	if err := startScenario(ctx, h, sc); err != nil {
-		return sub.ID, err
-	}
-	return sub.ID, approveAndFinish(h, sub.ID)
+	return id, approveAndFinish(h, id)
 }
 
 func driveCrashCancel(ctx context.Context, h *harness, sc *Scenario) (ledger.RunID, error) {
