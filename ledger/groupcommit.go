@@ -112,9 +112,10 @@ func (s *GormStore) runBatch(batch []*writeReq) {
 		if !ok {
 			return fmt.Errorf("write: GORM transaction is a %T, not a *sql.Tx", db.Statement.ConnPool)
 		}
-		// One savepoint at a time, released when its write is done: nested
-		// savepoints would make SQLite journal every page a later write
-		// touches again, for every level.
+		// One savepoint open at a time, released when its write is done,
+		// rather than a stack of up to 64 open until the commit; the
+		// journal SQLite keeps to roll back to it is in memory (temp_store,
+		// sqlstore.go).
 		sp := func(st *stmt) error {
 			_, err := sqlTx.Stmt(s.ws[st.index]).Exec()
 			return err
@@ -152,7 +153,8 @@ var (
 	releaseSavepointSQL    = writeStmt(`RELEASE write`)
 )
 
-// runOne runs one write; a panic becomes its error, not the writer's end.
+// runOne runs one write; a panic becomes its error, since the leader runs
+// other callers' writes too.
 func (s *GormStore) runOne(r *writeReq, db *gorm.DB) (err error) {
 	if err := r.ctx.Err(); err != nil {
 		return err
