@@ -2,7 +2,10 @@ package recovery
 
 import (
 	"fmt"
+	"strings"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/actionledger/ledger/contracts"
 	"github.com/actionledger/ledger/ledger"
@@ -156,7 +159,7 @@ func decideUncertain(f Facts) Decision {
 		case f.Cancel == nil:
 			return Decision{Kind: Cancel, Rationale: "effect unknown, the tool can neither be queried nor dedup, but can cancel: cancel by dedup key"}
 		case f.Cancel.Err != nil:
-			return Decision{Kind: Review, Rationale: "effect unknown and the cancel failed: " + f.Cancel.Err.Error()}
+			return Decision{Kind: Review, Rationale: "effect unknown and the cancel failed: " + errText(f.Cancel.Err)}
 		default: // not confirmed
 			return Decision{Kind: Review, Rationale: "effect unknown and the tool did not confirm the cancel"}
 		}
@@ -184,9 +187,9 @@ func decideByQuery(f Facts) Decision {
 	q := f.Query
 	switch {
 	case q.Err != nil && f.QueryFailures >= maxFailures:
-		return Decision{Kind: Review, Rationale: fmt.Sprintf("the query failed %d times (last: %v): recovery budget spent, a person decides", f.QueryFailures, q.Err)}
+		return Decision{Kind: Review, Rationale: fmt.Sprintf("the query failed %d times (last: %s): recovery budget spent, a person decides", f.QueryFailures, errText(q.Err))}
 	case q.Err != nil:
-		return Decision{Kind: Wait, Rationale: fmt.Sprintf("the query failed (%v), attempt %d of %d: ask again later", q.Err, f.QueryFailures, maxFailures)}
+		return Decision{Kind: Wait, Rationale: fmt.Sprintf("the query failed (%s), attempt %d of %d: ask again later", errText(q.Err), f.QueryFailures, maxFailures)}
 	case q.Effect == ledger.EffectHappened:
 		return afterEffect(f, ledger.EffectHappened, "the query found the effect")
 	case q.Effect == ledger.EffectNotHappened:
@@ -208,4 +211,28 @@ func afterEffect(f Facts, e ledger.EffectFact, why string) Decision {
 	default:
 		return Decision{Kind: Continue, Effect: e, Rationale: why + ": retry under the same approval"}
 	}
+}
+
+// maxErrText is the most of a tool's error text a rationale quotes; the
+// whole text is kept in the observation of the failed probe.
+const maxErrText = 1000
+
+// errText is a tool's error as a rationale quotes it: on one line (control
+// characters and runs of white space as one space, since the ledger takes
+// a rationale as one line of text) and at most maxErrText bytes.
+func errText(err error) string {
+	s := strings.Join(strings.Fields(strings.Map(func(r rune) rune {
+		if unicode.IsControl(r) {
+			return ' '
+		}
+		return r
+	}, strings.ToValidUTF8(err.Error(), "\uFFFD"))), " ")
+	if len(s) <= maxErrText {
+		return s
+	}
+	cut := maxErrText
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut] + "…"
 }

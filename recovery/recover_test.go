@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -92,6 +93,35 @@ func TestScan(t *testing.T) {
 		obs, err := b.Store.FindObservations(ctx, ledger.ObservationFilter{AttemptID: &atts[0].ID})
 		require.NoError(t, err)
 		require.Len(t, obs, 3, "each failed query is kept as evidence")
+	})
+
+	t.Run("a tool's error text of many lines and any length still lets the pass be recorded", func(t *testing.T) {
+		b := ledgertest.OpenStore(t)
+		_, a := interrupted(t, b, ledger.BudgetLimits{})
+		msg := "upstream said:\n\tHTTP 503\r\n" + strings.Repeat("é", 6000) + "\x00end"
+		r := recovery.New(recovery.Config{Store: b.Store, Now: b.Clock.Now, MaxQueryFailures: 2,
+			Probes: queryProbe(func() (ledger.EffectFact, error) { return "", errors.New(msg) })})
+		for i, want := range []recovery.Kind{recovery.Wait, recovery.Review} {
+			rep, err := r.Scan(ctx)
+			require.NoError(t, err)
+			require.Empty(t, rep.Errors, "scan %d", i+1)
+			require.Equal(t, 1, rep.Decisions[want], "scan %d", i+1)
+		}
+		got, err := b.Store.FindActionByID(ctx, a.ID)
+		require.NoError(t, err)
+		require.Equal(t, ledger.ActionNeedsReview, got.State)
+		events, err := b.Store.FindEvents(ctx, a.RunID)
+		require.NoError(t, err)
+		var last string
+		for _, e := range events {
+			if e.Type == "recovery.decision" {
+				var d struct{ Rationale string }
+				require.NoError(t, json.Unmarshal(e.Data, &d))
+				last = d.Rationale
+			}
+		}
+		require.Contains(t, last, "upstream said: HTTP 503", "the error's text, on one line")
+		require.LessOrEqual(t, len(last), 4000)
 	})
 
 	t.Run("an 'unknown' answer goes to review", func(t *testing.T) {
