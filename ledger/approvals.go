@@ -199,7 +199,20 @@ func (tx *txn) findApproval(id ApprovalID) (*Approval, error) {
 
 // FindApprovals implements Store.
 func (s *GormStore) FindApprovals(ctx context.Context, f ApprovalFilter) ([]*Approval, error) {
-	q := s.r.WithContext(ctx).Model(&approvalRow{})
+	var rows []approvalRow
+	if err := approvalsQuery(s.r.WithContext(ctx), f).Find(&rows).Error; err != nil {
+		return nil, wrapErr("find approvals", err)
+	}
+	out := make([]*Approval, len(rows))
+	for i := range rows {
+		out[i] = rows[i].toApproval()
+	}
+	return out, nil
+}
+
+// approvalsQuery is FindApprovals' query.
+func approvalsQuery(db *gorm.DB, f ApprovalFilter) *gorm.DB {
+	q := db.Model(&approvalRow{})
 	if f.Tenant != nil {
 		q = q.Where("tenant = ?", *f.Tenant)
 	}
@@ -215,13 +228,5 @@ func (s *GormStore) FindApprovals(ctx context.Context, f ApprovalFilter) ([]*App
 	if f.Limit > 0 {
 		q = q.Limit(f.Limit)
 	}
-	var rows []approvalRow
-	if err := q.Order("id").Find(&rows).Error; err != nil {
-		return nil, wrapErr("find approvals", err)
-	}
-	out := make([]*Approval, len(rows))
-	for i := range rows {
-		out[i] = rows[i].toApproval()
-	}
-	return out, nil
+	return q.Order("id")
 }

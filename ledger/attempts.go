@@ -5,6 +5,8 @@ import (
 	"database/sql"
 	"encoding/json"
 	"fmt"
+
+	"gorm.io/gorm"
 )
 
 // StartAttempt implements Store. Retry semantics: every call that succeeds
@@ -351,18 +353,8 @@ func (s *GormStore) FindAttempts(ctx context.Context, f AttemptFilter) ([]*Attem
 
 // FindObservations implements Store.
 func (s *GormStore) FindObservations(ctx context.Context, f ObservationFilter) ([]*Observation, error) {
-	q := s.r.WithContext(ctx).Model(&observationRow{})
-	if f.RunID != nil {
-		q = q.Where("run_id = ?", *f.RunID)
-	}
-	if f.ActionID != nil {
-		q = q.Where("action_id = ?", *f.ActionID)
-	}
-	if f.AttemptID != nil {
-		q = q.Where("attempt_id = ?", *f.AttemptID)
-	}
 	var rows []observationRow
-	if err := q.Order("observed_at, id").Find(&rows).Error; err != nil {
+	if err := observationsQuery(s.r.WithContext(ctx), f).Find(&rows).Error; err != nil {
 		return nil, wrapErr("find observations", err)
 	}
 	out := make([]*Observation, len(rows))
@@ -370,4 +362,21 @@ func (s *GormStore) FindObservations(ctx context.Context, f ObservationFilter) (
 		out[i] = rows[i].toObservation()
 	}
 	return out, nil
+}
+
+// observationsQuery is FindObservations' query.
+func observationsQuery(db *gorm.DB, f ObservationFilter) *gorm.DB {
+	q := db.Model(&observationRow{})
+	if f.RunID != nil {
+		// Through the run's actions, so that observations_action serves
+		// the read instead of a scan of every observation.
+		q = q.Where("run_id = ? AND action_id IN (SELECT id FROM actions WHERE run_id = ?)", *f.RunID, *f.RunID)
+	}
+	if f.ActionID != nil {
+		q = q.Where("action_id = ?", *f.ActionID)
+	}
+	if f.AttemptID != nil {
+		q = q.Where("attempt_id = ?", *f.AttemptID)
+	}
+	return q.Order("observed_at, id")
 }

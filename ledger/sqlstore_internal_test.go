@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+	"gorm.io/gorm"
 )
 
 // TestPragmas checks that both pools run with the settings DESIGN.md section
@@ -35,4 +36,44 @@ func TestPragmas(t *testing.T) {
 	sqlDB, err := s.w.DB()
 	require.NoError(t, err)
 	require.Equal(t, 1, sqlDB.Stats().MaxOpenConnections, "one writer connection")
+}
+
+// TestRunReadsUseIndexes checks with EXPLAIN QUERY PLAN that the reads
+// evidence makes of one run search an index instead of scanning a table
+// that grows with the whole ledger.
+func TestRunReadsUseIndexes(t *testing.T) {
+	ctx := context.Background()
+	s, err := Open(ctx, Config{Path: filepath.Join(t.TempDir(), "ledger.db")})
+	require.NoError(t, err)
+	defer s.Close()
+	run := RunID("run_x")
+	reads := map[string]func(db *gorm.DB) *gorm.DB{
+		"observations of a run": func(db *gorm.DB) *gorm.DB {
+			var rows []observationRow
+			return observationsQuery(db, ObservationFilter{RunID: &run}).Find(&rows)
+		},
+		"approvals of a run": func(db *gorm.DB) *gorm.DB {
+			var rows []approvalRow
+			return approvalsQuery(db, ApprovalFilter{RunID: &run}).Find(&rows)
+		},
+	}
+	for name, read := range reads {
+		t.Run(name, func(t *testing.T) {
+			query := s.r.ToSQL(read)
+			rows, err := s.r.WithContext(ctx).Raw("EXPLAIN QUERY PLAN " + query).Rows()
+			require.NoError(t, err)
+			defer rows.Close()
+			var plan []string
+			for rows.Next() {
+				var id, parent, unused int
+				var detail string
+				require.NoError(t, rows.Scan(&id, &parent, &unused, &detail))
+				plan = append(plan, detail)
+			}
+			require.NoError(t, rows.Err())
+			for _, step := range plan {
+				require.NotRegexp(t, `^SCAN (observations|approvals)\b`, step, "plan of %s: %q", query, plan)
+			}
+		})
+	}
 }
