@@ -169,3 +169,19 @@ func (b Budget) deadlineText() string {
 func oneLine(s string) string {
 	return strings.NewReplacer("\r\n", " ", "\n", " ", "\r", " ").Replace(s)
 }
+
+// marshal is the report's JSON text: two-space indents, no HTML escaping
+// (the text is shown as recorded; the HTML renderer escapes for itself),
+// and a final newline. For a long report JSON runs it beside the schema
+// check, which takes longer, so encoding/json's cost does not show.
+func (r *Report) marshal() ([]byte, error) {
+	var b bytes.Buffer
+	b.Grow(4096 + 700*len(r.Timeline))
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	enc.SetIndent("", "  ")
+	if err := enc.Encode(r); err != nil {
+		return nil, fmt.Errorf("evidence: encode report: %w", err)
+	}
+	return b.Bytes(), nil
+}

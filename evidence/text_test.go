@@ -11,34 +11,11 @@ import (
 	"pgregory.net/rapid"
 )
 
-// encodingJSON is the report as encoding/json writes it with the settings
-// Report.JSON promises: no HTML escaping, two-space indents, a newline.
-func encodingJSON(r *evidence.Report) ([]byte, error) {
-	var b bytes.Buffer
-	enc := json.NewEncoder(&b)
-	enc.SetEscapeHTML(false)
-	enc.SetIndent("", "  ")
-	if err := enc.Encode(r); err != nil {
-		return nil, err
-	}
-	return b.Bytes(), nil
-}
-
-// TestMarshalIsEncodingJSON: the report's text is byte for byte what
-// encoding/json writes, for the test reports and for every string field and
-// embedded document set to anything; and then the value JSON validates is
-// what that text decodes to.
-func TestMarshalIsEncodingJSON(t *testing.T) {
+// TestTextDecodesToValue: for every string field and embedded document set
+// to anything, the report's JSON text decodes to the value JSON validates;
+// an embedded document that is not JSON is an error, not text.
+func TestTextDecodesToValue(t *testing.T) {
 	reports := testReports(t)
-	for name, rep := range reports {
-		t.Run(name, func(t *testing.T) {
-			want, err := encodingJSON(rep)
-			require.NoError(t, err)
-			got, err := evidence.ReportMarshal(rep)
-			require.NoError(t, err)
-			require.Equal(t, string(want), string(got))
-		})
-	}
 	t.Run("any text", func(t *testing.T) {
 		base := reports["flipped"]
 		rapid.Check(t, func(rt *rapid.T) {
@@ -64,18 +41,10 @@ func TestMarshalIsEncodingJSON(t *testing.T) {
 			rep.Timeline[1].Data = doc("data")
 			rep.Actions[0].Arguments = doc("arguments")
 
-			want, err := encodingJSON(&rep)
-			if err != nil {
-				rt.Fatal(err)
-			}
 			got, err := evidence.ReportMarshal(&rep)
 			if err != nil {
 				rt.Fatal(err)
 			}
-			if !bytes.Equal(want, got) {
-				rt.Fatalf("encoding/json wrote\n%s\nmarshal wrote\n%s", want, got)
-			}
-			// And the value JSON validates is what the text decodes to.
 			d := json.NewDecoder(bytes.NewReader(got))
 			d.UseNumber()
 			var decoded any
