@@ -317,6 +317,26 @@ func (s *EffectStore) Queries(ctx context.Context) ([]QueryRecord, error) {
 }
 func fromNanos(n int64) time.Time { return time.Unix(0, n).UTC() }
 
+// lastEffect is the newest effect recorded under dedupKey no later than
+// before (unix nanoseconds): its output and when it was recorded; found is
+// false if there is none.
+func lastEffect(ctx context.Context, tx *sql.Tx, dedupKey string, before int64) (output json.RawMessage, at time.Time, found bool, err error) {
+	var (
+		out sql.NullString
+		ns  int64
+	)
+	err = tx.QueryRowContext(ctx,
+		`SELECT output, created_at FROM effects WHERE dedup_key = ? AND created_at <= ? ORDER BY seq DESC LIMIT 1`,
+		dedupKey, before).Scan(&out, &ns)
+	switch {
+	case errors.Is(err, sql.ErrNoRows):
+		return nil, time.Time{}, false, nil
+	case err != nil:
+		return nil, time.Time{}, false, err
+	}
+	return json.RawMessage(out.String), fromNanos(ns), true, nil
+}
+
 // recordCall records the start of an Execute call and returns its row and
 // its number among the calls of (tool, dedup key), counting this one. The
 // count comes from the table, so it survives restarts.
@@ -396,20 +416,13 @@ func (s *EffectStore) write(ctx context.Context, p writeParams) (writeResult, er
 			return setOutcome(ctx, tx, p.CallSeq, CallCancelled)
 		}
 		if p.Dedup {
-			var (
-				output sql.NullString
-				at     int64
-			)
-			err := tx.QueryRowContext(ctx,
-				`SELECT output, created_at FROM effects WHERE dedup_key = ? ORDER BY seq DESC LIMIT 1`,
-				p.DedupKey).Scan(&output, &at)
-			switch {
-			case errors.Is(err, sql.ErrNoRows):
-			case err != nil:
+			output, at, found, err := lastEffect(ctx, tx, p.DedupKey, math.MaxInt64)
+			if err != nil {
 				return err
-			case p.Retention <= 0 || now.Sub(fromNanos(at)) <= p.Retention:
+			}
+			if found && (p.Retention <= 0 || now.Sub(at) <= p.Retention) {
 				res.Deduplicated = true
-				res.Output = json.RawMessage(output.String)
+				res.Output = output
 				return setOutcome(ctx, tx, p.CallSeq, p.DedupOutcome)
 			}
 		}
@@ -476,28 +489,18 @@ func (s *EffectStore) query(ctx context.Context, p queryParams) (queryResult, er
 			if p.Visibility > 0 {
 				visibleBefore = now.Add(-p.Visibility).UnixNano()
 			}
-			var (
-				output sql.NullString
-				at     int64
-			)
-			err := tx.QueryRowContext(ctx,
-				`SELECT output, created_at FROM effects WHERE dedup_key = ? ORDER BY seq DESC LIMIT 1`,
-				p.DedupKey).Scan(&output, &at)
-			switch {
-			case errors.Is(err, sql.ErrNoRows):
-			case err != nil:
+			_, _, recorded, err := lastEffect(ctx, tx, p.DedupKey, math.MaxInt64)
+			if err != nil {
 				return err
-			default:
+			}
+			if recorded {
 				res.Outcome = QueryNotVisible
-				err := tx.QueryRowContext(ctx,
-					`SELECT output FROM effects WHERE dedup_key = ? AND created_at <= ? ORDER BY seq DESC LIMIT 1`,
-					p.DedupKey, visibleBefore).Scan(&output)
-				switch {
-				case errors.Is(err, sql.ErrNoRows):
-				case err != nil:
+				output, _, visible, err := lastEffect(ctx, tx, p.DedupKey, visibleBefore)
+				if err != nil {
 					return err
-				default:
-					res.Outcome, res.Output = QueryHappened, json.RawMessage(output.String)
+				}
+				if visible {
+					res.Outcome, res.Output = QueryHappened, output
 				}
 			}
 		}
