@@ -8,16 +8,18 @@ import (
 	"gorm.io/gorm"
 )
 
-// findChainEventsSQL reads a run's events in chain order. FindChain reads
-// every event of a run for each evidence export and timeline, so the rows
+// findChainEventsSQL reads a run's events in chain order. FindChain and
+// FindEvents read every event of a run for each evidence export and
+// timeline, so the rows
 // are scanned by hand into one slab of Events rather than through GORM's
 // reflection into rows that are then copied.
 const findChainEventsSQL = `SELECT id, run_id, seq, type, entity_type, entity_id, from_state, to_state,
 	actor, data, created_at, prev_hash, hash FROM events WHERE run_id = ? ORDER BY seq`
 
-// readChainEvents reads run's events on db, which FindChain has begun a
-// read transaction on; want is how many the run's head says there are, to
-// size the result (a tampered chain may hold more or fewer).
+// readChainEvents reads run's events on db (FindChain's read transaction,
+// or the reader pool for FindEvents); want is how many the run's head says
+// there are, to size the result (a tampered chain may hold more or fewer;
+// 0 if unknown).
 //
 // The query runs without the caller's cancellation: for a cancellable
 // context mattn/go-sqlite3 steps every row on a goroutine of its own and

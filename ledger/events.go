@@ -343,15 +343,11 @@ func (tx *txn) flushHeads() error {
 
 // FindEvents returns a run's events in sequence order.
 func (s *GormStore) FindEvents(ctx context.Context, run RunID) ([]*Event, error) {
-	var rows []eventRow
-	if err := s.r.WithContext(ctx).Where("run_id = ?", run).Order("seq").Find(&rows).Error; err != nil {
+	events, err := readChainEvents(s.r.WithContext(ctx), run, 0)
+	if err != nil {
 		return nil, wrapErr("find events", err)
 	}
-	out := make([]*Event, len(rows))
-	for i := range rows {
-		out[i] = rows[i].toEvent()
-	}
-	return out, nil
+	return events, nil
 }
 
 // FindChain reads a run's events and its recorded head in one read

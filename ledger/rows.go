@@ -133,24 +133,6 @@ type observationRow struct {
 
 func (observationRow) TableName() string { return "observations" }
 
-type eventRow struct {
-	ID         string
-	RunID      string
-	Seq        int64
-	Type       string
-	EntityType string
-	EntityID   string
-	FromState  string
-	ToState    string
-	Actor      string
-	Data       *string
-	CreatedAt  int64 `gorm:"autoCreateTime:false"`
-	PrevHash   string
-	Hash       string
-}
-
-func (eventRow) TableName() string { return "events" }
-
 func micros(t time.Time) int64 { return t.UnixMicro() }
 
 func fromMicros(us int64) time.Time { return time.UnixMicro(us).UTC() }
@@ -330,24 +312,6 @@ func (r *observationRow) toObservation() *Observation {
 		Effect:     EffectFact(r.Effect),
 		Detail:     ptrRaw(r.Detail),
 		ObservedAt: fromMicros(r.ObservedAt),
-	}
-}
-
-func (r *eventRow) toEvent() *Event {
-	return &Event{
-		ID:         EventID(r.ID),
-		RunID:      RunID(r.RunID),
-		Seq:        r.Seq,
-		Type:       r.Type,
-		EntityType: r.EntityType,
-		EntityID:   r.EntityID,
-		FromState:  r.FromState,
-		ToState:    r.ToState,
-		Actor:      r.Actor,
-		Data:       ptrRaw(r.Data),
-		CreatedAt:  fromMicros(r.CreatedAt),
-		PrevHash:   r.PrevHash,
-		Hash:       r.Hash,
 	}
 }
 
