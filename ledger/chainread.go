@@ -10,9 +10,8 @@ import (
 
 // findChainEventsSQL reads a run's events in chain order. FindChain and
 // FindEvents read every event of a run for each evidence export and
-// timeline, so the rows
-// are scanned by hand into one slab of Events rather than through GORM's
-// reflection into rows that are then copied.
+// timeline, so the rows are scanned by hand into one slab of Events rather
+// than through GORM's reflection into rows that are then copied.
 const findChainEventsSQL = `SELECT id, run_id, seq, type, entity_type, entity_id, from_state, to_state,
 	actor, data, created_at, prev_hash, hash FROM events WHERE run_id = ? ORDER BY seq`
 
