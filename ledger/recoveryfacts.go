@@ -47,14 +47,9 @@ type RecoveryFacts struct {
 // recoveryFactsSelect reads, for each selected action, the action, its run and
 // budget, its last attempt and its run's cancellation in one pass: one row
 // per action, hand-scanned. A WHERE clause (the selection) follows it.
-const recoveryFactsSelect = `SELECT
-	a.id, a.run_id, a.tenant, a.seq, a.idempotency_key, a.tool, a.tool_version, a.effect, a.arguments,
-	a.action_digest, a.dedup_key, a.supersedes, a.state, a.attempt_count, a.version, a.created_at, a.updated_at,
-	r.id, r.tenant, r.idempotency_key, r.request_digest, r.submitted_by, r.agent, r.input,
-	r.state, r.stop_reason, r.version, r.event_seq, r.event_hash, r.created_at, r.updated_at,
-	b.max_attempts_per_action, b.max_attempts_per_run, b.max_execution_us, b.max_steps, b.max_tokens,
-	b.deadline_at, b.attempts_used, b.execution_used_us, b.steps_used, b.tokens_used, b.tokens_unavailable, b.version,
-	t.id, t.attempt_no, t.status, t.effect, t.effect_observation_id, t.result, t.error, t.version, t.started_at, t.finished_at,
+var recoveryFactsSelect = `SELECT ` + qualified("a", actionCols) + `,
+	` + runBudgetCols + `,
+	` + joinedAttemptCols + `,
 	c.state
 FROM actions a
 JOIN runs r ON r.id = a.run_id
@@ -189,16 +184,8 @@ func scanRecoveryFacts(db *gorm.DB, query string, args []any) ([]*RecoveryFacts,
 			t      nullableAttemptRow
 			cancel sql.NullString
 		)
-		if err := rows.Scan(
-			&a.ID, &a.RunID, &a.Tenant, &a.Seq, &a.IdempotencyKey, &a.Tool, &a.ToolVersion, &a.Effect, &a.Arguments,
-			&a.ActionDigest, &a.DedupKey, &a.Supersedes, &a.State, &a.AttemptCount, &a.Version, &a.CreatedAt, &a.UpdatedAt,
-			&r.ID, &r.Tenant, &r.IdempotencyKey, &r.RequestDigest, &r.SubmittedBy, &r.Agent, &r.Input,
-			&r.State, &r.StopReason, &r.Version, &r.EventSeq, &r.EventHash, &r.CreatedAt, &r.UpdatedAt,
-			&b.MaxAttemptsPerAction, &b.MaxAttemptsPerRun, &b.MaxExecutionUs, &b.MaxSteps, &b.MaxTokens,
-			&b.DeadlineAt, &b.AttemptsUsed, &b.ExecutionUsedUs, &b.StepsUsed, &b.TokensUsed, &b.TokensUnavailable, &b.Version,
-			&t.ID, &t.AttemptNo, &t.Status, &t.Effect, &t.EffectObservationID, &t.Result, &t.Error, &t.Version, &t.StartedAt, &t.FinishedAt,
-			&cancel,
-		); err != nil {
+		targets := append(append(append(a.targets(), runBudgetTargets(&r, &b)...), t.targets()...), &cancel)
+		if err := rows.Scan(targets...); err != nil {
 			return nil, err
 		}
 		b.RunID = r.ID
@@ -211,28 +198,4 @@ func scanRecoveryFacts(db *gorm.DB, query string, args []any) ([]*RecoveryFacts,
 		out = append(out, rf)
 	}
 	return out, rows.Err()
-}
-
-// nullableAttemptRow is an attempt row read through a LEFT JOIN: every
-// column may be NULL when the action has no attempt.
-type nullableAttemptRow struct {
-	ID                  sql.NullString
-	AttemptNo           sql.NullInt64
-	Status              sql.NullString
-	Effect              sql.NullString
-	EffectObservationID *string
-	Result              *string
-	Error               *string
-	Version             sql.NullInt64
-	StartedAt           sql.NullInt64
-	FinishedAt          *int64
-}
-
-// toAttempt is the attempt of action (of run) the row holds; the row must
-// hold one (ID valid).
-func (t *nullableAttemptRow) toAttempt(action ActionID, run RunID) (*Attempt, error) {
-	row := attemptRow{ID: t.ID.String, ActionID: string(action), RunID: string(run), AttemptNo: t.AttemptNo.Int64,
-		Status: t.Status.String, Effect: t.Effect.String, EffectObservationID: t.EffectObservationID, Result: t.Result,
-		Error: t.Error, Version: t.Version.Int64, StartedAt: t.StartedAt.Int64, FinishedAt: t.FinishedAt}
-	return row.toAttempt()
 }

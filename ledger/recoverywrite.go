@@ -135,8 +135,7 @@ func (s *GormStore) RecordRecovery(ctx context.Context, p RecordRecoveryParams) 
 
 // recoveryTargetSQL reads an action's run and state and, if named, one of
 // its attempts, in one statement.
-var recoveryTargetSQL = writeStmt(`SELECT a.run_id, a.state,
-	t.id, t.attempt_no, t.status, t.effect, t.effect_observation_id, t.result, t.error, t.version, t.started_at, t.finished_at
+var recoveryTargetSQL = writeStmt(`SELECT a.run_id, a.state, ` + joinedAttemptCols + `
 FROM actions a LEFT JOIN attempts t ON t.id = ? AND t.action_id = a.id
 WHERE a.id = ?`)
 
@@ -150,8 +149,7 @@ func (tx *txn) recoveryTarget(action ActionID, attempt AttemptID) (RunID, Action
 	)
 	rows, err := tx.query(recoveryTargetSQL, string(attempt), string(action))
 	err = scanOne(rows, err, "action "+string(action), func(rows *sql.Rows) error {
-		return rows.Scan(&run, &state, &t.ID, &t.AttemptNo, &t.Status, &t.Effect, &t.EffectObservationID, &t.Result, &t.Error,
-			&t.Version, &t.StartedAt, &t.FinishedAt)
+		return rows.Scan(append([]any{&run, &state}, t.targets()...)...)
 	})
 	switch {
 	case err != nil:

@@ -3,6 +3,7 @@ package ledger
 import (
 	"database/sql"
 	"encoding/json"
+	"strings"
 	"time"
 )
 
@@ -315,22 +316,88 @@ func (r *observationRow) toObservation() *Observation {
 	}
 }
 
-// Column lists and scanners of the rows the hot statements read (stmts.go):
-// the SELECT lists and the Scan targets must stay in the same order.
+// Column lists and Scan targets of the rows read by plain SQL (stmts.go,
+// recoveryfacts.go): each list and its targets must stay in the same order.
+// The lists of a run with its budget and of an attempt through a LEFT JOIN
+// are qualified by the aliases their queries use (r, b, t).
 
 const actionCols = `id, run_id, tenant, seq, idempotency_key, tool, tool_version, effect, arguments, action_digest,
 	dedup_key, supersedes, state, attempt_count, version, created_at, updated_at`
 
-func scanAction(rows *sql.Rows, r *actionRow) error {
-	return rows.Scan(&r.ID, &r.RunID, &r.Tenant, &r.Seq, &r.IdempotencyKey, &r.Tool, &r.ToolVersion, &r.Effect,
+// targets are the Scan targets of actionCols.
+func (r *actionRow) targets() []any {
+	return []any{&r.ID, &r.RunID, &r.Tenant, &r.Seq, &r.IdempotencyKey, &r.Tool, &r.ToolVersion, &r.Effect,
 		&r.Arguments, &r.ActionDigest, &r.DedupKey, &r.Supersedes, &r.State, &r.AttemptCount, &r.Version,
-		&r.CreatedAt, &r.UpdatedAt)
+		&r.CreatedAt, &r.UpdatedAt}
 }
+
+func scanAction(rows *sql.Rows, r *actionRow) error { return rows.Scan(r.targets()...) }
 
 const attemptCols = `id, action_id, run_id, attempt_no, status, effect, effect_observation_id, result, error, version,
 	started_at, finished_at`
 
-func scanAttempt(rows *sql.Rows, r *attemptRow) error {
-	return rows.Scan(&r.ID, &r.ActionID, &r.RunID, &r.AttemptNo, &r.Status, &r.Effect, &r.EffectObservationID,
-		&r.Result, &r.Error, &r.Version, &r.StartedAt, &r.FinishedAt)
+// targets are the Scan targets of attemptCols.
+func (r *attemptRow) targets() []any {
+	return []any{&r.ID, &r.ActionID, &r.RunID, &r.AttemptNo, &r.Status, &r.Effect, &r.EffectObservationID,
+		&r.Result, &r.Error, &r.Version, &r.StartedAt, &r.FinishedAt}
+}
+
+func scanAttempt(rows *sql.Rows, r *attemptRow) error { return rows.Scan(r.targets()...) }
+
+// runBudgetCols is a run (alias r) with its budget (alias b).
+const runBudgetCols = `r.id, r.tenant, r.idempotency_key, r.request_digest, r.submitted_by, r.agent, r.input,
+	r.state, r.stop_reason, r.version, r.event_seq, r.event_hash, r.created_at, r.updated_at,
+	b.max_attempts_per_action, b.max_attempts_per_run, b.max_execution_us, b.max_steps, b.max_tokens,
+	b.deadline_at, b.attempts_used, b.execution_used_us, b.steps_used, b.tokens_used, b.tokens_unavailable, b.version`
+
+// runBudgetTargets are the Scan targets of runBudgetCols.
+func runBudgetTargets(r *runRow, b *budgetRow) []any {
+	return []any{&r.ID, &r.Tenant, &r.IdempotencyKey, &r.RequestDigest, &r.SubmittedBy, &r.Agent, &r.Input,
+		&r.State, &r.StopReason, &r.Version, &r.EventSeq, &r.EventHash, &r.CreatedAt, &r.UpdatedAt,
+		&b.MaxAttemptsPerAction, &b.MaxAttemptsPerRun, &b.MaxExecutionUs, &b.MaxSteps, &b.MaxTokens,
+		&b.DeadlineAt, &b.AttemptsUsed, &b.ExecutionUsedUs, &b.StepsUsed, &b.TokensUsed, &b.TokensUnavailable, &b.Version}
+}
+
+// nullableAttemptRow is an attempt row read through a LEFT JOIN: every
+// column may be NULL when the action has no attempt.
+type nullableAttemptRow struct {
+	ID                  sql.NullString
+	AttemptNo           sql.NullInt64
+	Status              sql.NullString
+	Effect              sql.NullString
+	EffectObservationID *string
+	Result              *string
+	Error               *string
+	Version             sql.NullInt64
+	StartedAt           sql.NullInt64
+	FinishedAt          *int64
+}
+
+// toAttempt is the attempt of action (of run) the row holds; the row must
+// hold one (ID valid).
+func (t *nullableAttemptRow) toAttempt(action ActionID, run RunID) (*Attempt, error) {
+	row := attemptRow{ID: t.ID.String, ActionID: string(action), RunID: string(run), AttemptNo: t.AttemptNo.Int64,
+		Status: t.Status.String, Effect: t.Effect.String, EffectObservationID: t.EffectObservationID, Result: t.Result,
+		Error: t.Error, Version: t.Version.Int64, StartedAt: t.StartedAt.Int64, FinishedAt: t.FinishedAt}
+	return row.toAttempt()
+}
+
+// joinedAttemptCols is an attempt (alias t) read through a LEFT JOIN, its
+// action and run known from the other side.
+const joinedAttemptCols = `t.id, t.attempt_no, t.status, t.effect, t.effect_observation_id, t.result, t.error, t.version,
+	t.started_at, t.finished_at`
+
+// targets are the Scan targets of joinedAttemptCols.
+func (t *nullableAttemptRow) targets() []any {
+	return []any{&t.ID, &t.AttemptNo, &t.Status, &t.Effect, &t.EffectObservationID, &t.Result, &t.Error, &t.Version,
+		&t.StartedAt, &t.FinishedAt}
+}
+
+// qualified is the column list cols with every column qualified by alias.
+func qualified(alias, cols string) string {
+	parts := strings.Split(cols, ",")
+	for i, c := range parts {
+		parts[i] = alias + "." + strings.TrimSpace(c)
+	}
+	return strings.Join(parts, ", ")
 }

@@ -235,10 +235,7 @@ func (tx *txn) findRun(id RunID) (*Run, error) {
 
 // findRunSQL reads a run with its budget: it runs on every step of every
 // run, so one query, scanned by hand, not two through reflection.
-var findRunSQL = writeStmt(`SELECT r.id, r.tenant, r.idempotency_key, r.request_digest, r.submitted_by, r.agent, r.input,
-	r.state, r.stop_reason, r.version, r.event_seq, r.event_hash, r.created_at, r.updated_at,
-	b.max_attempts_per_action, b.max_attempts_per_run, b.max_execution_us, b.max_steps, b.max_tokens,
-	b.deadline_at, b.attempts_used, b.execution_used_us, b.steps_used, b.tokens_used, b.tokens_unavailable, b.version
+var findRunSQL = writeStmt(`SELECT ` + runBudgetCols + `
 FROM runs r JOIN budgets b ON b.run_id = r.id WHERE r.id = ?`)
 
 // scanRun scans the answer of findRunSQL.
@@ -247,12 +244,7 @@ func scanRun(rows *sql.Rows, err error, id RunID) (*Run, error) {
 		r runRow
 		b budgetRow
 	)
-	err = scanOne(rows, err, "run "+string(id), func(rows *sql.Rows) error {
-		return rows.Scan(&r.ID, &r.Tenant, &r.IdempotencyKey, &r.RequestDigest, &r.SubmittedBy, &r.Agent, &r.Input,
-			&r.State, &r.StopReason, &r.Version, &r.EventSeq, &r.EventHash, &r.CreatedAt, &r.UpdatedAt,
-			&b.MaxAttemptsPerAction, &b.MaxAttemptsPerRun, &b.MaxExecutionUs, &b.MaxSteps, &b.MaxTokens,
-			&b.DeadlineAt, &b.AttemptsUsed, &b.ExecutionUsedUs, &b.StepsUsed, &b.TokensUsed, &b.TokensUnavailable, &b.Version)
-	})
+	err = scanOne(rows, err, "run "+string(id), func(rows *sql.Rows) error { return rows.Scan(runBudgetTargets(&r, &b)...) })
 	if err != nil {
 		return nil, err
 	}
