@@ -2,23 +2,6 @@ package ledger
 
 import "context"
 
-// RecordDecision implements Store.
-func (s *GormStore) RecordDecision(ctx context.Context, p RecordDecisionParams) (*Event, error) {
-	if err := firstErr(checkText("decision", p.Decision, 32), checkText("rationale", p.Rationale, 4000)); err != nil {
-		return nil, wrapErr("record decision", err)
-	}
-	var out *Event
-	err := s.inTx(ctx, "record decision", func(tx *txn) error {
-		a, err := tx.findAction(p.ActionID)
-		if err != nil {
-			return err
-		}
-		out, err = tx.appendEvent(decisionEvent(a.RunID, p))
-		return err
-	})
-	return out, err
-}
-
 // SettleReview implements Store.
 func (s *GormStore) SettleReview(ctx context.Context, p SettleReviewParams) (*Action, error) {
 	if p.Actor == "" {

@@ -20,8 +20,8 @@ type RecordRecoveryParams struct {
 	// the action has none.
 	AttemptID AttemptID
 	// Steps are recorded in order: each a decision (a recovery.decision
-	// event, as RecordDecision writes it) or a tool's answer (an
-	// observation on the attempt, as RecordObservation writes it).
+	// event with its rationale) or a tool's answer (an observation on the
+	// attempt, as RecordObservation writes it).
 	Steps []RecoveryStep
 	// CloseAttempt, if set, finishes the attempt, which must still be
 	// started, as FinishAttempt does (status, error, duration added to the
@@ -89,8 +89,7 @@ func (s *GormStore) RecordRecovery(ctx context.Context, p RecordRecoveryParams) 
 		}
 		for _, st := range p.Steps {
 			if d := st.Decision; d != nil {
-				e, err := tx.appendEvent(decisionEvent(run, RecordDecisionParams{ActionID: p.ActionID, AttemptID: p.AttemptID,
-					Decision: d.Decision, Rationale: d.Rationale, Actor: p.Actor, Data: d.Data}))
+				e, err := tx.appendEvent(decisionEvent(run, p.ActionID, p.AttemptID, d, p.Actor))
 				if err != nil {
 					return err
 				}
@@ -210,17 +209,16 @@ func (p RecordRecoveryParams) check() error {
 	return nil
 }
 
-// decisionEvent is the recovery.decision event of p about an action of run:
-// the decision and its rationale (never overwritten by p.Data), the attempt
-// it is about, and p.Data.
-func decisionEvent(run RunID, p RecordDecisionParams) eventSpec {
-	data := make(map[string]any, len(p.Data)+3)
-	data["decision"], data["rationale"] = p.Decision, p.Rationale
-	if p.AttemptID != "" {
-		data["attempt_id"] = p.AttemptID
+// decisionEvent is the recovery.decision event of d about action (of
+// run): the decision and its rationale (never overwritten by d.Data), the
+// attempt it is about if any, and d.Data.
+func decisionEvent(run RunID, action ActionID, attempt AttemptID, d *RecoveryDecision, actor string) eventSpec {
+	data := make(map[string]any, len(d.Data)+3)
+	if attempt != "" {
+		data["attempt_id"] = attempt
 	}
-	maps.Copy(data, p.Data)
-	data["decision"], data["rationale"] = p.Decision, p.Rationale // never overwritten by Data
-	return eventSpec{RunID: run, Type: "recovery.decision", EntityType: "action", EntityID: string(p.ActionID),
-		Actor: p.Actor, Data: data}
+	maps.Copy(data, d.Data)
+	data["decision"], data["rationale"] = d.Decision, d.Rationale
+	return eventSpec{RunID: run, Type: "recovery.decision", EntityType: "action", EntityID: string(action),
+		Actor: actor, Data: data}
 }

@@ -107,10 +107,6 @@ type Store interface {
 	// run's persisted budget.
 	AddUsage(ctx context.Context, p AddUsageParams) (*Budget, error)
 
-	// RecordDecision appends a recovery decision about an action, with its
-	// rationale, to the run's event log (type "recovery.decision"). It
-	// changes no state: acting on the decision is the caller's next call.
-	RecordDecision(ctx context.Context, p RecordDecisionParams) (*Event, error)
 	// RecordRecovery writes one recovery pass over an action in one
 	// transaction: its decisions and the tools' answers in order, then the
 	// act on the final decision (close the interrupted attempt, move the
@@ -364,16 +360,6 @@ type SettleReviewParams struct {
 	Detail   json.RawMessage // recorded with the observation
 	Actor    string
 	Data     any // recorded with the action's transition
-}
-
-// RecordDecisionParams is one recovery decision.
-type RecordDecisionParams struct {
-	ActionID  ActionID
-	AttemptID AttemptID // the attempt it is about, if any
-	Decision  string    // continue, reconcile, stop, review, wait, query, cancel
-	Rationale string
-	Actor     string
-	Data      map[string]any // extra facts the decision used
 }
 
 // Chain is a run's events in sequence order and the verdict on their chain.
