@@ -15,7 +15,9 @@ import (
 
 func newApprovalsCmd() *cobra.Command {
 	cmd := &cobra.Command{
-		Use:   "approvals",
+		Use: "approvals",
+		Example: `  ledger approvals list
+  ledger approvals list --state granted --json`,
 		Short: "Approvals waiting for a person",
 		Args:  usageArgs(cobra.NoArgs),
 	}
@@ -29,7 +31,10 @@ func newApprovalsListCmd() *cobra.Command {
 		state string
 	)
 	cmd := &cobra.Command{
-		Use:   "list [--state pending]",
+		Use: "list [--state pending]",
+		Example: `  LEDGER_TOKEN=$BOB ledger approvals list
+  ledger approvals list --state expired
+  ledger approvals list --json`,
 		Short: "List approvals of the tenant (GET /v1/approvals)",
 		Long: `List approvals, by default the pending ones, with the action each one is for,
 its run, its tool, the full action digest to pass to "ledger approve --digest", and

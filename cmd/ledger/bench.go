@@ -64,7 +64,9 @@ type benchOptions struct {
 func newBenchCmd() *cobra.Command {
 	var o benchOptions
 	cmd := &cobra.Command{
-		Use:   "bench",
+		Use: "bench",
+		Example: `  ledger bench --quick
+  ledger bench --duration 10s --json > bench.json`,
 		Short: "Measure the ledger against a raw SQLite commit on the same disk, in one run",
 		Long: `Measure, in this process and on fresh databases in a new directory, each figure of
 BENCHMARKS.md beside the floor measured in the same run: raw single-row SQLite commits per

@@ -14,7 +14,9 @@ func newCancelCmd() *cobra.Command {
 		reason string
 	)
 	cmd := &cobra.Command{
-		Use:   "cancel RUN [--reason R]",
+		Use: "cancel RUN [--reason R]",
+		Example: `  ledger cancel run_01JBZ2W6Q8V1N3D5F7H9K0M2P4 --reason "wrong document"
+  ledger cancel $RUN --json`,
 		Short: "Request cancellation of a run (POST /v1/runs/RUN/cancel)",
 		Long: `Request that RUN stop. The server answers with the cancellation's state
 (requested, accepted, stopping, stopped): acceptance means no new attempt starts;

@@ -20,7 +20,9 @@ var errDemoFailed = errors.New("demo: expected exactly one effect")
 func newDemoCmd() *cobra.Command {
 	var keep string
 	cmd := &cobra.Command{
-		Use:   "demo",
+		Use: "demo",
+		Example: `  ledger demo
+  ledger demo --keep ./demo && ledger simulator effects --store ./demo/ledger.db.effects.db`,
 		Short: "Run the whole approval-gated flow once on a temporary database",
 		Long: `Submit a practice-cards run from a shipped Markdown document, show the pending
 write action and its digest, approve it as a second principal, execute it, and print

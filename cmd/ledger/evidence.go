@@ -35,7 +35,9 @@ var evidenceFormats = []string{"json", "md", "html"}
 
 func newEvidenceCmd() *cobra.Command {
 	cmd := &cobra.Command{
-		Use:   "evidence",
+		Use: "evidence",
+		Example: `  ledger evidence export $RUN --db ./ledger.db --format md
+  ledger evidence verify $RUN --db ./ledger.db`,
 		Short: "Export a run's redacted evidence report, or verify its event chain",
 		Long: `Work on the evidence of one run in a database file (DESIGN.md section 7).
 
@@ -67,7 +69,9 @@ func newEvidenceExportCmd() *cobra.Command {
 		dbPath, format, outPath, keyFile string
 	)
 	cmd := &cobra.Command{
-		Use:   "export RUN",
+		Use: "export RUN",
+		Example: `  ledger evidence export $RUN --db ./ledger.db --format html --out report.html
+  LEDGER_REDACTION_KEY=$(cat key.hex) ledger evidence export $RUN --format json`,
 		Short: "Write a run's redacted evidence report",
 		Long: `Build the evidence report of RUN from the database and write it to --out, or to stdout.
 
@@ -143,8 +147,9 @@ is broken is still written, and says where the chain broke.`,
 func newEvidenceVerifyCmd() *cobra.Command {
 	var dbPath string
 	cmd := &cobra.Command{
-		Use:   "verify RUN",
-		Short: "Recompute a run's event hash chain and report the first broken link",
+		Use:     "verify RUN",
+		Example: `  ledger evidence verify $RUN --db ./ledger.db`,
+		Short:   "Recompute a run's event hash chain and report the first broken link",
 		Long: `Recompute the hash chain of RUN's events from the database: every event carries the hash
 of its predecessor, and the run records the head of the chain. Prints OK with the event
 count, or the first broken link (its sequence number and why) and exits with status 1.`,

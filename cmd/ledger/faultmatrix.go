@@ -13,7 +13,9 @@ import (
 
 func newFaultMatrixCmd() *cobra.Command {
 	cmd := &cobra.Command{
-		Use:   "faultmatrix",
+		Use: "faultmatrix",
+		Example: `  ledger faultmatrix run
+  ledger faultmatrix run --list`,
 		Short: "Kill and restart this binary at every dangerous point and check what survived",
 	}
 	var (
@@ -23,7 +25,10 @@ func newFaultMatrixCmd() *cobra.Command {
 		list                     bool
 	)
 	run := &cobra.Command{
-		Use:   "run",
+		Use: "run",
+		Example: `  ledger faultmatrix run --report faultmatrix.json
+  ledger faultmatrix run --scenario crash/after_tool_call
+  ledger faultmatrix run --list`,
 		Short: "Run the fault matrix (or one scenario) against this binary",
 		Long: `Start this very binary as ` + "`ledger serve`" + ` with a fault plan for each scenario, let the plan
 SIGKILL it at the fault point, start it again, let recovery act, and check against the

@@ -14,7 +14,9 @@ func newMigrateCmd() *cobra.Command {
 		asJSON bool
 	)
 	cmd := &cobra.Command{
-		Use:   "migrate",
+		Use: "migrate",
+		Example: `  ledger migrate --db ./ledger.db
+  ledger migrate --db /var/lib/ledger/ledger.db --json`,
 		Short: "Create or upgrade the ledger database and print its schema version",
 		Long: `Create the SQLite database if it does not exist and apply pending migrations.
 A database written by a newer ledger is refused (exit status 3) and left untouched.`,

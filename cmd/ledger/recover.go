@@ -29,7 +29,9 @@ func newRecoverCmd() *cobra.Command {
 		asJSON bool
 	)
 	cmd := &cobra.Command{
-		Use:   "recover",
+		Use: "recover",
+		Example: `  ledger recover --db ./ledger.db
+  ledger recover --db ./ledger.db --json`,
 		Short: "Decide, record and act on every interrupted action of the database",
 		Long: `Run the recovery scan on a database file: every approved, running or uncertain action of
 a live run gets one decision from the recovery table (continue, reconcile, stop or review),

@@ -15,7 +15,9 @@ func newResolveCmd() *cobra.Command {
 		note    string
 	)
 	cmd := &cobra.Command{
-		Use:   "resolve ACTION --outcome happened|not_happened|abandon [--note N]",
+		Use: "resolve ACTION --outcome happened|not_happened|abandon [--note N]",
+		Example: `  ledger resolve $ACTION --outcome happened --note "the cards are in the deck"
+  ledger resolve $ACTION --outcome abandon`,
 		Short: "Settle an action in review: did its effect happen? (POST /v1/actions/ACTION/resolve)",
 		Long: `Settle an action whose effect the ledger could not establish (state
 needs_review). Check the tool's own records first, then say what you found:

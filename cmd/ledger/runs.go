@@ -14,7 +14,10 @@ import (
 
 func newRunsCmd() *cobra.Command {
 	cmd := &cobra.Command{
-		Use:   "runs",
+		Use: "runs",
+		Example: `  ledger runs list --state awaiting_approval
+  ledger runs show $RUN
+  ledger runs timeline $RUN`,
 		Short: "List and inspect runs on the server",
 		Args:  usageArgs(cobra.NoArgs),
 	}
@@ -30,7 +33,10 @@ func newRunsListCmd() *cobra.Command {
 		cursor string
 	)
 	cmd := &cobra.Command{
-		Use:   "list [--state S] [--limit N] [--cursor C]",
+		Use: "list [--state S] [--limit N] [--cursor C]",
+		Example: `  ledger runs list
+  ledger runs list --state awaiting_approval --limit 20
+  ledger runs list --json`,
 		Short: "List the runs the token may read, oldest first (GET /v1/runs)",
 		Long: `List runs the token may read. --state filters by run state (queued, running,
 awaiting_approval, needs_review, stopping, completed, stopped, failed). When more runs
@@ -95,7 +101,9 @@ func printRunList(w io.Writer, list server.RunList) error {
 func newRunsShowCmd() *cobra.Command {
 	var o clientOptions
 	cmd := &cobra.Command{
-		Use:   "show RUN",
+		Use: "show RUN",
+		Example: `  ledger runs show run_01JBZ2W6Q8V1N3D5F7H9K0M2P4
+  ledger runs show $RUN --json`,
 		Short: "Show a run with its actions, attempts, approvals and cancellation (GET /v1/runs/RUN)",
 		Long: `Show one run. Each action is listed with its full digest: approve and deny take
 exactly that digest (--digest), so copy it from here or from "ledger approvals list".`,
@@ -192,7 +200,9 @@ func reasonSuffix(reason string) string {
 func newRunsTimelineCmd() *cobra.Command {
 	var o clientOptions
 	cmd := &cobra.Command{
-		Use:   "timeline RUN",
+		Use: "timeline RUN",
+		Example: `  ledger runs timeline $RUN
+  ledger runs timeline $RUN --json`,
 		Short: "Show a run's redacted event timeline and whether its hash chain verifies (GET /v1/runs/RUN/timeline)",
 		Args:  usageArgs(cobra.ExactArgs(1)),
 		RunE: func(cmd *cobra.Command, args []string) error {

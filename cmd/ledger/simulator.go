@@ -12,8 +12,9 @@ import (
 
 func newSimulatorCmd() *cobra.Command {
 	cmd := &cobra.Command{
-		Use:   "simulator",
-		Short: "Inspect the tool simulator's own side-effect store",
+		Use:     "simulator",
+		Example: `  ledger simulator effects --store ./ledger.db.effects.db`,
+		Short:   "Inspect the tool simulator's own side-effect store",
 	}
 	cmd.AddCommand(newSimulatorEffectsCmd())
 	return cmd
@@ -25,7 +26,9 @@ func newSimulatorEffectsCmd() *cobra.Command {
 		asJSON bool
 	)
 	cmd := &cobra.Command{
-		Use:   "effects --store PATH",
+		Use: "effects --store PATH",
+		Example: `  ledger simulator effects --store ./ledger.db.effects.db
+  ledger simulator effects --store ./ledger.db.effects.db --json`,
 		Short: "List the side effects the simulated tools recorded, read from their own store",
 		Long: `List every side effect in the simulator's store (by default beside the ledger database,
 <db>.effects.db). The ledger never writes this file, so its count is independent evidence

@@ -30,7 +30,10 @@ type submitOptions struct {
 func newSubmitCmd() *cobra.Command {
 	var o submitOptions
 	cmd := &cobra.Command{
-		Use:   "submit --agent NAME (--input FILE|- | --title T --markdown-file F) [--key K]",
+		Use: "submit --agent NAME (--input FILE|- | --title T --markdown-file F) [--key K]",
+		Example: `  ledger submit --title "Rust ownership" --markdown-file notes.md
+  ledger submit --input input.json --key nightly-2025-01-31
+  RUN=$(ledger submit --title T --markdown-file notes.md --field id)`,
 		Short: "Submit a run to the server (POST /v1/runs)",
 		Long: `Submit a run of an agent registered in the server. The agent's input is a JSON
 object read from --input (a file, or - for stdin), or, for practice-cards, built from

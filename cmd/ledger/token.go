@@ -14,7 +14,9 @@ import (
 
 func newTokenCmd() *cobra.Command {
 	cmd := &cobra.Command{
-		Use:   "token",
+		Use: "token",
+		Example: `  ledger token new --principal alice --tenant acme --role submitter --add-to tokens.json
+  ledger token list --file tokens.json`,
 		Short: "Make bearer tokens for the server's tokens file",
 		Args:  usageArgs(cobra.NoArgs),
 	}
@@ -31,7 +33,9 @@ func newTokenNewCmd() *cobra.Command {
 		asJSON    bool
 	)
 	cmd := &cobra.Command{
-		Use:   "new --principal P --tenant T --role R [--role R…] [--add-to FILE]",
+		Use: "new --principal P --tenant T --role R [--role R…] [--add-to FILE]",
+		Example: `  ledger token new --principal bob --tenant acme --role approver --add-to tokens.json
+  ledger token new --principal ci --tenant acme --role submitter --role auditor --json`,
 		Short: "Make a fresh token and the tokens-file entry that accepts it",
 		Long: `Make a fresh random bearer token for a principal of a tenant with the given roles
 (submitter, approver, auditor, admin). The token is printed once, on the first line of

@@ -12,7 +12,9 @@ func newWorkerCmd() *cobra.Command {
 		untilIdle bool
 	)
 	cmd := &cobra.Command{
-		Use:   "worker",
+		Use: "worker",
+		Example: `  ledger worker --db ./ledger.db
+  ledger worker --db ./ledger.db --until-idle`,
 		Short: "Advance runs on a database file without serving HTTP",
 		Long: `Run the recovery scan, then advance every runnable run (queued, running, stopping)
 until none is left (--until-idle) or until interrupted. Runs waiting for a person stay
