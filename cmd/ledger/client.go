@@ -96,6 +96,9 @@ func asUsage(cmd *cobra.Command) *cobra.Command {
 type APIError struct {
 	Status  int
 	Problem server.Problem
+	// Body is the problem document as the server sent it, when it sent
+	// JSON; --json prints it instead of the message (see printProblem).
+	Body []byte
 	// RetryAfter is the Retry-After header, if the server sent one (409
 	// request_in_progress: the same key is still being processed).
 	RetryAfter string
@@ -282,7 +285,9 @@ func problemError(res *http.Response, data []byte) error {
 	e := &APIError{Status: res.StatusCode, RetryAfter: res.Header.Get("Retry-After")}
 	mt, _, _ := mime.ParseMediaType(res.Header.Get("Content-Type"))
 	if mt == "application/problem+json" || mt == "application/json" {
-		_ = json.Unmarshal(data, &e.Problem) // a garbled body still has its status
+		if json.Unmarshal(data, &e.Problem) == nil { // a garbled body still has its status
+			e.Body = data
+		}
 	}
 	if e.Problem.Detail == "" && e.Problem.Title == "" && mt == "text/plain" {
 		e.Problem.Detail = strings.TrimSpace(string(data))
@@ -349,4 +354,33 @@ func orDash(s string) string {
 		return "-"
 	}
 	return s
+}
+
+// reportedError is an error already shown to the user (the problem
+// document printed under --json): main exits with its status without
+// printing it again.
+type reportedError struct{ err error }
+
+func (e *reportedError) Error() string { return e.err.Error() }
+func (e *reportedError) Unwrap() error { return e.err }
+
+// printProblem shows a refused request of a command run with --json as the
+// server's problem document (application/problem+json, as received,
+// indented) on stderr, and returns the error marked as reported. Stdout
+// keeps only answers, so `x=$(ledger … --json)` never captures an error as
+// if it were one; the exit status still says which it was. An error that
+// carries no problem document (the server unreachable, a usage error, a
+// body that is not JSON) is returned as it is, for main to print as a line.
+func printProblem(cmd *cobra.Command, stderr io.Writer, err error) error {
+	var apiErr *APIError
+	if cmd == nil || !errors.As(err, &apiErr) || len(apiErr.Body) == 0 {
+		return err
+	}
+	if f := cmd.Flags().Lookup("json"); f == nil || f.Value.String() != "true" {
+		return err
+	}
+	if perr := printJSON(stderr, apiErr.Body); perr != nil {
+		return err
+	}
+	return &reportedError{err: err}
 }

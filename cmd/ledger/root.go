@@ -15,11 +15,16 @@ import (
 // Version is set at build time with -ldflags "-X main.Version=…".
 var Version = "dev"
 
-// Run runs the CLI with args, writing to stdout and stderr.
+// Run runs the CLI with args, writing to stdout and stderr. An error it
+// has shown already (a *reportedError) is not for the caller to print.
 func Run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	root := newRootCmd(stdout, stderr)
 	root.SetArgs(args)
-	return root.ExecuteContext(ctx)
+	cmd, err := root.ExecuteContextC(ctx)
+	if err != nil {
+		return printProblem(cmd, stderr, err)
+	}
+	return nil
 }
 
 // newRootCmd builds the command tree; no globals, no init().
