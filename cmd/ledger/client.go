@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -383,4 +384,64 @@ func printProblem(cmd *cobra.Command, stderr io.Writer, err error) error {
 		return err
 	}
 	return &reportedError{err: err}
+}
+
+// addFieldFlag registers --field, which prints one field of the server's
+// JSON answer, for a shell to capture: RUN=$(ledger submit … --field id).
+func addFieldFlag(cmd *cobra.Command, field *string) {
+	cmd.Flags().StringVar(field, "field", "", "print only this field of the server's JSON (one line per item of a list), e.g. id")
+}
+
+// checkOutputFlags refuses --json with --field: one asks for the whole
+// answer, the other for one value of it.
+func checkOutputFlags(o clientOptions, field string) error {
+	if o.asJSON && field != "" {
+		return usagef("give --json or --field, not both")
+	}
+	return nil
+}
+
+// printField prints field of the JSON object raw, or of each object of its
+// array listKey (one line each): a string as it is, anything else as
+// compact JSON. A field the answer does not have is a usage error that
+// names the fields it has.
+func printField(w io.Writer, raw []byte, listKey, field string) error {
+	var items []map[string]json.RawMessage
+	if listKey == "" {
+		var obj map[string]json.RawMessage
+		if err := decodeBody(raw, &obj); err != nil {
+			return err
+		}
+		items = append(items, obj)
+	} else {
+		var list map[string][]map[string]json.RawMessage
+		if err := decodeBody(raw, &list); err != nil {
+			return err
+		}
+		items = list[listKey]
+	}
+	var out bytes.Buffer
+	for _, item := range items {
+		v, ok := item[field]
+		if !ok {
+			names := make([]string, 0, len(item))
+			for k := range item {
+				names = append(names, k)
+			}
+			slices.Sort(names)
+			return usagef("--field %q: the answer has no such field; it has %s", field, strings.Join(names, ", "))
+		}
+		var s string
+		if json.Unmarshal(v, &s) != nil {
+			var buf bytes.Buffer
+			if err := json.Compact(&buf, v); err != nil {
+				return fmt.Errorf("malformed answer from the server: %w", err)
+			}
+			s = buf.String()
+		}
+		out.WriteString(s)
+		out.WriteByte('\n')
+	}
+	_, err := w.Write(out.Bytes())
+	return err
 }

@@ -11,6 +11,7 @@ func httpCommands() []*cobra.Command {
 		newSubmitCmd(),
 		newRunsCmd(),
 		newApprovalsCmd(),
+		newActionsCmd(),
 		newApproveCmd(),
 		newDenyCmd(),
 		newCancelCmd(),

@@ -99,7 +99,10 @@ func printRunList(w io.Writer, list server.RunList) error {
 }
 
 func newRunsShowCmd() *cobra.Command {
-	var o clientOptions
+	var (
+		o     clientOptions
+		field string
+	)
 	cmd := &cobra.Command{
 		Use: "show RUN",
 		Example: `  ledger runs show run_01JBZ2W6Q8V1N3D5F7H9K0M2P4
@@ -109,6 +112,9 @@ func newRunsShowCmd() *cobra.Command {
 exactly that digest (--digest), so copy it from here or from "ledger approvals list".`,
 		Args: usageArgs(cobra.ExactArgs(1)),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := checkOutputFlags(o, field); err != nil {
+				return err
+			}
 			c, err := o.newClient()
 			if err != nil {
 				return err
@@ -118,13 +124,17 @@ exactly that digest (--digest), so copy it from here or from "ledger approvals l
 			if err != nil {
 				return err
 			}
-			if o.asJSON {
+			switch {
+			case o.asJSON:
 				return printJSON(cmd.OutOrStdout(), raw)
+			case field != "":
+				return printField(cmd.OutOrStdout(), raw, "", field)
 			}
 			return printRun(cmd.OutOrStdout(), run)
 		},
 	}
 	addClientFlags(cmd, &o)
+	addFieldFlag(cmd, &field)
 	return asUsage(cmd)
 }
 
@@ -152,38 +162,15 @@ func printRun(w io.Writer, r server.Run) error {
 	tw = tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "ACTION\tTOOL\tEFFECT\tSTATE\tDIGEST")
 	for _, a := range r.Actions {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", a.ID, a.Tool, a.Effect, a.State, a.ActionDigest)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", a.ID, displayText(a.Tool), a.Effect, a.State, a.ActionDigest)
 	}
 	if err := tw.Flush(); err != nil {
 		return err
 	}
 	for _, a := range r.Actions {
-		if len(a.Attempts) == 0 && len(a.Approvals) == 0 {
-			continue
-		}
-		fmt.Fprintf(w, "\n%s (%s):\n", a.ID, a.Tool)
-		// Attempts and approvals are two tables: their columns differ.
-		tw = tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-		for _, at := range a.Attempts {
-			errText := ""
-			if at.Error != nil {
-				errText = fmt.Sprintf("\terror %s: %s", at.Error.Code, at.Error.Message)
-			}
-			fmt.Fprintf(tw, "  attempt %d\t%s\tstatus %s\teffect %s\tstarted %s\tfinished %s%s\n",
-				at.No, at.ID, at.Status, at.Effect, fmtTime(at.StartedAt), fmtTimePtr(at.FinishedAt), errText)
-		}
-		if err := tw.Flush(); err != nil {
-			return err
-		}
-		tw = tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-		for _, ap := range a.Approvals {
-			decided := ""
-			if ap.DecidedBy != "" {
-				decided = fmt.Sprintf("\tby %s at %s%s", ap.DecidedBy, fmtTimePtr(ap.DecidedAt), reasonSuffix(ap.Reason))
-			}
-			fmt.Fprintf(tw, "  approval\t%s\t%s\texpires %s\tdigest %s%s\n", ap.ID, ap.State, fmtTimePtr(ap.ExpiresAt), ap.ActionDigest, decided)
-		}
-		if err := tw.Flush(); err != nil {
+		fmt.Fprintf(w, "\n%s (%s):\n", a.ID, displayText(a.Tool))
+		fmt.Fprintf(w, "  arguments:\n%s\n", indentLines(displayJSON(a.Arguments, true), "    "))
+		if err := printActionHistory(w, a); err != nil {
 			return err
 		}
 	}

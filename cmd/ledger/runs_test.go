@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"encoding/json"
 	"strings"
 	"testing"
@@ -89,6 +90,9 @@ func TestRunsShow(t *testing.T) {
 		require.NoError(t, err)
 		golden(t, "awaiting_approval", out)
 		require.Contains(t, out, string(action.ActionDigest), "the digest in full, to copy into approve")
+		var pretty bytes.Buffer
+		require.NoError(t, json.Indent(&pretty, action.Arguments, "    ", "  "))
+		require.Contains(t, out, "  arguments:\n    "+pretty.String()+"\n", "each action's arguments")
 
 		out, _, err = env.cli(t, "alice", "runs", "show", string(id), "--json")
 		require.NoError(t, err)
