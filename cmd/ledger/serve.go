@@ -52,10 +52,11 @@ every action interrupted by a crash gets its decision first.
 
 Authentication: --tokens (or $LEDGER_TOKENS_FILE) names a JSON file of token hashes,
 {"tokens": [{"sha256": "…", "principal": "alice", "tenant": "acme", "roles": ["submitter"]}]};
-make entries with "ledger token new". The file is read once at start-up: restart serve
-after changing it. Without a tokens file serve runs in DEV MODE: every request is
-principal "dev" in tenant "default" with every role, separation of duties is relaxed,
-and --addr must be a loopback address (exit status 2 otherwise).
+make entries with "ledger token new" and remove them with "ledger token revoke". The
+file is read at start-up and again on SIGHUP, replacing the tokens in force at once; a
+file that does not parse keeps them (logged). Without a tokens file serve runs in DEV
+MODE: every request is principal "dev" in tenant "default" with every role, separation
+of duties is relaxed, and --addr must be a loopback address (exit status 2 otherwise).
 
 The simulator's write tool keeps its side effects beside the database, in
 <db>.effects.db.
@@ -182,6 +183,7 @@ func runServe(ctx context.Context, o *serveOptions, stderr io.Writer) (err error
 	if err != nil {
 		return fmt.Errorf("build server: %w", err)
 	}
+	defer reloadTokensOnHUP(log, srv, tokensPath)()
 	// Every action a crash interrupted gets its decision before the first
 	// request or worker can touch it.
 	decisions.Store(srv.RecoveryDecisions())
