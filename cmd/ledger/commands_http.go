@@ -8,6 +8,7 @@ func httpCommands() []*cobra.Command {
 	return []*cobra.Command{
 		newServeCmd(),
 		newTokenCmd(),
+		newReadyCmd(),
 		newSubmitCmd(),
 		newRunsCmd(),
 		newApprovalsCmd(),

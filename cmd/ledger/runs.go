@@ -1,13 +1,17 @@
 package main
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net/url"
 	"strconv"
 	"strings"
 	"text/tabwriter"
+	"time"
 
+	"github.com/actionledger/ledger/ledger"
 	"github.com/actionledger/ledger/server"
 	"github.com/spf13/cobra"
 )
@@ -100,42 +104,100 @@ func printRunList(w io.Writer, list server.RunList) error {
 
 func newRunsShowCmd() *cobra.Command {
 	var (
-		o     clientOptions
-		field string
+		o           clientOptions
+		field       string
+		waitState   string
+		waitTimeout time.Duration
 	)
 	cmd := &cobra.Command{
 		Use: "show RUN",
 		Example: `  ledger runs show run_01JBZ2W6Q8V1N3D5F7H9K0M2P4
   ledger runs show $RUN --json`,
 		Short: "Show a run with its actions, attempts, approvals and cancellation (GET /v1/runs/RUN)",
-		Long: `Show one run. Each action is listed with its full digest: approve and deny take
-exactly that digest (--digest), so copy it from here or from "ledger approvals list".`,
+		Long: `Show one run. Each action is listed with its full digest and its arguments: approve
+and deny take exactly that digest (--digest), so copy it from here, from
+"ledger actions show" or from "ledger approvals list".
+
+--wait-state S asks again every 100ms until the run is in state S (for example
+awaiting_approval, or completed), then shows it. A run that ends in another state, or
+is not in S after --wait-timeout, is shown as it is and exits 1.`,
 		Args: usageArgs(cobra.ExactArgs(1)),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := checkOutputFlags(o, field); err != nil {
 				return err
 			}
+			want := ledger.RunState(waitState)
+			switch {
+			case waitState != "" && !want.Valid():
+				return usagef("--wait-state %q: want one of %s", waitState, joinStates(ledger.RunStates()))
+			case waitState == "" && cmd.Flags().Changed("wait-timeout"):
+				return usagef("--wait-timeout goes with --wait-state")
+			case waitTimeout <= 0:
+				return usagef("--wait-timeout must be positive")
+			}
 			c, err := o.newClient()
 			if err != nil {
 				return err
 			}
-			var run server.Run
-			raw, err := c.getJSON(cmd.Context(), idPath("/v1/runs/%s", args[0]), nil, &run)
-			if err != nil {
-				return err
+			run, raw, waitErr := getRun(cmd.Context(), c, args[0], want, waitTimeout)
+			if raw == nil {
+				return waitErr
 			}
 			switch {
 			case o.asJSON:
-				return printJSON(cmd.OutOrStdout(), raw)
+				err = printJSON(cmd.OutOrStdout(), raw)
 			case field != "":
-				return printField(cmd.OutOrStdout(), raw, "", field)
+				err = printField(cmd.OutOrStdout(), raw, "", field)
+			default:
+				err = printRun(cmd.OutOrStdout(), run)
 			}
-			return printRun(cmd.OutOrStdout(), run)
+			return errors.Join(waitErr, err)
 		},
 	}
 	addClientFlags(cmd, &o)
 	addFieldFlag(cmd, &field)
+	cmd.Flags().StringVar(&waitState, "wait-state", "", "wait until the run is in this state, e.g. awaiting_approval or completed")
+	cmd.Flags().DurationVar(&waitTimeout, "wait-timeout", time.Minute, "with --wait-state: give up after this long (exit 1)")
 	return asUsage(cmd)
+}
+
+// getRun GETs the run once or, with want, until it is in state want. It
+// returns the last answer it got (raw is nil if none) and, with want, an
+// error (exit status 1) if the run ended in another state or was not in
+// want within timeout.
+func getRun(ctx context.Context, c *client, id string, want ledger.RunState, timeout time.Duration) (server.Run, []byte, error) {
+	deadline := time.Now().Add(timeout)
+	for {
+		var run server.Run
+		raw, err := c.getJSON(ctx, idPath("/v1/runs/%s", id), nil, &run)
+		switch {
+		case err != nil:
+			return run, nil, err
+		case want == "" || run.State == want:
+			return run, raw, nil
+		case run.State.Terminal():
+			return run, raw, &waitError{msg: fmt.Sprintf("run %s ended %s (stop reason %s): it will not be %s", id, run.State, orDash(string(run.StopReason)), want)}
+		case time.Until(deadline) < readyPollInterval:
+			return run, raw, &waitError{msg: fmt.Sprintf("run %s is still %s after %s, not %s", id, run.State, timeout, want)}
+		}
+		if err := sleepCtx(ctx, readyPollInterval); err != nil {
+			return run, raw, err
+		}
+	}
+}
+
+// waitError is a wait for a state that did not end in it: exit status 1.
+type waitError struct{ msg string }
+
+func (e *waitError) Error() string { return e.msg }
+func (e *waitError) ExitCode() int { return exitOther }
+
+func joinStates(states []ledger.RunState) string {
+	names := make([]string, len(states))
+	for i, st := range states {
+		names[i] = string(st)
+	}
+	return strings.Join(names, ", ")
 }
 
 func printRun(w io.Writer, r server.Run) error {

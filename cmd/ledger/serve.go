@@ -23,6 +23,11 @@ import (
 // envTokensFile names the tokens file when --tokens is not given.
 const envTokensFile = "LEDGER_TOKENS_FILE"
 
+// envAddr is the listen address when --addr is not given: with
+// $LEDGER_SERVER, it moves a server and its clients to another port
+// without editing a command line.
+const envAddr = "LEDGER_ADDR"
+
 // devModeWarning is logged at start-up without a tokens file.
 const devModeWarning = "DEV MODE: no tokens file; every request is principal dev in tenant default with all roles; separation of duties relaxed; loopback only"
 
@@ -66,11 +71,16 @@ On SIGTERM or SIGINT serve stops accepting connections, waits up to
 mid-call stays started; the recovery scan of the next start settles it), closes the
 stores and exits 0. Logs are structured (slog), JSON on stderr by default.`,
 		Args: usageArgs(cobra.NoArgs),
-		RunE: func(cmd *cobra.Command, _ []string) error { return runServe(cmd.Context(), &o, cmd.ErrOrStderr()) },
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if addr := os.Getenv(envAddr); addr != "" && !cmd.Flags().Changed("addr") {
+				o.addr = addr
+			}
+			return runServe(cmd.Context(), &o, cmd.ErrOrStderr())
+		},
 	}
 	f := cmd.Flags()
 	f.StringVar(&o.dbPath, "db", "./ledger.db", "path of the SQLite database")
-	f.StringVar(&o.addr, "addr", "127.0.0.1:8080", "listen address HOST:PORT (port 0 picks a free one)")
+	f.StringVar(&o.addr, "addr", "127.0.0.1:8080", "listen address HOST:PORT (env "+envAddr+"; port 0 picks a free one)")
 	f.StringVar(&o.tokensPath, "tokens", "", "tokens file (env "+envTokensFile+"); none means dev mode")
 	f.StringVar(&o.rulesPath, "rules", "", "approval rules file (schema rules); default: reads run, writes need approval")
 	f.StringVar(&o.logFormat, "log-format", "json", "log format: json or text")
