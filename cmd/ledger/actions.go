@@ -42,9 +42,6 @@ before you approve: the digest covers exactly these arguments.
 Characters that could hide or reorder text on a terminal (control and format
 characters, such as escape sequences or right-to-left overrides) are shown as \uXXXX
 escapes. --json prints the server's JSON instead.`,
-		Example: `  ledger actions show act_01JBZ2W6QA0B1C2D3E4F5G6H7J
-  DIGEST=$(ledger actions show $ACTION --field action_digest)
-  ledger actions show $ACTION --json`,
 		Args: usageArgs(cobra.ExactArgs(1)),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := checkOutputFlags(o, field); err != nil {
@@ -67,6 +64,9 @@ escapes. --json prints the server's JSON instead.`,
 			}
 			return printAction(cmd.OutOrStdout(), a)
 		},
+		Example: `  ledger actions show act_01JBZ2W6QA0B1C2D3E4F5G6H7J
+  DIGEST=$(ledger actions show $ACTION --field action_digest)
+  ledger actions show $ACTION --json`,
 	}
 	addClientFlags(cmd, &o)
 	addFieldFlag(cmd, &field)

@@ -15,11 +15,11 @@ import (
 
 func newApprovalsCmd() *cobra.Command {
 	cmd := &cobra.Command{
-		Use: "approvals",
-		Example: `  ledger approvals list
-  ledger approvals list --state granted --json`,
+		Use:   "approvals",
 		Short: "Approvals waiting for a person",
 		Args:  usageArgs(cobra.NoArgs),
+		Example: `  ledger approvals list
+  ledger approvals list --state granted --json`,
 	}
 	cmd.AddCommand(newApprovalsListCmd())
 	return asUsage(cmd)
@@ -32,10 +32,7 @@ func newApprovalsListCmd() *cobra.Command {
 		field string
 	)
 	cmd := &cobra.Command{
-		Use: "list [--state pending]",
-		Example: `  LEDGER_TOKEN=$BOB ledger approvals list
-  ledger approvals list --state expired
-  ledger approvals list --json`,
+		Use:   "list [--state pending]",
 		Short: "List approvals of the tenant (GET /v1/approvals)",
 		Long: `List approvals, by default the pending ones, with the action each one is for,
 its run, its tool, the full action digest to pass to "ledger approve --digest", when
@@ -73,6 +70,9 @@ names neither; "ledger actions show ACTION" shows the arguments in full.
 			}
 			return printApprovals(cmd.OutOrStdout(), list, actions)
 		},
+		Example: `  LEDGER_TOKEN=$BOB ledger approvals list
+  ledger approvals list --state expired
+  ledger approvals list --json`,
 	}
 	cmd.Flags().StringVar(&state, "state", "pending", "approval state to list")
 	addClientFlags(cmd, &o)

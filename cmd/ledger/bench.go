@@ -64,9 +64,7 @@ type benchOptions struct {
 func newBenchCmd() *cobra.Command {
 	var o benchOptions
 	cmd := &cobra.Command{
-		Use: "bench",
-		Example: `  ledger bench --quick
-  ledger bench --duration 10s --json > bench.json`,
+		Use:   "bench",
 		Short: "Measure the ledger against a raw SQLite commit on the same disk, in one run",
 		Long: `Measure, in this process and on fresh databases in a new directory, each figure of
 BENCHMARKS.md beside the floor measured in the same run: raw single-row SQLite commits per
@@ -106,6 +104,8 @@ mean little.`,
 			}
 			return runBench(cmd.Context(), o, cmd.OutOrStdout(), cmd.ErrOrStderr())
 		},
+		Example: `  ledger bench --quick
+  ledger bench --duration 10s --json > bench.json`,
 	}
 	cmd.SetFlagErrorFunc(func(_ *cobra.Command, err error) error {
 		return ledger.Errorf(ledger.CodeInvalid, "%v", err)

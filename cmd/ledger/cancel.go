@@ -14,9 +14,7 @@ func newCancelCmd() *cobra.Command {
 		reason string
 	)
 	cmd := &cobra.Command{
-		Use: "cancel RUN [--reason R]",
-		Example: `  ledger cancel run_01JBZ2W6Q8V1N3D5F7H9K0M2P4 --reason "wrong document"
-  ledger cancel $RUN --json`,
+		Use:   "cancel RUN [--reason R]",
 		Short: "Request cancellation of a run (POST /v1/runs/RUN/cancel)",
 		Long: `Request that RUN stop. The server answers with the cancellation's state
 (requested, accepted, stopping, stopped): acceptance means no new attempt starts;
@@ -49,6 +47,8 @@ conflict (exit status 6).`,
 			}
 			return nil
 		},
+		Example: `  ledger cancel run_01JBZ2W6Q8V1N3D5F7H9K0M2P4 --reason "wrong document"
+  ledger cancel $RUN --json`,
 	}
 	cmd.Flags().StringVar(&reason, "reason", "", "why, recorded with the cancellation")
 	addClientFlags(cmd, &o)

@@ -20,9 +20,7 @@ var errDemoFailed = errors.New("demo: expected exactly one effect")
 func newDemoCmd() *cobra.Command {
 	var keep string
 	cmd := &cobra.Command{
-		Use: "demo",
-		Example: `  ledger demo
-  ledger demo --keep ./demo && ledger simulator effects --store ./demo/ledger.db.effects.db`,
+		Use:   "demo",
 		Short: "Run the whole approval-gated flow once on a temporary database",
 		Long: `Submit a practice-cards run from a shipped Markdown document, show the pending
 write action and its digest, approve it as a second principal, execute it, and print
@@ -43,6 +41,8 @@ Exits non-zero unless exactly one effect was recorded.`,
 			}
 			return runDemo(cmd, dir)
 		},
+		Example: `  ledger demo
+  ledger demo --keep ./demo && ledger simulator effects --store ./demo/ledger.db.effects.db`,
 	}
 	cmd.Flags().StringVar(&keep, "keep", "", "keep the databases in this directory instead of a temporary one")
 	return cmd

@@ -35,9 +35,7 @@ var evidenceFormats = []string{"json", "md", "html"}
 
 func newEvidenceCmd() *cobra.Command {
 	cmd := &cobra.Command{
-		Use: "evidence",
-		Example: `  ledger evidence export $RUN --db ./ledger.db --format md
-  ledger evidence verify $RUN --db ./ledger.db`,
+		Use:   "evidence",
 		Short: "Export a run's redacted evidence report, or verify its event chain",
 		Long: `Work on the evidence of one run in a database file (DESIGN.md section 7).
 
@@ -46,6 +44,8 @@ func newEvidenceCmd() *cobra.Command {
           observations and the redacted event timeline, with the chain verdict, as
           JSON (checked against the report schema), Markdown or a self-contained HTML page.
   verify  recompute the run's event hash chain and report the first broken link.`,
+		Example: `  ledger evidence export $RUN --db ./ledger.db --format md
+  ledger evidence verify $RUN --db ./ledger.db`,
 	}
 	// A bad flag or argument is a usage error: exit status 2.
 	cmd.SetFlagErrorFunc(func(_ *cobra.Command, err error) error {
@@ -69,9 +69,7 @@ func newEvidenceExportCmd() *cobra.Command {
 		dbPath, format, outPath, keyFile string
 	)
 	cmd := &cobra.Command{
-		Use: "export RUN",
-		Example: `  ledger evidence export $RUN --db ./ledger.db --format html --out report.html
-  LEDGER_REDACTION_KEY=$(cat key.hex) ledger evidence export $RUN --format json`,
+		Use:   "export RUN",
 		Short: "Write a run's redacted evidence report",
 		Long: `Build the evidence report of RUN from the database and write it to --out, or to stdout.
 
@@ -135,6 +133,8 @@ is broken is still written, and says where the chain broke.`,
 			}
 			return writeFileAtomic(outPath, buf.Bytes())
 		},
+		Example: `  ledger evidence export $RUN --db ./ledger.db --format html --out report.html
+  LEDGER_REDACTION_KEY=$(cat key.hex) ledger evidence export $RUN --format json`,
 	}
 	f := cmd.Flags()
 	f.StringVar(&dbPath, "db", "./ledger.db", "path of the SQLite database")
@@ -147,9 +147,8 @@ is broken is still written, and says where the chain broke.`,
 func newEvidenceVerifyCmd() *cobra.Command {
 	var dbPath string
 	cmd := &cobra.Command{
-		Use:     "verify RUN",
-		Example: `  ledger evidence verify $RUN --db ./ledger.db`,
-		Short:   "Recompute a run's event hash chain and report the first broken link",
+		Use:   "verify RUN",
+		Short: "Recompute a run's event hash chain and report the first broken link",
 		Long: `Recompute the hash chain of RUN's events from the database: every event carries the hash
 of its predecessor, and the run records the head of the chain. Prints OK with the event
 count, or the first broken link (its sequence number and why) and exits with status 1.`,
@@ -173,6 +172,7 @@ count, or the first broken link (its sequence number and why) and exits with sta
 			fmt.Fprintf(out, "BROKEN: run %s, event %d: %s\n", rep.RunID, rep.BrokenSeq, rep.Reason)
 			return &chainBrokenError{report: rep}
 		},
+		Example: `  ledger evidence verify $RUN --db ./ledger.db`,
 	}
 	cmd.Flags().StringVar(&dbPath, "db", "./ledger.db", "path of the SQLite database")
 	return cmd

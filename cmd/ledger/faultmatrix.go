@@ -13,10 +13,10 @@ import (
 
 func newFaultMatrixCmd() *cobra.Command {
 	cmd := &cobra.Command{
-		Use: "faultmatrix",
+		Use:   "faultmatrix",
+		Short: "Kill and restart this binary at every dangerous point and check what survived",
 		Example: `  ledger faultmatrix run
   ledger faultmatrix run --list`,
-		Short: "Kill and restart this binary at every dangerous point and check what survived",
 	}
 	var (
 		scenario, report, binary string
@@ -25,10 +25,7 @@ func newFaultMatrixCmd() *cobra.Command {
 		list                     bool
 	)
 	run := &cobra.Command{
-		Use: "run",
-		Example: `  ledger faultmatrix run --report faultmatrix.json
-  ledger faultmatrix run --scenario crash/after_tool_call
-  ledger faultmatrix run --list`,
+		Use:   "run",
 		Short: "Run the fault matrix (or one scenario) against this binary",
 		Long: `Start this very binary as ` + "`ledger serve`" + ` with a fault plan for each scenario, let the plan
 SIGKILL it at the fault point, start it again, let recovery act, and check against the
@@ -70,6 +67,9 @@ expectation fails.`,
 			}
 			return nil
 		},
+		Example: `  ledger faultmatrix run --report faultmatrix.json
+  ledger faultmatrix run --scenario crash/after_tool_call
+  ledger faultmatrix run --list`,
 	}
 	run.Flags().StringVar(&scenario, "scenario", "", "run one scenario, or every scenario under a prefix (crash/after_tool_call)")
 	run.Flags().StringVar(&report, "report", "", "write the JSON report to this file")

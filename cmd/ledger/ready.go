@@ -26,9 +26,6 @@ current. Prints "ready" and exits 0 if it is. Otherwise, and if nothing answers,
 1 with what went wrong; with --wait D it asks again every 100ms until the server is
 ready or D has passed, which is what a script needs right after starting
 "ledger serve" in the background. /readyz needs no token.`,
-		Example: `  ledger serve --db ./ledger.db &
-  ledger ready --wait 10s && ledger runs list
-  ledger ready --server http://10.0.0.5:8080 --json`,
 		Args: usageArgs(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if wait < 0 {
@@ -48,6 +45,9 @@ ready or D has passed, which is what a script needs right after starting
 			_, err = fmt.Fprintln(cmd.OutOrStdout(), "ready")
 			return err
 		},
+		Example: `  ledger serve --db ./ledger.db &
+  ledger ready --wait 10s && ledger runs list
+  ledger ready --server http://10.0.0.5:8080 --json`,
 	}
 	cmd.Flags().DurationVar(&wait, "wait", 0, "keep asking until the server is ready or this long has passed (0: ask once)")
 	addClientFlags(cmd, &o)

@@ -29,9 +29,7 @@ func newRecoverCmd() *cobra.Command {
 		asJSON bool
 	)
 	cmd := &cobra.Command{
-		Use: "recover",
-		Example: `  ledger recover --db ./ledger.db
-  ledger recover --db ./ledger.db --json`,
+		Use:   "recover",
 		Short: "Decide, record and act on every interrupted action of the database",
 		Long: `Run the recovery scan on a database file: every approved, running or uncertain action of
 a live run gets one decision from the recovery table (continue, reconcile, stop or review),
@@ -51,6 +49,8 @@ recorded with its rationale as an event, and acted on. Run it while no server us
 			}
 			return printScan(cmd, rep, asJSON)
 		},
+		Example: `  ledger recover --db ./ledger.db
+  ledger recover --db ./ledger.db --json`,
 	}
 	cmd.Flags().StringVar(&dbPath, "db", "./ledger.db", "path of the SQLite database")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")

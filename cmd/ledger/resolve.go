@@ -15,9 +15,7 @@ func newResolveCmd() *cobra.Command {
 		note    string
 	)
 	cmd := &cobra.Command{
-		Use: "resolve ACTION --outcome happened|not_happened|abandon [--note N]",
-		Example: `  ledger resolve $ACTION --outcome happened --note "the cards are in the deck"
-  ledger resolve $ACTION --outcome abandon`,
+		Use:   "resolve ACTION --outcome happened|not_happened|abandon [--note N]",
 		Short: "Settle an action in review: did its effect happen? (POST /v1/actions/ACTION/resolve)",
 		Long: `Settle an action whose effect the ledger could not establish (state
 needs_review). Check the tool's own records first, then say what you found:
@@ -55,6 +53,8 @@ An action that is not in review is a conflict (exit status 6).`,
 			fmt.Fprintf(cmd.OutOrStdout(), "resolved %s (%s) of run %s as %s: action %s\n", args[0], orDash(a.Tool), orDash(string(a.RunID)), outcome, orDash(string(a.State)))
 			return nil
 		},
+		Example: `  ledger resolve $ACTION --outcome happened --note "the cards are in the deck"
+  ledger resolve $ACTION --outcome abandon`,
 	}
 	cmd.Flags().StringVar(&outcome, "outcome", "", "happened, not_happened or abandon (required)")
 	cmd.Flags().StringVar(&note, "note", "", "what you checked, recorded with the resolution")

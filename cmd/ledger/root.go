@@ -32,13 +32,13 @@ func newRootCmd(stdout, stderr io.Writer) *cobra.Command {
 	root := &cobra.Command{
 		Use:   "ledger",
 		Short: "An approval-gated action ledger for AI agents",
-		Example: `  ledger serve --db ./ledger.db --tokens tokens.json
-  ledger runs list --server http://127.0.0.1:8080
-  ledger help runs show`,
 		// --version prints what `ledger version` prints.
 		Version:       versionLine(),
 		SilenceUsage:  true,
 		SilenceErrors: true,
+		Example: `  ledger serve --db ./ledger.db --tokens tokens.json
+  ledger runs list --server http://127.0.0.1:8080
+  ledger help runs show`,
 	}
 	root.SetVersionTemplate("{{.Version}}\n")
 	root.SetOut(stdout)

@@ -18,12 +18,12 @@ import (
 
 func newRunsCmd() *cobra.Command {
 	cmd := &cobra.Command{
-		Use: "runs",
+		Use:   "runs",
+		Short: "List and inspect runs on the server",
+		Args:  usageArgs(cobra.NoArgs),
 		Example: `  ledger runs list --state awaiting_approval
   ledger runs show $RUN
   ledger runs timeline $RUN`,
-		Short: "List and inspect runs on the server",
-		Args:  usageArgs(cobra.NoArgs),
 	}
 	cmd.AddCommand(newRunsListCmd(), newRunsShowCmd(), newRunsTimelineCmd())
 	return asUsage(cmd)
@@ -37,10 +37,7 @@ func newRunsListCmd() *cobra.Command {
 		cursor string
 	)
 	cmd := &cobra.Command{
-		Use: "list [--state S] [--limit N] [--cursor C]",
-		Example: `  ledger runs list
-  ledger runs list --state awaiting_approval --limit 20
-  ledger runs list --json`,
+		Use:   "list [--state S] [--limit N] [--cursor C]",
 		Short: "List the runs the token may read, oldest first (GET /v1/runs)",
 		Long: `List runs the token may read. --state filters by run state (queued, running,
 awaiting_approval, needs_review, stopping, completed, stopped, failed). When more runs
@@ -74,6 +71,9 @@ remain, the last line gives the --cursor of the next page.`,
 			}
 			return printRunList(cmd.OutOrStdout(), list)
 		},
+		Example: `  ledger runs list
+  ledger runs list --state awaiting_approval --limit 20
+  ledger runs list --json`,
 	}
 	cmd.Flags().StringVar(&state, "state", "", "only runs in this state")
 	cmd.Flags().IntVar(&limit, "limit", 0, "at most this many runs (0: the server's page size)")
@@ -110,9 +110,7 @@ func newRunsShowCmd() *cobra.Command {
 		waitTimeout time.Duration
 	)
 	cmd := &cobra.Command{
-		Use: "show RUN",
-		Example: `  ledger runs show run_01JBZ2W6Q8V1N3D5F7H9K0M2P4
-  ledger runs show $RUN --json`,
+		Use:   "show RUN",
 		Short: "Show a run with its actions, attempts, approvals and cancellation (GET /v1/runs/RUN)",
 		Long: `Show one run. Each action is listed with its full digest and its arguments: approve
 and deny take exactly that digest (--digest), so copy it from here, from
@@ -153,6 +151,8 @@ is not in S after --wait-timeout, is shown as it is and exits 1.`,
 			}
 			return errors.Join(waitErr, err)
 		},
+		Example: `  ledger runs show run_01JBZ2W6Q8V1N3D5F7H9K0M2P4
+  ledger runs show $RUN --json`,
 	}
 	addClientFlags(cmd, &o)
 	addFieldFlag(cmd, &field)
@@ -249,9 +249,7 @@ func reasonSuffix(reason string) string {
 func newRunsTimelineCmd() *cobra.Command {
 	var o clientOptions
 	cmd := &cobra.Command{
-		Use: "timeline RUN",
-		Example: `  ledger runs timeline $RUN
-  ledger runs timeline $RUN --json`,
+		Use:   "timeline RUN",
 		Short: "Show a run's redacted event timeline and whether its hash chain verifies (GET /v1/runs/RUN/timeline)",
 		Args:  usageArgs(cobra.ExactArgs(1)),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -269,6 +267,8 @@ func newRunsTimelineCmd() *cobra.Command {
 			}
 			return printTimeline(cmd.OutOrStdout(), tl)
 		},
+		Example: `  ledger runs timeline $RUN
+  ledger runs timeline $RUN --json`,
 	}
 	addClientFlags(cmd, &o)
 	return asUsage(cmd)

@@ -46,10 +46,7 @@ type serveOptions struct {
 func newServeCmd() *cobra.Command {
 	var o serveOptions
 	cmd := &cobra.Command{
-		Use: "serve [--db PATH] [--addr HOST:PORT] [--tokens FILE]",
-		Example: `  ledger serve                                  # dev mode: ./ledger.db on 127.0.0.1:8080
-  ledger serve --db /var/lib/ledger/ledger.db --addr 0.0.0.0:8080 --tokens /etc/ledger/tokens.json
-  kill -HUP $(pidof ledger)                     # re-read the tokens file`,
+		Use:   "serve [--db PATH] [--addr HOST:PORT] [--tokens FILE]",
 		Short: "Run the HTTP API and the engine's workers",
 		Long: `Serve HTTP API v1 on --addr over the ledger database --db, and advance runs with
 the engine's worker pool. Before it accepts requests, serve runs the recovery scan, so
@@ -77,6 +74,9 @@ stores and exits 0. Logs are structured (slog), JSON on stderr by default.`,
 			}
 			return runServe(cmd.Context(), &o, cmd.ErrOrStderr())
 		},
+		Example: `  ledger serve                                  # dev mode: ./ledger.db on 127.0.0.1:8080
+  ledger serve --db /var/lib/ledger/ledger.db --addr 0.0.0.0:8080 --tokens /etc/ledger/tokens.json
+  kill -HUP $(pidof ledger)                     # re-read the tokens file`,
 	}
 	f := cmd.Flags()
 	f.StringVar(&o.dbPath, "db", "./ledger.db", "path of the SQLite database")

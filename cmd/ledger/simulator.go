@@ -12,9 +12,10 @@ import (
 
 func newSimulatorCmd() *cobra.Command {
 	cmd := &cobra.Command{
-		Use:     "simulator",
-		Example: `  ledger simulator effects --store ./ledger.db.effects.db`,
-		Short:   "Inspect the tool simulator's own side-effect store",
+		Use:   "simulator",
+		Short: "Inspect the tool simulator's own side-effect store",
+		Example: `  ledger simulator effects --store ./ledger.db.effects.db
+  ledger simulator effects --store ./ledger.db.effects.db --json`,
 	}
 	cmd.AddCommand(newSimulatorEffectsCmd())
 	return cmd
@@ -26,9 +27,7 @@ func newSimulatorEffectsCmd() *cobra.Command {
 		asJSON bool
 	)
 	cmd := &cobra.Command{
-		Use: "effects --store PATH",
-		Example: `  ledger simulator effects --store ./ledger.db.effects.db
-  ledger simulator effects --store ./ledger.db.effects.db --json`,
+		Use:   "effects --store PATH",
 		Short: "List the side effects the simulated tools recorded, read from their own store",
 		Long: `List every side effect in the simulator's store (by default beside the ledger database,
 <db>.effects.db). The ledger never writes this file, so its count is independent evidence
@@ -66,6 +65,8 @@ of how often a tool really acted. --json prints one JSON object per effect.`,
 			fmt.Fprintf(tw, "\n%d effects\n", len(effects))
 			return tw.Flush()
 		},
+		Example: `  ledger simulator effects --store ./ledger.db.effects.db
+  ledger simulator effects --store ./ledger.db.effects.db --json`,
 	}
 	cmd.Flags().StringVar(&path, "store", "./ledger.db.effects.db", "path of the simulator's effect store")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "one JSON object per effect")

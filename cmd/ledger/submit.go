@@ -31,10 +31,7 @@ type submitOptions struct {
 func newSubmitCmd() *cobra.Command {
 	var o submitOptions
 	cmd := &cobra.Command{
-		Use: "submit --agent NAME (--input FILE|- | --title T --markdown-file F) [--key K]",
-		Example: `  ledger submit --title "Rust ownership" --markdown-file notes.md
-  ledger submit --input input.json --key nightly-2025-01-31
-  RUN=$(ledger submit --title T --markdown-file notes.md --field id)`,
+		Use:   "submit --agent NAME (--input FILE|- | --title T --markdown-file F) [--key K]",
 		Short: "Submit a run to the server (POST /v1/runs)",
 		Long: `Submit a run of an agent registered in the server. The agent's input is a JSON
 object read from --input (a file, or - for stdin), or, for practice-cards, built from
@@ -50,6 +47,9 @@ flag go to stderr; --field prints one field of it instead (--field id: the run i
 alone, for a shell to capture).`,
 		Args: usageArgs(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, _ []string) error { return runSubmit(cmd, &o) },
+		Example: `  ledger submit --title "Rust ownership" --markdown-file notes.md
+  ledger submit --input input.json --key nightly-2025-01-31
+  RUN=$(ledger submit --title T --markdown-file notes.md --field id)`,
 	}
 	f := cmd.Flags()
 	f.StringVar(&o.agent, "agent", "practice-cards", "agent to run")

@@ -17,11 +17,11 @@ import (
 
 func newTokenCmd() *cobra.Command {
 	cmd := &cobra.Command{
-		Use: "token",
-		Example: `  ledger token new --principal alice --tenant acme --role submitter --add-to tokens.json
-  ledger token list --file tokens.json`,
+		Use:   "token",
 		Short: "Make, list and revoke the bearer tokens of the server's tokens file",
 		Args:  usageArgs(cobra.NoArgs),
+		Example: `  ledger token new --principal alice --tenant acme --role submitter --add-to tokens.json
+  ledger token list --file tokens.json`,
 	}
 	cmd.AddCommand(newTokenNewCmd(), newTokenListCmd(), newTokenRevokeCmd())
 	return asUsage(cmd)
@@ -36,9 +36,7 @@ func newTokenNewCmd() *cobra.Command {
 		asJSON    bool
 	)
 	cmd := &cobra.Command{
-		Use: "new --principal P --tenant T --role R [--role R…] [--add-to FILE]",
-		Example: `  ledger token new --principal bob --tenant acme --role approver --add-to tokens.json
-  ledger token new --principal ci --tenant acme --role submitter --role auditor --json`,
+		Use:   "new --principal P --tenant T --role R [--role R…] [--add-to FILE]",
 		Short: "Make a fresh token and the tokens-file entry that accepts it",
 		Long: `Make a fresh random bearer token for a principal of a tenant with the given roles
 (submitter, approver, auditor, admin). The token is printed once, on the first line of
@@ -85,6 +83,8 @@ it one (kill -HUP PID) or restart it afterwards.
 			}
 			return nil
 		},
+		Example: `  ledger token new --principal bob --tenant acme --role approver --add-to tokens.json
+  ledger token new --principal ci --tenant acme --role submitter --role auditor --json`,
 	}
 	f := cmd.Flags()
 	f.StringVar(&principal, "principal", "", "who the token identifies, e.g. alice (required)")
@@ -242,8 +242,6 @@ hex digits of the token's SHA-256, as many as it takes to tell the entries apart
 least 8). The tokens themselves are not in the file and cannot be shown. The prefix is
 what "ledger token revoke --sha256" takes. A file the server would refuse is refused
 here too, with the reason (exit status 2).`,
-		Example: `  ledger token list --file tokens.json
-  LEDGER_TOKENS_FILE=/etc/ledger/tokens.json ledger token list --json`,
 		Args: usageArgs(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			path, err := file()
@@ -267,6 +265,8 @@ here too, with the reason (exit status 2).`,
 			}
 			return printTokenRows(out, rows)
 		},
+		Example: `  ledger token list --file tokens.json
+  LEDGER_TOKENS_FILE=/etc/ledger/tokens.json ledger token list --json`,
 	}
 	file = tokensFileFlag(cmd)
 	cmd.Flags().BoolVar(&asJSON, "json", false, `print {"tokens": [{"principal", "tenant", "roles", "sha256_prefix"}]}`)
@@ -291,9 +291,6 @@ file again on SIGHUP (kill -HUP PID): from then on the revoked tokens get 401.
 
 Prints each entry removed. Nothing matching is exit status 5 and leaves the file as it
 was; so does a file the server would refuse (exit status 2).`,
-		Example: `  ledger token revoke --file tokens.json --principal alice --tenant acme
-  ledger token revoke --file tokens.json --sha256 3f9a2c71
-  kill -HUP $(pidof ledger)                 # the running server drops the revoked tokens`,
 		Args: usageArgs(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			match, err := revokeMatcher(principal, tenant, prefix)
@@ -338,6 +335,9 @@ was; so does a file the server would refuse (exit status 2).`,
 			fmt.Fprintf(cmd.ErrOrStderr(), "wrote %s (%s); send the server SIGHUP (kill -HUP PID) to apply it\n", path, left)
 			return nil
 		},
+		Example: `  ledger token revoke --file tokens.json --principal alice --tenant acme
+  ledger token revoke --file tokens.json --sha256 3f9a2c71
+  kill -HUP $(pidof ledger)                 # the running server drops the revoked tokens`,
 	}
 	file = tokensFileFlag(cmd)
 	f := cmd.Flags()

@@ -14,10 +14,7 @@ func newVersionCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "version",
 		Short: "Print the build version and the database schema version it writes",
-		Example: `  ledger version
-  ledger --version
-  ledger version --json`,
-		Args: cobra.NoArgs,
+		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if asJSON {
 				return json.NewEncoder(cmd.OutOrStdout()).Encode(versionInfo())
@@ -25,6 +22,9 @@ func newVersionCmd() *cobra.Command {
 			_, err := fmt.Fprintln(cmd.OutOrStdout(), versionLine())
 			return err
 		},
+		Example: `  ledger version
+  ledger --version
+  ledger version --json`,
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
 	return cmd

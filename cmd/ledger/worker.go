@@ -12,9 +12,7 @@ func newWorkerCmd() *cobra.Command {
 		untilIdle bool
 	)
 	cmd := &cobra.Command{
-		Use: "worker",
-		Example: `  ledger worker --db ./ledger.db
-  ledger worker --db ./ledger.db --until-idle`,
+		Use:   "worker",
 		Short: "Advance runs on a database file without serving HTTP",
 		Long: `Run the recovery scan, then advance every runnable run (queued, running, stopping)
 until none is left (--until-idle) or until interrupted. Runs waiting for a person stay
@@ -64,6 +62,8 @@ waiting. The crash tests and the fault matrix start this command with a fault pl
 				}
 			}
 		},
+		Example: `  ledger worker --db ./ledger.db
+  ledger worker --db ./ledger.db --until-idle`,
 	}
 	cmd.Flags().StringVar(&dbPath, "db", "./ledger.db", "path of the SQLite database")
 	cmd.Flags().BoolVar(&untilIdle, "until-idle", false, "exit once no run can advance without a person")
