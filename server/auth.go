@@ -101,8 +101,8 @@ type TokensFile struct {
 }
 
 // Tokens is a loaded tokens file: a lookup from a token's hash to its
-// identity. It is immutable and safe for concurrent use. A nil *Tokens in
-// Config means dev mode.
+// identity. It is immutable and safe for concurrent use; a server takes a
+// new set whole (Server.SetTokens). A nil *Tokens in Config means dev mode.
 type Tokens struct {
 	byHash map[string]Identity
 }
@@ -269,7 +269,9 @@ func (s *Server) authenticate(next echo.HandlerFunc) echo.HandlerFunc {
 	return func(c echo.Context) error {
 		r := c.Request()
 		var id Identity
-		if s.tokens == nil {
+		// One load per request: a set swapped meanwhile applies to the next.
+		tokens := s.tokens.Load()
+		if tokens == nil {
 			if !loopback(r.RemoteAddr) {
 				return forbidden("dev mode serves loopback clients only")
 			}
@@ -279,7 +281,7 @@ func (s *Server) authenticate(next echo.HandlerFunc) echo.HandlerFunc {
 			if err != nil {
 				return &apiError{code: CodeUnauthorized, detail: err.Error()}
 			}
-			known, ok := s.tokens.byHash[HashToken(tok)]
+			known, ok := tokens.byHash[HashToken(tok)]
 			if !ok {
 				return &apiError{code: CodeUnauthorized, detail: "unknown token"}
 			}
@@ -288,6 +290,26 @@ func (s *Server) authenticate(next echo.HandlerFunc) echo.HandlerFunc {
 		c.SetRequest(r.WithContext(withIdentity(r.Context(), id)))
 		return next(c)
 	}
+}
+
+// ErrDevMode is SetTokens on a server built without tokens: dev mode cannot
+// be left, nor entered, while the server runs.
+var ErrDevMode = errors.New("server: dev mode has no tokens to replace")
+
+// SetTokens replaces the tokens the server accepts with t, at once and
+// whole: a request authenticates against the old set or the new one, never
+// a mix, and a request already past authentication goes on as who it was.
+// Serve calls it on SIGHUP with the tokens file read again. It refuses a
+// nil t (that would be dev mode) and a server in dev mode (ErrDevMode).
+func (s *Server) SetTokens(t *Tokens) error {
+	if t == nil {
+		return errors.New("server: SetTokens: no tokens (dev mode cannot be switched on)")
+	}
+	if s.tokens.Load() == nil {
+		return ErrDevMode
+	}
+	s.tokens.Store(t)
+	return nil
 }
 
 // DevIdentity is who every request is in dev mode.

@@ -202,3 +202,71 @@ func TestNewTokenLine(t *testing.T) {
 		})
 	}
 }
+
+func TestSetTokens(t *testing.T) {
+	// tokensFor makes a set with one fresh token for principal in acme.
+	tokensFor := func(t *testing.T, principal string, roles ...string) (string, *server.Tokens) {
+		t.Helper()
+		tok, line, err := server.NewTokenLine(principal, "acme", roles)
+		require.NoError(t, err)
+		data, err := json.Marshal(server.TokensFile{Tokens: []server.TokenEntry{line}})
+		require.NoError(t, err)
+		tokens, err := server.ParseTokens(data)
+		require.NoError(t, err)
+		return tok, tokens
+	}
+	status := func(t *testing.T, e *env, token string) int {
+		t.Helper()
+		return e.send(t, request{method: http.MethodGet, path: "/v1/runs",
+			header: map[string][]string{"Authorization": {"Bearer " + token}}}).Status
+	}
+	t.Run("OK", func(t *testing.T) {
+		e := newEnv(t, options{})
+		require.Equal(t, http.StatusOK, status(t, e, e.tokens["alice"]))
+		zed, tokens := tokensFor(t, "zed", "auditor")
+		require.Equal(t, http.StatusUnauthorized, status(t, e, zed))
+
+		require.NoError(t, e.srv.SetTokens(tokens))
+		require.Equal(t, http.StatusUnauthorized, status(t, e, e.tokens["alice"]), "a token the new set lacks is revoked")
+		require.Equal(t, http.StatusOK, status(t, e, zed), "a token the new set has is accepted")
+	})
+	t.Run("ErrNil", func(t *testing.T) {
+		e := newEnv(t, options{})
+		require.Error(t, e.srv.SetTokens(nil))
+		require.Equal(t, http.StatusOK, status(t, e, e.tokens["alice"]), "the old set stays")
+	})
+	t.Run("ErrDevMode", func(t *testing.T) {
+		e := newEnv(t, options{dev: true})
+		_, tokens := tokensFor(t, "zed", "auditor")
+		require.ErrorIs(t, e.srv.SetTokens(tokens), server.ErrDevMode)
+		res := e.send(t, request{method: http.MethodGet, path: "/v1/runs"})
+		require.Equal(t, http.StatusOK, res.Status, "still dev mode: no token needed")
+	})
+	// Requests authenticate while sets are swapped: each sees one whole
+	// set (run with -race).
+	t.Run("ConcurrentSwaps", func(t *testing.T) {
+		e := newEnv(t, options{})
+		zed, withZed := tokensFor(t, "zed", "auditor")
+		_, withoutZed := tokensFor(t, "yan", "auditor")
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			for i := range 200 {
+				set := withZed
+				if i%2 == 1 {
+					set = withoutZed
+				}
+				if err := e.srv.SetTokens(set); err != nil {
+					panic(err)
+				}
+			}
+		}()
+		for range 50 {
+			got := status(t, e, zed)
+			require.Contains(t, []int{http.StatusOK, http.StatusUnauthorized}, got)
+		}
+		<-done
+		require.NoError(t, e.srv.SetTokens(withZed))
+		require.Equal(t, http.StatusOK, status(t, e, zed))
+	})
+}

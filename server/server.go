@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/labstack/echo/v4"
@@ -39,6 +40,7 @@ type Config struct {
 	// with every role. The caller must then listen on loopback only and
 	// say so loudly in its log; the server also refuses clients whose
 	// address is not loopback (403).
+	// Server.SetTokens replaces them while the server runs.
 	Tokens *Tokens
 	// Logger receives request and error logs; nil discards them. Tokens
 	// are never logged.
@@ -76,7 +78,8 @@ type Server struct {
 	store     ledger.Store
 	engine    *engine.Engine
 	approvals *approval.Service
-	tokens    *Tokens
+	// tokens is swapped whole by SetTokens; it is nil, for good, in dev mode.
+	tokens    atomic.Pointer[Tokens]
 	log       *slog.Logger
 	reg       *prometheus.Registry
 	metrics   *Metrics
@@ -116,10 +119,11 @@ func New(cfg Config) (*Server, error) {
 		cfg.Now = time.Now
 	}
 	s := &Server{
-		store: cfg.Store, engine: cfg.Engine, approvals: cfg.Approvals, tokens: cfg.Tokens,
+		store: cfg.Store, engine: cfg.Engine, approvals: cfg.Approvals,
 		log: cfg.Logger, maxBody: cfg.MaxBodyBytes, now: cfg.Now, ready: cfg.ReadyFunc,
 		redactor: cfg.Redactor, beforeSubmit: cfg.beforeSubmit, inflight: map[inflightKey]struct{}{},
 	}
+	s.tokens.Store(cfg.Tokens)
 	if s.ready == nil {
 		s.ready = s.defaultReady
 	}

@@ -18,6 +18,8 @@ func newApprovalsCmd() *cobra.Command {
 		Use:   "approvals",
 		Short: "Approvals waiting for a person",
 		Args:  usageArgs(cobra.NoArgs),
+		Example: `  ledger approvals list
+  ledger approvals list --state granted --json`,
 	}
 	cmd.AddCommand(newApprovalsListCmd())
 	return asUsage(cmd)
@@ -27,16 +29,22 @@ func newApprovalsListCmd() *cobra.Command {
 	var (
 		o     clientOptions
 		state string
+		field string
 	)
 	cmd := &cobra.Command{
 		Use:   "list [--state pending]",
 		Short: "List approvals of the tenant (GET /v1/approvals)",
 		Long: `List approvals, by default the pending ones, with the action each one is for,
-its run, its tool, the full action digest to pass to "ledger approve --digest", and
-when it expires. The table looks up each action's tool (GET /v1/actions/ACTION);
---json prints the server's list as it is.`,
+its run, its tool, the full action digest to pass to "ledger approve --digest", when
+it expires, and the start of the action's arguments on one line. The table looks up
+each action (GET /v1/actions/ACTION) for its tool and arguments, since an approval
+names neither; "ledger actions show ACTION" shows the arguments in full.
+--json prints the server's list as it is; --field prints one field of each approval.`,
 		Args: usageArgs(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := checkOutputFlags(o, field); err != nil {
+				return err
+			}
 			c, err := o.newClient()
 			if err != nil {
 				return err
@@ -50,54 +58,75 @@ when it expires. The table looks up each action's tool (GET /v1/actions/ACTION);
 			if err != nil {
 				return err
 			}
-			if o.asJSON {
+			switch {
+			case o.asJSON:
 				return printJSON(cmd.OutOrStdout(), raw)
+			case field != "":
+				return printField(cmd.OutOrStdout(), raw, "approvals", field)
 			}
-			tools, err := actionTools(cmd.Context(), c, list.Approvals)
+			actions, err := approvalActions(cmd.Context(), c, list.Approvals)
 			if err != nil {
 				return err
 			}
-			return printApprovals(cmd.OutOrStdout(), list, tools)
+			return printApprovals(cmd.OutOrStdout(), list, actions)
 		},
+		Example: `  LEDGER_TOKEN=$BOB ledger approvals list
+  ledger approvals list --state expired
+  ledger approvals list --json`,
 	}
 	cmd.Flags().StringVar(&state, "state", "pending", "approval state to list")
 	addClientFlags(cmd, &o)
+	addFieldFlag(cmd, &field)
 	return asUsage(cmd)
 }
 
-// actionTools looks up the tool of each approval's action: the approval
-// itself does not name it, and a person deciding needs to see it. An
-// action that vanished meanwhile (404) shows as "?".
-func actionTools(ctx context.Context, c *client, approvals []server.Approval) (map[string]string, error) {
-	tools := map[string]string{}
+// approvalActions looks up the action of each approval: the approval
+// itself names neither its tool nor its arguments, and a person deciding
+// needs to see both. An action that vanished meanwhile (404) is left out,
+// and shows as "?".
+func approvalActions(ctx context.Context, c *client, approvals []server.Approval) (map[string]server.Action, error) {
+	actions := map[string]server.Action{}
+	missing := map[string]bool{}
 	for _, ap := range approvals {
 		id := string(ap.ActionID)
-		if _, ok := tools[id]; ok {
+		if _, ok := actions[id]; ok || missing[id] {
 			continue
 		}
 		var a server.Action
 		if _, err := c.getJSON(ctx, idPath("/v1/actions/%s", id), nil, &a); err != nil {
 			if apiErr := (*APIError)(nil); errors.As(err, &apiErr) && apiErr.Status == http.StatusNotFound {
-				tools[id] = "?"
+				missing[id] = true
 				continue
 			}
 			return nil, err
 		}
-		tools[id] = a.Tool
+		actions[id] = a
 	}
-	return tools, nil
+	return actions, nil
 }
 
-func printApprovals(w io.Writer, list server.ApprovalList, tools map[string]string) error {
+// approvalArgumentsWidth is how much of an action's arguments a row of
+// approvals list shows; actions show shows them whole.
+const approvalArgumentsWidth = 60
+
+func printApprovals(w io.Writer, list server.ApprovalList, actions map[string]server.Action) error {
 	if len(list.Approvals) == 0 {
 		_, err := fmt.Fprintln(w, "no approvals")
 		return err
 	}
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "ACTION\tRUN\tTOOL\tSTATE\tDIGEST\tEXPIRES")
+	fmt.Fprintln(tw, "ACTION\tRUN\tTOOL\tSTATE\tDIGEST\tEXPIRES\tARGUMENTS")
 	for _, ap := range list.Approvals {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", ap.ActionID, ap.RunID, orDash(tools[string(ap.ActionID)]),
-			ap.State, ap.ActionDigest, fmtTimePtr(ap.ExpiresAt))
+		tool, args := "?", "?"
+		if a, ok := actions[string(ap.ActionID)]; ok {
+			tool, args = displayText(a.Tool), compactJSON(a.Arguments, approvalArgumentsWidth)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", ap.ActionID, ap.RunID, tool,
+			ap.State, ap.ActionDigest, fmtTimePtr(ap.ExpiresAt), args)
 	}
-	return tw.Flush()
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	_, err := fmt.Fprintln(w, "\nthe arguments in full: ledger actions show ACTION")
+	return err
 }

@@ -23,6 +23,13 @@ func TestApprovalsList(t *testing.T) {
 		require.Contains(t, out, string(run))
 		require.Contains(t, out, "cards.write")
 		require.Contains(t, out, string(action.ActionDigest), "the digest in full")
+		require.Contains(t, out, "ARGUMENTS")
+		require.Contains(t, out, compactArgs(t, action)[:approvalArgumentsWidth]+"…", "the start of the arguments, on the row")
+		require.Contains(t, out, "ledger actions show ACTION")
+
+		out, _, err = env.cli(t, "bob", "approvals", "list", "--field", "action_id")
+		require.NoError(t, err)
+		require.Equal(t, string(action.ID)+"\n", out, "one line per approval, for a shell to capture")
 
 		out, _, err = env.cli(t, "bob", "approvals", "list", "--json")
 		require.NoError(t, err)

@@ -104,6 +104,8 @@ mean little.`,
 			}
 			return runBench(cmd.Context(), o, cmd.OutOrStdout(), cmd.ErrOrStderr())
 		},
+		Example: `  ledger bench --quick
+  ledger bench --duration 10s --json > bench.json`,
 	}
 	cmd.SetFlagErrorFunc(func(_ *cobra.Command, err error) error {
 		return ledger.Errorf(ledger.CodeInvalid, "%v", err)

@@ -47,6 +47,8 @@ conflict (exit status 6).`,
 			}
 			return nil
 		},
+		Example: `  ledger cancel run_01JBZ2W6Q8V1N3D5F7H9K0M2P4 --reason "wrong document"
+  ledger cancel $RUN --json`,
 	}
 	cmd.Flags().StringVar(&reason, "reason", "", "why, recorded with the cancellation")
 	addClientFlags(cmd, &o)

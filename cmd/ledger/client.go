@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -96,6 +97,9 @@ func asUsage(cmd *cobra.Command) *cobra.Command {
 type APIError struct {
 	Status  int
 	Problem server.Problem
+	// Body is the problem document as the server sent it, when it sent
+	// JSON; --json prints it instead of the message (see printProblem).
+	Body []byte
 	// RetryAfter is the Retry-After header, if the server sent one (409
 	// request_in_progress: the same key is still being processed).
 	RetryAfter string
@@ -282,7 +286,9 @@ func problemError(res *http.Response, data []byte) error {
 	e := &APIError{Status: res.StatusCode, RetryAfter: res.Header.Get("Retry-After")}
 	mt, _, _ := mime.ParseMediaType(res.Header.Get("Content-Type"))
 	if mt == "application/problem+json" || mt == "application/json" {
-		_ = json.Unmarshal(data, &e.Problem) // a garbled body still has its status
+		if json.Unmarshal(data, &e.Problem) == nil { // a garbled body still has its status
+			e.Body = data
+		}
 	}
 	if e.Problem.Detail == "" && e.Problem.Title == "" && mt == "text/plain" {
 		e.Problem.Detail = strings.TrimSpace(string(data))
@@ -349,4 +355,93 @@ func orDash(s string) string {
 		return "-"
 	}
 	return s
+}
+
+// reportedError is an error already shown to the user (the problem
+// document printed under --json): main exits with its status without
+// printing it again.
+type reportedError struct{ err error }
+
+func (e *reportedError) Error() string { return e.err.Error() }
+func (e *reportedError) Unwrap() error { return e.err }
+
+// printProblem shows a refused request of a command run with --json as the
+// server's problem document (application/problem+json, as received,
+// indented) on stderr, and returns the error marked as reported. Stdout
+// keeps only answers, so `x=$(ledger … --json)` never captures an error as
+// if it were one; the exit status still says which it was. An error that
+// carries no problem document (the server unreachable, a usage error, a
+// body that is not JSON) is returned as it is, for main to print as a line.
+func printProblem(cmd *cobra.Command, stderr io.Writer, err error) error {
+	var apiErr *APIError
+	if cmd == nil || !errors.As(err, &apiErr) || len(apiErr.Body) == 0 {
+		return err
+	}
+	if f := cmd.Flags().Lookup("json"); f == nil || f.Value.String() != "true" {
+		return err
+	}
+	if perr := printJSON(stderr, apiErr.Body); perr != nil {
+		return err
+	}
+	return &reportedError{err: err}
+}
+
+// addFieldFlag registers --field, which prints one field of the server's
+// JSON answer, for a shell to capture: RUN=$(ledger submit … --field id).
+func addFieldFlag(cmd *cobra.Command, field *string) {
+	cmd.Flags().StringVar(field, "field", "", "print only this field of the server's JSON (one line per item of a list), e.g. id")
+}
+
+// checkOutputFlags refuses --json with --field: one asks for the whole
+// answer, the other for one value of it.
+func checkOutputFlags(o clientOptions, field string) error {
+	if o.asJSON && field != "" {
+		return usagef("give --json or --field, not both")
+	}
+	return nil
+}
+
+// printField prints field of the JSON object raw, or of each object of its
+// array listKey (one line each): a string as it is, anything else as
+// compact JSON. A field the answer does not have is a usage error that
+// names the fields it has.
+func printField(w io.Writer, raw []byte, listKey, field string) error {
+	var items []map[string]json.RawMessage
+	if listKey == "" {
+		var obj map[string]json.RawMessage
+		if err := decodeBody(raw, &obj); err != nil {
+			return err
+		}
+		items = append(items, obj)
+	} else {
+		var list map[string][]map[string]json.RawMessage
+		if err := decodeBody(raw, &list); err != nil {
+			return err
+		}
+		items = list[listKey]
+	}
+	var out bytes.Buffer
+	for _, item := range items {
+		v, ok := item[field]
+		if !ok {
+			names := make([]string, 0, len(item))
+			for k := range item {
+				names = append(names, k)
+			}
+			slices.Sort(names)
+			return usagef("--field %q: the answer has no such field; it has %s", field, strings.Join(names, ", "))
+		}
+		var s string
+		if json.Unmarshal(v, &s) != nil {
+			var buf bytes.Buffer
+			if err := json.Compact(&buf, v); err != nil {
+				return fmt.Errorf("malformed answer from the server: %w", err)
+			}
+			s = buf.String()
+		}
+		out.WriteString(s)
+		out.WriteByte('\n')
+	}
+	_, err := w.Write(out.Bytes())
+	return err
 }

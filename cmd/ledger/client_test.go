@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -263,4 +264,66 @@ func TestAPIErrorExitCodes(t *testing.T) {
 	require.Equal(t, "409 conflict: digest mismatch\n  /action_digest: stale", err.Error())
 	require.Equal(t, 2, exitStatus(usagef("bad")))
 	require.Equal(t, 2, exitCode(usagef("bad")), "usage errors are ledger.ErrInvalid too")
+}
+
+// TestJSONErrors: with --json, a refused request prints the server's
+// problem document, indented, on stderr (stdout stays for answers), keeps
+// its exit status, and is not printed a second time as a line.
+func TestJSONErrors(t *testing.T) {
+	env := newAPIEnv(t, envOptions{})
+	runJSON := func(t *testing.T, args ...string) (string, string, error) {
+		t.Helper()
+		var out, errOut bytes.Buffer
+		err := Run(context.Background(), append(args, "--server", env.url, "--json"), &out, &errOut)
+		return out.String(), errOut.String(), err
+	}
+	for _, tc := range []struct {
+		name   string
+		args   []string
+		status int
+		code   string
+		exit   int
+	}{
+		{"NotFound", []string{"runs", "show", "run_01JAAAAAAAAAAAAAAAAAAAAAAA", "--token", env.tokens["alice"]}, 404, "not_found", exitNotFound},
+		{"Unauthorized", []string{"runs", "list", "--token", "lgr_wrong"}, 401, "unauthorized", exitAuth},
+		{"ApproveUnknownAction", []string{"approve", "act_01JAAAAAAAAAAAAAAAAAAAAAAA", "--digest", "sha256:" + strings.Repeat("0", 64), "--token", env.tokens["bob"]}, 404, "not_found", exitNotFound},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			out, errOut, err := runJSON(t, tc.args...)
+			requireExit(t, err, tc.exit)
+			require.Empty(t, out)
+			var p server.Problem
+			require.NoError(t, json.Unmarshal([]byte(errOut), &p), "stderr is the problem document:\n%s", errOut)
+			require.Equal(t, tc.status, p.Status)
+			require.Equal(t, tc.code, p.Code)
+			require.True(t, strings.HasPrefix(errOut, "{\n  \""), "indented")
+			require.NotContains(t, errOut, "lgr_wrong")
+			var shown *reportedError
+			require.ErrorAs(t, err, &shown, "main must not print it again")
+		})
+	}
+	t.Run("StaleDigest", func(t *testing.T) {
+		_, action := env.awaiting(t, "k1")
+		_, errOut, err := runJSON(t, "approve", string(action.ID), "--digest", "sha256:"+strings.Repeat("0", 64), "--token", env.tokens["bob"])
+		requireExit(t, err, exitConflict)
+		var p server.Problem
+		require.NoError(t, json.Unmarshal([]byte(errOut), &p), errOut)
+		require.Equal(t, 409, p.Status)
+	})
+	t.Run("WithoutJSONOneLine", func(t *testing.T) {
+		var out, errOut bytes.Buffer
+		err := Run(context.Background(), []string{"runs", "list", "--server", env.url, "--token", "lgr_wrong"}, &out, &errOut)
+		requireExit(t, err, exitAuth)
+		require.Empty(t, errOut.String(), "main prints the line")
+		require.Equal(t, "401 unauthorized: unknown token", err.Error())
+		var shown *reportedError
+		require.False(t, errors.As(err, &shown))
+	})
+	t.Run("NotFromServer", func(t *testing.T) {
+		// No problem document to print: the error stays a line for main.
+		var out, errOut bytes.Buffer
+		err := Run(context.Background(), []string{"runs", "list", "--server", "http://127.0.0.1:1", "--json"}, &out, &errOut)
+		requireExit(t, err, exitOther)
+		require.Empty(t, errOut.String())
+	})
 }

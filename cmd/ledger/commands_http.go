@@ -8,9 +8,11 @@ func httpCommands() []*cobra.Command {
 	return []*cobra.Command{
 		newServeCmd(),
 		newTokenCmd(),
+		newReadyCmd(),
 		newSubmitCmd(),
 		newRunsCmd(),
 		newApprovalsCmd(),
+		newActionsCmd(),
 		newApproveCmd(),
 		newDenyCmd(),
 		newCancelCmd(),

@@ -60,6 +60,8 @@ status 4) unless the server runs in dev mode.`, capitalize(verb)),
 			fmt.Fprintf(out, "action:   %s\n", dr.Action.State)
 			return nil
 		},
+		Example: fmt.Sprintf(`  ledger actions show $ACTION      # the tool, its arguments and the digest you decide on
+  ledger %[1]s act_01JBZ2W6QA0B1C2D3E4F5G6H7J --digest sha256:0620851b7fa5b158cec5681f4382b14b3f5d4ad9d756bad6268d1e7f14628143 --reason "cards look right"`, verb),
 	}
 	cmd.Flags().StringVar(&digest, "digest", "", "the action digest being decided (required)")
 	cmd.Flags().StringVar(&reason, "reason", "", "why, recorded with the decision")

@@ -41,6 +41,8 @@ Exits non-zero unless exactly one effect was recorded.`,
 			}
 			return runDemo(cmd, dir)
 		},
+		Example: `  ledger demo
+  ledger demo --keep ./demo && ledger simulator effects --store ./demo/ledger.db.effects.db`,
 	}
 	cmd.Flags().StringVar(&keep, "keep", "", "keep the databases in this directory instead of a temporary one")
 	return cmd

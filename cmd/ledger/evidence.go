@@ -44,6 +44,8 @@ func newEvidenceCmd() *cobra.Command {
           observations and the redacted event timeline, with the chain verdict, as
           JSON (checked against the report schema), Markdown or a self-contained HTML page.
   verify  recompute the run's event hash chain and report the first broken link.`,
+		Example: `  ledger evidence export $RUN --db ./ledger.db --format md
+  ledger evidence verify $RUN --db ./ledger.db`,
 	}
 	// A bad flag or argument is a usage error: exit status 2.
 	cmd.SetFlagErrorFunc(func(_ *cobra.Command, err error) error {
@@ -131,6 +133,8 @@ is broken is still written, and says where the chain broke.`,
 			}
 			return writeFileAtomic(outPath, buf.Bytes())
 		},
+		Example: `  ledger evidence export $RUN --db ./ledger.db --format html --out report.html
+  LEDGER_REDACTION_KEY=$(cat key.hex) ledger evidence export $RUN --format json`,
 	}
 	f := cmd.Flags()
 	f.StringVar(&dbPath, "db", "./ledger.db", "path of the SQLite database")
@@ -168,6 +172,7 @@ count, or the first broken link (its sequence number and why) and exits with sta
 			fmt.Fprintf(out, "BROKEN: run %s, event %d: %s\n", rep.RunID, rep.BrokenSeq, rep.Reason)
 			return &chainBrokenError{report: rep}
 		},
+		Example: `  ledger evidence verify $RUN --db ./ledger.db`,
 	}
 	cmd.Flags().StringVar(&dbPath, "db", "./ledger.db", "path of the SQLite database")
 	return cmd

@@ -15,6 +15,8 @@ func newFaultMatrixCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "faultmatrix",
 		Short: "Kill and restart this binary at every dangerous point and check what survived",
+		Example: `  ledger faultmatrix run
+  ledger faultmatrix run --list`,
 	}
 	var (
 		scenario, report, binary string
@@ -65,6 +67,9 @@ expectation fails.`,
 			}
 			return nil
 		},
+		Example: `  ledger faultmatrix run --report faultmatrix.json
+  ledger faultmatrix run --scenario crash/after_tool_call
+  ledger faultmatrix run --list`,
 	}
 	run.Flags().StringVar(&scenario, "scenario", "", "run one scenario, or every scenario under a prefix (crash/after_tool_call)")
 	run.Flags().StringVar(&report, "report", "", "write the JSON report to this file")

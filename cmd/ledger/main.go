@@ -7,6 +7,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/signal"
@@ -18,7 +19,9 @@ func main() {
 	err := Run(ctx, os.Args[1:], os.Stdout, os.Stderr)
 	stop()
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "ledger:", err)
+		if shown := (*reportedError)(nil); !errors.As(err, &shown) {
+			fmt.Fprintln(os.Stderr, "ledger:", err)
+		}
 		os.Exit(exitStatus(err))
 	}
 }

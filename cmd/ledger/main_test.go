@@ -37,7 +37,11 @@ func TestVersion(t *testing.T) {
 	require.Contains(t, out, "ledger dev (schema")
 
 	_, err = run(t, "version", "extra")
-	require.Error(t, err)
+	requireExit(t, err, exitUsage)
+
+	flag, err := run(t, "--version")
+	require.NoError(t, err)
+	require.Equal(t, out, flag, "--version prints what version prints")
 }
 
 func TestMigrate(t *testing.T) {
@@ -72,10 +76,7 @@ func TestBinary(t *testing.T) {
 		t.Skip("builds the binary")
 	}
 	dir := t.TempDir()
-	bin := filepath.Join(dir, "ledger")
-	build := exec.Command("go", "build", "-o", bin, ".")
-	build.Stderr = os.Stderr
-	require.NoError(t, build.Run())
+	bin := ledgerBinary(t)
 
 	cmd := exec.Command(bin, "migrate")
 	cmd.Dir = dir
@@ -89,6 +90,27 @@ func TestBinary(t *testing.T) {
 	out, err = cmd.CombinedOutput()
 	require.Error(t, err)
 	require.Contains(t, string(out), "ledger: ")
+
+	t.Run("UsageErrorsExit2", func(t *testing.T) {
+		for _, args := range [][]string{{"runs", "lsit"}, {"submti"}, {"--bogus"}, {"runs"}, {}, {"help", "nope"}} {
+			cmd := exec.Command(bin, args...)
+			cmd.Dir = dir
+			var stdout, stderr bytes.Buffer
+			cmd.Stdout, cmd.Stderr = &stdout, &stderr
+			err := cmd.Run()
+			require.Equal(t, 2, exitOf(err), "ledger %v: %v\n%s", args, err, stderr.String())
+			require.Empty(t, stdout.String(), "ledger %v", args)
+			require.True(t, strings.HasPrefix(stderr.String(), "ledger: "), "ledger %v: %s", args, stderr.String())
+		}
+	})
+	t.Run("VersionFlag", func(t *testing.T) {
+		flag, err := exec.Command(bin, "--version").Output()
+		require.NoError(t, err)
+		cmd, err := exec.Command(bin, "version").Output()
+		require.NoError(t, err)
+		require.Equal(t, string(cmd), string(flag))
+		require.Contains(t, string(flag), "ledger ")
+	})
 }
 
 func TestDemo(t *testing.T) {

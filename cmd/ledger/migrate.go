@@ -36,6 +36,8 @@ A database written by a newer ledger is refused (exit status 3) and left untouch
 			_, err = fmt.Fprintf(cmd.OutOrStdout(), "%s: schema version %d (current)\n", dbPath, v)
 			return err
 		},
+		Example: `  ledger migrate --db ./ledger.db
+  ledger migrate --db /var/lib/ledger/ledger.db --json`,
 	}
 	cmd.Flags().StringVar(&dbPath, "db", "./ledger.db", "path of the SQLite database")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")

@@ -1,8 +1,10 @@
 package main
 
 import (
-	"encoding/json"
+	"bufio"
+	"context"
 	"errors"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -12,23 +14,119 @@ import (
 	"time"
 
 	"github.com/actionledger/ledger/server"
+	"github.com/actionledger/ledger/simulator"
 	"github.com/stretchr/testify/require"
 )
 
-// TestQuickStart runs the README's quick start with the built binary: two
-// tokens, serve as a real process, submit as alice, approve as bob, one
-// effect in the simulator's own store, and a clean exit on SIGTERM.
-func TestQuickStart(t *testing.T) {
-	if testing.Short() {
-		t.Skip("builds the binary and runs the server as a process")
+// quickStartBlock is the fenced shell block under "## Quick start" in the
+// repository's README.md, exactly as written there.
+func quickStartBlock(t *testing.T) string {
+	t.Helper()
+	f, err := os.Open(filepath.Join("..", "..", "README.md"))
+	require.NoError(t, err)
+	defer f.Close()
+	var (
+		section, inBlock bool
+		block            strings.Builder
+	)
+	// The first ```sh fence of the section, to its closing fence.
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		line := sc.Text()
+		switch {
+		case strings.HasPrefix(line, "## "):
+			section = line == "## Quick start"
+		case section && !inBlock && strings.HasPrefix(line, "```sh"):
+			inBlock = true
+		case section && inBlock && line == "```":
+			return block.String()
+		case section && inBlock:
+			block.WriteString(line + "\n")
+		}
 	}
-	dir := t.TempDir()
-	bin := filepath.Join(dir, "ledger")
-	build := exec.Command("go", "build", "-o", bin, ".")
-	build.Stderr = os.Stderr
-	require.NoError(t, build.Run())
+	require.NoError(t, sc.Err())
+	t.Fatal(`README.md has no "## Quick start" section with a fenced sh block`)
+	return ""
+}
 
-	// ledger runs the binary with extra environment and returns stdout.
+// freeAddr is a loopback address with a port nothing listened on a moment
+// ago, for a process that cannot be told to pick its own.
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	addr := ln.Addr().String()
+	require.NoError(t, ln.Close())
+	return addr
+}
+
+// TestQuickStart runs the README's quick start as it stands there, so the
+// README cannot drift from what works: bash (strict, so any failing line
+// fails the block) in a temporary directory that holds the built binary as
+// bin/ledger and the sample document, with LEDGER_ADDR and LEDGER_SERVER
+// on a free port so it runs beside anything on 8080. The block must exit
+// 0 (its last line waits for serve, so that is serve's exit status on
+// SIGTERM too), leave exactly one effect in the simulator's own store, and
+// print no token.
+func TestQuickStart(t *testing.T) {
+	bin := ledgerBinary(t)
+	block := quickStartBlock(t)
+	require.Contains(t, block, "bin/ledger serve")
+
+	dir := t.TempDir()
+	require.NoError(t, os.MkdirAll(filepath.Join(dir, "bin"), 0o755))
+	require.NoError(t, os.Symlink(bin, filepath.Join(dir, "bin", "ledger")))
+	md, err := os.ReadFile(filepath.Join("..", "..", "simulator", "testdata", "rust-ownership.md"))
+	require.NoError(t, err)
+	require.NoError(t, os.MkdirAll(filepath.Join(dir, "simulator", "testdata"), 0o755))
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "simulator", "testdata", "rust-ownership.md"), md, 0o644))
+	script := filepath.Join(dir, "quickstart.sh")
+	require.NoError(t, os.WriteFile(script, []byte(block), 0o644))
+	tmp := filepath.Join(dir, "tmp") // where the block's mktemp -d lands
+	require.NoError(t, os.Mkdir(tmp, 0o755))
+
+	addr := freeAddr(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "bash", "-euo", "pipefail", script)
+	cmd.Dir = dir
+	cmd.Env = append(cleanEnv(), "TMPDIR="+tmp, envAddr+"="+addr, envServer+"=http://"+addr)
+	// Its own process group: if the block fails halfway, the serve it left
+	// in the background goes with it.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
+	out := &syncBuffer{}
+	cmd.Stdout, cmd.Stderr = out, out
+	require.NoError(t, cmd.Start())
+	t.Cleanup(func() { _ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) })
+	err = cmd.Wait()
+	require.NoError(t, err, "the quick start as pasted:\n%s\n%s", block, out.String())
+
+	log := out.String()
+	require.Contains(t, log, "state:        awaiting_approval")
+	require.Contains(t, log, "approved act_")
+	require.Contains(t, log, "state:        completed")
+	require.Contains(t, log, `msg=stopped`, "serve stopped cleanly on SIGTERM")
+	require.NotContains(t, log, server.TokenPrefix, "no token is printed or logged")
+
+	dbs, err := filepath.Glob(filepath.Join(tmp, "*", "ledger.db.effects.db"))
+	require.NoError(t, err)
+	require.Len(t, dbs, 1, "the block's own directory")
+	effects, err := simulator.OpenEffectStore(context.Background(), dbs[0], nil)
+	require.NoError(t, err)
+	defer effects.Close()
+	got, err := effects.Effects(context.Background())
+	require.NoError(t, err)
+	require.Len(t, got, 1, "exactly one effect")
+	require.Equal(t, simulator.CardsWriteTool, got[0].Tool)
+}
+
+// TestBinaryExitStatuses: the exit statuses of the client commands reach
+// the shell through main, against serve as a real process.
+func TestBinaryExitStatuses(t *testing.T) {
+	bin := ledgerBinary(t)
+	dir := t.TempDir()
+	tokens := filepath.Join(dir, "tokens.json")
 	ledger := func(t *testing.T, env []string, args ...string) (string, error) {
 		t.Helper()
 		cmd := exec.Command(bin, args...)
@@ -42,106 +140,66 @@ func TestQuickStart(t *testing.T) {
 		}
 		return string(out), nil
 	}
-	tokens := filepath.Join(dir, "tokens.json")
 	newToken := func(principal, role string) string {
 		out, err := ledger(t, nil, "token", "new", "--principal", principal, "--tenant", "acme", "--role", role, "--add-to", tokens)
 		require.NoError(t, err)
 		token, _, _ := strings.Cut(out, "\n")
-		require.True(t, strings.HasPrefix(token, server.TokenPrefix))
 		return token
 	}
-	alice := newToken("alice", "submitter")
-	bob := newToken("bob", "approver")
+	alice, bob := newToken("alice", "submitter"), newToken("bob", "approver")
+	p := startServeProcess(t, bin, "--db", filepath.Join(dir, "ledger.db"), "--tokens", tokens)
+	asAlice := []string{envServer + "=" + p.url, envToken + "=" + alice}
+	asBob := []string{envServer + "=" + p.url, envToken + "=" + bob}
 
-	db := filepath.Join(dir, "ledger.db")
-	serve := exec.Command(bin, "serve", "--db", db, "--addr", "127.0.0.1:0", "--tokens", tokens)
-	serve.Dir = dir
-	serve.Env = cleanEnv()
-	logs := &syncBuffer{}
-	serve.Stdout, serve.Stderr = logs, logs
-	require.NoError(t, serve.Start())
-	exited := make(chan error, 1)
-	go func() { exited <- serve.Wait() }()
-	stopped := false
-	t.Cleanup(func() {
-		if !stopped { // a failed test: do not leave the server behind
-			_ = serve.Process.Kill()
-			<-exited
-		}
-	})
-	var url string
-	eventually(t, "serve to log its address", func() bool {
-		url = listenURL(logs.String())
-		return url != ""
-	})
-	asAlice := []string{envServer + "=" + url, envToken + "=" + alice}
-	asBob := []string{envServer + "=" + url, envToken + "=" + bob}
-
-	md, err := filepath.Abs(filepath.Join("..", "..", "simulator", "testdata", "rust-ownership.md"))
+	md := filepath.Join(dir, "doc.md")
+	_, doc := simulator.SampleDocument()
+	require.NoError(t, os.WriteFile(md, []byte(doc), 0o644))
+	out, err := ledger(t, asAlice, "submit", "--title", "Sample", "--markdown-file", md, "--field", "id")
 	require.NoError(t, err)
-	out, err := ledger(t, asAlice, "submit", "--title", "Rust ownership", "--markdown-file", md)
-	require.NoError(t, err, "%v\n%s", err, logs.String())
-	id := fieldOf(t, out, "run:")
+	run := strings.TrimSpace(out)
+	_, err = ledger(t, asAlice, "runs", "show", run, "--wait-state", "awaiting_approval")
+	require.NoError(t, err)
+	action, err := ledger(t, asBob, "approvals", "list", "--field", "action_id")
+	require.NoError(t, err)
+	action = strings.TrimSpace(action)
+	digest, err := ledger(t, asBob, "actions", "show", action, "--field", "action_digest")
+	require.NoError(t, err)
+	digest = strings.TrimSpace(digest)
 
-	show := func(env []string) server.Run {
-		out, err := ledger(t, env, "runs", "show", id, "--json")
-		require.NoError(t, err)
-		var run server.Run
-		require.NoError(t, json.Unmarshal([]byte(out), &run))
-		return run
+	for _, tc := range []struct {
+		name string
+		env  []string
+		args []string
+		want int
+	}{
+		{"SelfApproval", asAlice, []string{"approve", action, "--digest", digest}, exitAuth},
+		{"UnknownRun", asBob, []string{"runs", "show", "run_01JAAAAAAAAAAAAAAAAAAAAAAA"}, exitNotFound},
+		{"NoDigest", asBob, []string{"approve", action}, exitUsage},
+		{"Approve", asBob, []string{"approve", action, "--digest", digest}, 0},
+		{"ApproveAgain", asBob, []string{"approve", action, "--digest", digest}, exitConflict},
+		{"WaitEndsElsewhere", asBob, []string{"runs", "show", run, "--wait-state", "needs_review"}, exitOther},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := ledger(t, tc.env, tc.args...)
+			if tc.want == 0 {
+				require.NoError(t, err)
+				return
+			}
+			require.Equal(t, tc.want, exitOf(err), "%v", err)
+		})
 	}
-	var run server.Run
-	eventually(t, "awaiting_approval", func() bool {
-		run = show(asAlice)
-		return run.State == "awaiting_approval"
-	})
-	action := run.Actions[len(run.Actions)-1]
-	require.Equal(t, "cards.write", action.Tool)
-
-	out, err = ledger(t, asBob, "approvals", "list")
-	require.NoError(t, err)
-	require.Contains(t, out, string(action.ID))
-	require.Contains(t, out, string(action.ActionDigest))
-
-	_, err = ledger(t, asAlice, "approve", string(action.ID), "--digest", string(action.ActionDigest))
-	require.Error(t, err, "alice may not approve her own run")
-	require.Equal(t, 4, exitOf(err))
-
-	out, err = ledger(t, asBob, "approve", string(action.ID), "--digest", string(action.ActionDigest))
-	require.NoError(t, err)
-	require.Contains(t, out, "approved "+string(action.ID))
-	eventually(t, "completed", func() bool {
-		run = show(asBob)
-		return run.State == "completed"
-	})
-	require.Equal(t, "completed", string(run.StopReason))
-
-	out, err = ledger(t, nil, "simulator", "effects", "--store", db+".effects.db", "--json")
-	require.NoError(t, err)
-	require.Len(t, strings.Split(strings.TrimSpace(out), "\n"), 1, "exactly one effect:\n%s", out)
-
-	// The exit statuses reach the shell.
-	_, err = ledger(t, asBob, "runs", "show", "run_01JAAAAAAAAAAAAAAAAAAAAAAA")
-	require.Equal(t, 5, exitOf(err))
-	_, err = ledger(t, asBob, "approve", string(action.ID), "--digest", string(action.ActionDigest))
-	require.Equal(t, 6, exitOf(err))
-	_, err = ledger(t, asBob, "approve", string(action.ID))
-	require.Equal(t, 2, exitOf(err))
-
-	require.NoError(t, serve.Process.Signal(syscall.SIGTERM))
-	select {
-	case err := <-exited:
-		stopped = true
-		require.NoError(t, err, "exit status 0 on SIGTERM\n%s", logs.String())
-	case <-time.After(10 * time.Second):
-		t.Fatalf("serve did not exit within 10s of SIGTERM\n%s", logs.String())
-	}
-	require.NotContains(t, logs.String(), alice, "tokens are never logged")
+	p.stop(t)
+	require.NotContains(t, p.logs.String(), alice, "tokens are never logged")
 
 	t.Run("DevModeRefusesNonLoopback", func(t *testing.T) {
 		_, err := ledger(t, nil, "serve", "--db", filepath.Join(dir, "dev.db"), "--addr", "0.0.0.0:0")
-		require.Equal(t, 2, exitOf(err))
+		require.Equal(t, exitUsage, exitOf(err))
 		require.Contains(t, err.Error(), "dev mode")
+	})
+	t.Run("AddrFromEnvironment", func(t *testing.T) {
+		_, err := ledger(t, []string{envAddr + "=0.0.0.0:0"}, "serve", "--db", filepath.Join(dir, "dev.db"))
+		require.Equal(t, exitUsage, exitOf(err), "$%s is the address serve checks", envAddr)
+		require.Contains(t, err.Error(), `not "0.0.0.0:0"`)
 	})
 }
 
@@ -173,16 +231,4 @@ func cleanEnv() []string {
 		}
 	}
 	return env
-}
-
-// fieldOf returns the value of the "name  value" line of a command's output.
-func fieldOf(t *testing.T, out, name string) string {
-	t.Helper()
-	for line := range strings.Lines(out) {
-		if rest, ok := strings.CutPrefix(line, name); ok {
-			return strings.TrimSpace(rest)
-		}
-	}
-	t.Fatalf("no %q line in:\n%s", name, out)
-	return ""
 }

@@ -49,6 +49,8 @@ recorded with its rationale as an event, and acted on. Run it while no server us
 			}
 			return printScan(cmd, rep, asJSON)
 		},
+		Example: `  ledger recover --db ./ledger.db
+  ledger recover --db ./ledger.db --json`,
 	}
 	cmd.Flags().StringVar(&dbPath, "db", "./ledger.db", "path of the SQLite database")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")

@@ -53,6 +53,8 @@ An action that is not in review is a conflict (exit status 6).`,
 			fmt.Fprintf(cmd.OutOrStdout(), "resolved %s (%s) of run %s as %s: action %s\n", args[0], orDash(a.Tool), orDash(string(a.RunID)), outcome, orDash(string(a.State)))
 			return nil
 		},
+		Example: `  ledger resolve $ACTION --outcome happened --note "the cards are in the deck"
+  ledger resolve $ACTION --outcome abandon`,
 	}
 	cmd.Flags().StringVar(&outcome, "outcome", "", "happened, not_happened or abandon (required)")
 	cmd.Flags().StringVar(&note, "note", "", "what you checked, recorded with the resolution")

@@ -1,13 +1,17 @@
 package main
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net/url"
 	"strconv"
 	"strings"
 	"text/tabwriter"
+	"time"
 
+	"github.com/actionledger/ledger/ledger"
 	"github.com/actionledger/ledger/server"
 	"github.com/spf13/cobra"
 )
@@ -17,6 +21,9 @@ func newRunsCmd() *cobra.Command {
 		Use:   "runs",
 		Short: "List and inspect runs on the server",
 		Args:  usageArgs(cobra.NoArgs),
+		Example: `  ledger runs list --state awaiting_approval
+  ledger runs show $RUN
+  ledger runs timeline $RUN`,
 	}
 	cmd.AddCommand(newRunsListCmd(), newRunsShowCmd(), newRunsTimelineCmd())
 	return asUsage(cmd)
@@ -64,6 +71,9 @@ remain, the last line gives the --cursor of the next page.`,
 			}
 			return printRunList(cmd.OutOrStdout(), list)
 		},
+		Example: `  ledger runs list
+  ledger runs list --state awaiting_approval --limit 20
+  ledger runs list --json`,
 	}
 	cmd.Flags().StringVar(&state, "state", "", "only runs in this state")
 	cmd.Flags().IntVar(&limit, "limit", 0, "at most this many runs (0: the server's page size)")
@@ -93,31 +103,101 @@ func printRunList(w io.Writer, list server.RunList) error {
 }
 
 func newRunsShowCmd() *cobra.Command {
-	var o clientOptions
+	var (
+		o           clientOptions
+		field       string
+		waitState   string
+		waitTimeout time.Duration
+	)
 	cmd := &cobra.Command{
 		Use:   "show RUN",
 		Short: "Show a run with its actions, attempts, approvals and cancellation (GET /v1/runs/RUN)",
-		Long: `Show one run. Each action is listed with its full digest: approve and deny take
-exactly that digest (--digest), so copy it from here or from "ledger approvals list".`,
+		Long: `Show one run. Each action is listed with its full digest and its arguments: approve
+and deny take exactly that digest (--digest), so copy it from here, from
+"ledger actions show" or from "ledger approvals list".
+
+--wait-state S asks again every 100ms until the run is in state S (for example
+awaiting_approval, or completed), then shows it. A run that ends in another state, or
+is not in S after --wait-timeout, is shown as it is and exits 1.`,
 		Args: usageArgs(cobra.ExactArgs(1)),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := checkOutputFlags(o, field); err != nil {
+				return err
+			}
+			want := ledger.RunState(waitState)
+			switch {
+			case waitState != "" && !want.Valid():
+				return usagef("--wait-state %q: want one of %s", waitState, joinStates(ledger.RunStates()))
+			case waitState == "" && cmd.Flags().Changed("wait-timeout"):
+				return usagef("--wait-timeout goes with --wait-state")
+			case waitTimeout <= 0:
+				return usagef("--wait-timeout must be positive")
+			}
 			c, err := o.newClient()
 			if err != nil {
 				return err
 			}
-			var run server.Run
-			raw, err := c.getJSON(cmd.Context(), idPath("/v1/runs/%s", args[0]), nil, &run)
-			if err != nil {
-				return err
+			run, raw, waitErr := getRun(cmd.Context(), c, args[0], want, waitTimeout)
+			if raw == nil {
+				return waitErr
 			}
-			if o.asJSON {
-				return printJSON(cmd.OutOrStdout(), raw)
+			switch {
+			case o.asJSON:
+				err = printJSON(cmd.OutOrStdout(), raw)
+			case field != "":
+				err = printField(cmd.OutOrStdout(), raw, "", field)
+			default:
+				err = printRun(cmd.OutOrStdout(), run)
 			}
-			return printRun(cmd.OutOrStdout(), run)
+			return errors.Join(waitErr, err)
 		},
+		Example: `  ledger runs show run_01JBZ2W6Q8V1N3D5F7H9K0M2P4
+  ledger runs show $RUN --json`,
 	}
 	addClientFlags(cmd, &o)
+	addFieldFlag(cmd, &field)
+	cmd.Flags().StringVar(&waitState, "wait-state", "", "wait until the run is in this state, e.g. awaiting_approval or completed")
+	cmd.Flags().DurationVar(&waitTimeout, "wait-timeout", time.Minute, "with --wait-state: give up after this long (exit 1)")
 	return asUsage(cmd)
+}
+
+// getRun GETs the run once or, with want, until it is in state want. It
+// returns the last answer it got (raw is nil if none) and, with want, an
+// error (exit status 1) if the run ended in another state or was not in
+// want within timeout.
+func getRun(ctx context.Context, c *client, id string, want ledger.RunState, timeout time.Duration) (server.Run, []byte, error) {
+	deadline := time.Now().Add(timeout)
+	for {
+		var run server.Run
+		raw, err := c.getJSON(ctx, idPath("/v1/runs/%s", id), nil, &run)
+		switch {
+		case err != nil:
+			return run, nil, err
+		case want == "" || run.State == want:
+			return run, raw, nil
+		case run.State.Terminal():
+			return run, raw, &waitError{msg: fmt.Sprintf("run %s ended %s (stop reason %s): it will not be %s", id, run.State, orDash(string(run.StopReason)), want)}
+		case time.Until(deadline) < readyPollInterval:
+			return run, raw, &waitError{msg: fmt.Sprintf("run %s is still %s after %s, not %s", id, run.State, timeout, want)}
+		}
+		if err := sleepCtx(ctx, readyPollInterval); err != nil {
+			return run, raw, err
+		}
+	}
+}
+
+// waitError is a wait for a state that did not end in it: exit status 1.
+type waitError struct{ msg string }
+
+func (e *waitError) Error() string { return e.msg }
+func (e *waitError) ExitCode() int { return exitOther }
+
+func joinStates(states []ledger.RunState) string {
+	names := make([]string, len(states))
+	for i, st := range states {
+		names[i] = string(st)
+	}
+	return strings.Join(names, ", ")
 }
 
 func printRun(w io.Writer, r server.Run) error {
@@ -144,38 +224,15 @@ func printRun(w io.Writer, r server.Run) error {
 	tw = tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "ACTION\tTOOL\tEFFECT\tSTATE\tDIGEST")
 	for _, a := range r.Actions {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", a.ID, a.Tool, a.Effect, a.State, a.ActionDigest)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", a.ID, displayText(a.Tool), a.Effect, a.State, a.ActionDigest)
 	}
 	if err := tw.Flush(); err != nil {
 		return err
 	}
 	for _, a := range r.Actions {
-		if len(a.Attempts) == 0 && len(a.Approvals) == 0 {
-			continue
-		}
-		fmt.Fprintf(w, "\n%s (%s):\n", a.ID, a.Tool)
-		// Attempts and approvals are two tables: their columns differ.
-		tw = tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-		for _, at := range a.Attempts {
-			errText := ""
-			if at.Error != nil {
-				errText = fmt.Sprintf("\terror %s: %s", at.Error.Code, at.Error.Message)
-			}
-			fmt.Fprintf(tw, "  attempt %d\t%s\tstatus %s\teffect %s\tstarted %s\tfinished %s%s\n",
-				at.No, at.ID, at.Status, at.Effect, fmtTime(at.StartedAt), fmtTimePtr(at.FinishedAt), errText)
-		}
-		if err := tw.Flush(); err != nil {
-			return err
-		}
-		tw = tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-		for _, ap := range a.Approvals {
-			decided := ""
-			if ap.DecidedBy != "" {
-				decided = fmt.Sprintf("\tby %s at %s%s", ap.DecidedBy, fmtTimePtr(ap.DecidedAt), reasonSuffix(ap.Reason))
-			}
-			fmt.Fprintf(tw, "  approval\t%s\t%s\texpires %s\tdigest %s%s\n", ap.ID, ap.State, fmtTimePtr(ap.ExpiresAt), ap.ActionDigest, decided)
-		}
-		if err := tw.Flush(); err != nil {
+		fmt.Fprintf(w, "\n%s (%s):\n", a.ID, displayText(a.Tool))
+		fmt.Fprintf(w, "  arguments:\n%s\n", indentLines(displayJSON(a.Arguments, true), "    "))
+		if err := printActionHistory(w, a); err != nil {
 			return err
 		}
 	}
@@ -210,6 +267,8 @@ func newRunsTimelineCmd() *cobra.Command {
 			}
 			return printTimeline(cmd.OutOrStdout(), tl)
 		},
+		Example: `  ledger runs timeline $RUN
+  ledger runs timeline $RUN --json`,
 	}
 	addClientFlags(cmd, &o)
 	return asUsage(cmd)

@@ -1,9 +1,11 @@
 package main
 
 import (
+	"bytes"
 	"encoding/json"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/actionledger/ledger/server"
 	"github.com/stretchr/testify/require"
@@ -89,6 +91,9 @@ func TestRunsShow(t *testing.T) {
 		require.NoError(t, err)
 		golden(t, "awaiting_approval", out)
 		require.Contains(t, out, string(action.ActionDigest), "the digest in full, to copy into approve")
+		var pretty bytes.Buffer
+		require.NoError(t, json.Indent(&pretty, action.Arguments, "    ", "  "))
+		require.Contains(t, out, "  arguments:\n    "+pretty.String()+"\n", "each action's arguments")
 
 		out, _, err = env.cli(t, "alice", "runs", "show", string(id), "--json")
 		require.NoError(t, err)
@@ -141,5 +146,80 @@ func TestRunsTimeline(t *testing.T) {
 		env := newAPIEnv(t, envOptions{})
 		_, _, err := env.cli(t, "alice", "runs", "timeline", "run_01JAAAAAAAAAAAAAAAAAAAAAAA")
 		requireExit(t, err, 5)
+	})
+}
+
+func TestRunsShowWaitState(t *testing.T) {
+	t.Run("WaitsForTheState", func(t *testing.T) {
+		env := newAPIEnv(t, envOptions{})
+		id := env.submit(t, "alice", "k1")
+		type result struct {
+			out string
+			err error
+		}
+		done := make(chan result, 1)
+		go func() {
+			out, _, err := env.cli(t, "alice", "runs", "show", string(id), "--wait-state", "awaiting_approval")
+			done <- result{out, err}
+		}()
+		env.advance(t, id) // the run reaches its approval while the CLI waits
+		r := <-done
+		require.NoError(t, r.err)
+		require.Contains(t, r.out, "state:        awaiting_approval")
+	})
+
+	t.Run("AlreadyThere", func(t *testing.T) {
+		env := newAPIEnv(t, envOptions{})
+		id := env.submit(t, "alice", "k1")
+		out, _, err := env.cli(t, "alice", "runs", "show", string(id), "--wait-state", "queued", "--field", "state")
+		require.NoError(t, err)
+		require.Equal(t, "queued\n", out)
+	})
+
+	t.Run("ErrEndedElsewhere", func(t *testing.T) {
+		env := newAPIEnv(t, envOptions{})
+		id, action := env.awaiting(t, "k1")
+		_, _, err := env.cli(t, "bob", "deny", string(action.ID), "--digest", string(action.ActionDigest))
+		require.NoError(t, err)
+		env.advance(t, id)
+		out, _, err := env.cli(t, "alice", "runs", "show", string(id), "--wait-state", "completed")
+		requireExit(t, err, exitOther)
+		require.Contains(t, err.Error(), "ended stopped (stop reason approval_denied): it will not be completed")
+		require.Contains(t, out, "state:        stopped", "the run is shown as it is")
+	})
+
+	t.Run("ErrTimeout", func(t *testing.T) {
+		env := newAPIEnv(t, envOptions{})
+		id := env.submit(t, "alice", "k1")
+		start := time.Now()
+		out, _, err := env.cli(t, "alice", "runs", "show", string(id), "--wait-state", "completed", "--wait-timeout", "300ms", "--json")
+		requireExit(t, err, exitOther)
+		require.Contains(t, err.Error(), "still queued after 300ms, not completed")
+		require.Less(t, time.Since(start), 10*time.Second)
+		var run server.Run
+		require.NoError(t, json.Unmarshal([]byte(out), &run), "the last answer is shown")
+		require.Equal(t, "queued", string(run.State))
+	})
+
+	t.Run("ErrNotFound", func(t *testing.T) {
+		env := newAPIEnv(t, envOptions{})
+		id := env.submit(t, "alice", "k1")
+		_, _, err := env.cli(t, "carol", "runs", "show", string(id), "--wait-state", "completed")
+		requireExit(t, err, exitNotFound)
+	})
+
+	t.Run("ErrUsage", func(t *testing.T) {
+		for name, args := range map[string][]string{
+			"unknown state":          {"--wait-state", "done"},
+			"timeout without state":  {"--wait-timeout", "5s"},
+			"zero timeout":           {"--wait-state", "completed", "--wait-timeout", "0s"},
+			"json and field":         {"--json", "--field", "id"},
+			"timeout not a duration": {"--wait-state", "completed", "--wait-timeout", "soon"},
+		} {
+			t.Run(name, func(t *testing.T) {
+				_, _, err := runCLI(t, nil, append([]string{"runs", "show", "run_x"}, args...)...)
+				requireExit(t, err, exitUsage)
+			})
+		}
 	})
 }

@@ -23,6 +23,11 @@ import (
 // envTokensFile names the tokens file when --tokens is not given.
 const envTokensFile = "LEDGER_TOKENS_FILE"
 
+// envAddr is the listen address when --addr is not given: with
+// $LEDGER_SERVER, it moves a server and its clients to another port
+// without editing a command line.
+const envAddr = "LEDGER_ADDR"
+
 // devModeWarning is logged at start-up without a tokens file.
 const devModeWarning = "DEV MODE: no tokens file; every request is principal dev in tenant default with all roles; separation of duties relaxed; loopback only"
 
@@ -49,10 +54,11 @@ every action interrupted by a crash gets its decision first.
 
 Authentication: --tokens (or $LEDGER_TOKENS_FILE) names a JSON file of token hashes,
 {"tokens": [{"sha256": "…", "principal": "alice", "tenant": "acme", "roles": ["submitter"]}]};
-make entries with "ledger token new". The file is read once at start-up: restart serve
-after changing it. Without a tokens file serve runs in DEV MODE: every request is
-principal "dev" in tenant "default" with every role, separation of duties is relaxed,
-and --addr must be a loopback address (exit status 2 otherwise).
+make entries with "ledger token new" and remove them with "ledger token revoke". The
+file is read at start-up and again on SIGHUP, replacing the tokens in force at once; a
+file that does not parse keeps them (logged). Without a tokens file serve runs in DEV
+MODE: every request is principal "dev" in tenant "default" with every role, separation
+of duties is relaxed, and --addr must be a loopback address (exit status 2 otherwise).
 
 The simulator's write tool keeps its side effects beside the database, in
 <db>.effects.db.
@@ -62,11 +68,19 @@ On SIGTERM or SIGINT serve stops accepting connections, waits up to
 mid-call stays started; the recovery scan of the next start settles it), closes the
 stores and exits 0. Logs are structured (slog), JSON on stderr by default.`,
 		Args: usageArgs(cobra.NoArgs),
-		RunE: func(cmd *cobra.Command, _ []string) error { return runServe(cmd.Context(), &o, cmd.ErrOrStderr()) },
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if addr := os.Getenv(envAddr); addr != "" && !cmd.Flags().Changed("addr") {
+				o.addr = addr
+			}
+			return runServe(cmd.Context(), &o, cmd.ErrOrStderr())
+		},
+		Example: `  ledger serve                                  # dev mode: ./ledger.db on 127.0.0.1:8080
+  ledger serve --db /var/lib/ledger/ledger.db --addr 0.0.0.0:8080 --tokens /etc/ledger/tokens.json
+  kill -HUP $(pidof ledger)                     # re-read the tokens file`,
 	}
 	f := cmd.Flags()
 	f.StringVar(&o.dbPath, "db", "./ledger.db", "path of the SQLite database")
-	f.StringVar(&o.addr, "addr", "127.0.0.1:8080", "listen address HOST:PORT (port 0 picks a free one)")
+	f.StringVar(&o.addr, "addr", "127.0.0.1:8080", "listen address HOST:PORT (env "+envAddr+"; port 0 picks a free one)")
 	f.StringVar(&o.tokensPath, "tokens", "", "tokens file (env "+envTokensFile+"); none means dev mode")
 	f.StringVar(&o.rulesPath, "rules", "", "approval rules file (schema rules); default: reads run, writes need approval")
 	f.StringVar(&o.logFormat, "log-format", "json", "log format: json or text")
@@ -179,6 +193,7 @@ func runServe(ctx context.Context, o *serveOptions, stderr io.Writer) (err error
 	if err != nil {
 		return fmt.Errorf("build server: %w", err)
 	}
+	defer reloadTokensOnHUP(log, srv, tokensPath)()
 	// Every action a crash interrupted gets its decision before the first
 	// request or worker can touch it.
 	decisions.Store(srv.RecoveryDecisions())

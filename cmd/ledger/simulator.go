@@ -14,6 +14,8 @@ func newSimulatorCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "simulator",
 		Short: "Inspect the tool simulator's own side-effect store",
+		Example: `  ledger simulator effects --store ./ledger.db.effects.db
+  ledger simulator effects --store ./ledger.db.effects.db --json`,
 	}
 	cmd.AddCommand(newSimulatorEffectsCmd())
 	return cmd
@@ -63,6 +65,8 @@ of how often a tool really acted. --json prints one JSON object per effect.`,
 			fmt.Fprintf(tw, "\n%d effects\n", len(effects))
 			return tw.Flush()
 		},
+		Example: `  ledger simulator effects --store ./ledger.db.effects.db
+  ledger simulator effects --store ./ledger.db.effects.db --json`,
 	}
 	cmd.Flags().StringVar(&path, "store", "./ledger.db.effects.db", "path of the simulator's effect store")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "one JSON object per effect")

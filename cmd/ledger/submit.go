@@ -17,6 +17,7 @@ import (
 // submitOptions are the flags of ledger submit.
 type submitOptions struct {
 	client       clientOptions
+	field        string
 	agent        string
 	inputPath    string
 	title        string
@@ -42,9 +43,13 @@ answers with the first run again ("replayed: true"); the same key with another b
 refused (exit status 6).
 
 With --json the server's answer is printed as JSON on stdout, and the key and replay
-flag go to stderr.`,
+flag go to stderr; --field prints one field of it instead (--field id: the run id
+alone, for a shell to capture).`,
 		Args: usageArgs(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, _ []string) error { return runSubmit(cmd, &o) },
+		Example: `  ledger submit --title "Rust ownership" --markdown-file notes.md
+  ledger submit --input input.json --key nightly-2025-01-31
+  RUN=$(ledger submit --title T --markdown-file notes.md --field id)`,
 	}
 	f := cmd.Flags()
 	f.StringVar(&o.agent, "agent", "practice-cards", "agent to run")
@@ -59,10 +64,14 @@ flag go to stderr.`,
 	f.DurationVar(&o.maxExecution, "budget-max-execution", 0, "budget: execution time of the run, e.g. 5m (0: server default)")
 	f.DurationVar(&o.deadline, "budget-deadline", 0, "budget: wall-clock deadline after submit, e.g. 1h (0: server default)")
 	addClientFlags(cmd, &o.client)
+	addFieldFlag(cmd, &o.field)
 	return asUsage(cmd)
 }
 
 func runSubmit(cmd *cobra.Command, o *submitOptions) error {
+	if err := checkOutputFlags(o.client, o.field); err != nil {
+		return err
+	}
 	body, err := o.request(cmd.InOrStdin())
 	if err != nil {
 		return err
@@ -94,9 +103,13 @@ func runSubmit(cmd *cobra.Command, o *submitOptions) error {
 	}
 	replayed := strings.EqualFold(res.header.Get("Idempotent-Replayed"), "true")
 	out := cmd.OutOrStdout()
-	if o.client.asJSON {
+	switch {
+	case o.client.asJSON:
 		fmt.Fprintf(cmd.ErrOrStderr(), "idempotency key: %s\nreplayed: %t\n", key, replayed)
 		return printJSON(out, res.body)
+	case o.field != "":
+		fmt.Fprintf(cmd.ErrOrStderr(), "idempotency key: %s\nreplayed: %t\n", key, replayed)
+		return printField(out, res.body, "", o.field)
 	}
 	fmt.Fprintf(out, "run:             %s\n", sr.ID)
 	fmt.Fprintf(out, "state:           %s\n", sr.State)

@@ -46,6 +46,18 @@ func TestSubmit(t *testing.T) {
 		require.Contains(t, errOut, "replayed: true")
 	})
 
+	t.Run("Field", func(t *testing.T) {
+		env := newAPIEnv(t, envOptions{})
+		out, errOut, err := env.cli(t, "alice", "submit", "--title", "Sample", "--markdown-file", env.sample(t), "--field", "id")
+		require.NoError(t, err)
+		require.Regexp(t, `^run_[0-9A-Z]{26}\n$`, out, "the run id alone, for RUN=$(…)")
+		require.Regexp(t, `^idempotency key: cli-\S+\nreplayed: false\n$`, errOut, "the key is still shown")
+		run := strings.TrimSpace(out)
+		out, _, err = env.cli(t, "alice", "runs", "show", run, "--field", "state")
+		require.NoError(t, err)
+		require.Equal(t, "queued\n", out)
+	})
+
 	t.Run("InputFileAndStdin", func(t *testing.T) {
 		env := newAPIEnv(t, envOptions{})
 		title, md := simulator.SampleDocument()

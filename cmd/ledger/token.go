@@ -4,9 +4,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strings"
+	"text/tabwriter"
 
 	"github.com/actionledger/ledger/server"
 	"github.com/spf13/cobra"
@@ -15,10 +18,12 @@ import (
 func newTokenCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "token",
-		Short: "Make bearer tokens for the server's tokens file",
+		Short: "Make, list and revoke the bearer tokens of the server's tokens file",
 		Args:  usageArgs(cobra.NoArgs),
+		Example: `  ledger token new --principal alice --tenant acme --role submitter --add-to tokens.json
+  ledger token list --file tokens.json`,
 	}
-	cmd.AddCommand(newTokenNewCmd())
+	cmd.AddCommand(newTokenNewCmd(), newTokenListCmd(), newTokenRevokeCmd())
 	return asUsage(cmd)
 }
 
@@ -39,7 +44,8 @@ stdout; it is not stored anywhere, so keep it now. The second line is the entry 
 to the "tokens" array of the server's tokens file: it holds only the token's SHA-256.
 
 --add-to FILE adds the entry to that tokens file itself (creating it, mode 0600, if
-it does not exist). The server reads the file at start-up: restart it afterwards.
+it does not exist). The server reads the file at start-up and again on SIGHUP: send
+it one (kill -HUP PID) or restart it afterwards.
 --json prints one object {"token": …, "entry": {…}} instead of the two lines.`,
 		Args: usageArgs(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -73,10 +79,12 @@ it does not exist). The server reads the file at start-up: restart it afterwards
 				return err
 			}
 			if addTo != "" {
-				fmt.Fprintf(cmd.ErrOrStderr(), "added %s (tenant %s) to %s; restart the server to pick it up\n", principal, tenant, addTo)
+				fmt.Fprintf(cmd.ErrOrStderr(), "added %s (tenant %s) to %s; send the server SIGHUP (or restart it) to pick it up\n", principal, tenant, addTo)
 			}
 			return nil
 		},
+		Example: `  ledger token new --principal bob --tenant acme --role approver --add-to tokens.json
+  ledger token new --principal ci --tenant acme --role submitter --role auditor --json`,
 	}
 	f := cmd.Flags()
 	f.StringVar(&principal, "principal", "", "who the token identifies, e.g. alice (required)")
@@ -91,21 +99,43 @@ it does not exist). The server reads the file at start-up: restart it afterwards
 // file atomically (mode 0600). An existing file must be a valid tokens file:
 // one the server would refuse is not silently rewritten.
 func addTokenEntry(path string, entry server.TokenEntry) error {
-	var doc server.TokensFile
-	data, err := os.ReadFile(path)
-	switch {
-	case errors.Is(err, fs.ErrNotExist):
-	case err != nil:
-		return fmt.Errorf("tokens file: %w", err)
-	default:
-		if _, err := server.ParseTokens(data); err != nil {
-			return &usageError{err: fmt.Errorf("%s: %w", path, err)}
-		}
-		if err := json.Unmarshal(data, &doc); err != nil {
-			return &usageError{err: fmt.Errorf("%s: %w", path, err)}
-		}
+	doc, err := readTokensFile(path)
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return err
 	}
 	doc.Tokens = append(doc.Tokens, entry)
+	return writeTokensFile(path, doc)
+}
+
+// readTokensFile reads and checks the tokens file at path, as the server
+// would (server.ParseTokens); a file it would refuse is a usage error. A
+// missing file is an error matching fs.ErrNotExist.
+func readTokensFile(path string) (server.TokensFile, error) {
+	var doc server.TokensFile
+	data, err := os.ReadFile(path)
+	if err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return doc, &usageError{err: fmt.Errorf("tokens file: %w", err)}
+		}
+		return doc, fmt.Errorf("tokens file: %w", err)
+	}
+	if _, err := server.ParseTokens(data); err != nil {
+		return doc, &usageError{err: fmt.Errorf("%s: %w", path, err)}
+	}
+	if err := json.Unmarshal(data, &doc); err != nil {
+		return doc, &usageError{err: fmt.Errorf("%s: %w", path, err)}
+	}
+	return doc, nil
+}
+
+// writeTokensFile replaces the tokens file at path with doc atomically: a
+// temporary file in the same directory, mode 0600, synced, then renamed
+// over it, so the server (on SIGHUP) reads the old file or the new one,
+// never half of one.
+func writeTokensFile(path string, doc server.TokensFile) error {
+	if doc.Tokens == nil {
+		doc.Tokens = []server.TokenEntry{} // "tokens" is required: [] lets nobody in
+	}
 	out, err := json.MarshalIndent(doc, "", "  ")
 	if err != nil {
 		return err
@@ -131,4 +161,210 @@ func addTokenEntry(path string, entry server.TokenEntry) error {
 		return fmt.Errorf("tokens file: %w", err)
 	}
 	return nil
+}
+
+// minHashPrefix is the fewest hex digits of a token's hash that token list
+// shows and token revoke --sha256 takes: 32 bits, which reveal nothing of a
+// token, keep a prefix the same while entries come and go, and make a
+// typo unlikely to match another entry.
+const minHashPrefix = 8
+
+// hashPrefixLen is how many hex digits of its hash tell each entry of
+// entries apart from every other: minHashPrefix, or more when two hashes
+// share a longer prefix. No more of a hash than that is ever shown.
+func hashPrefixLen(entries []server.TokenEntry) int {
+	n := minHashPrefix
+	for i := range entries {
+		for j := i + 1; j < len(entries); j++ {
+			a, b := entries[i].SHA256, entries[j].SHA256
+			common := 0
+			for common < len(a) && common < len(b) && a[common] == b[common] {
+				common++
+			}
+			n = max(n, min(common+1, len(a)))
+		}
+	}
+	return n
+}
+
+// tokenRow is one entry as token list shows it: never the token, and only
+// a prefix of its hash.
+type tokenRow struct {
+	Principal    string   `json:"principal"`
+	Tenant       string   `json:"tenant"`
+	Roles        []string `json:"roles"`
+	SHA256Prefix string   `json:"sha256_prefix"`
+}
+
+func tokenRows(entries []server.TokenEntry, prefixLen int) []tokenRow {
+	rows := make([]tokenRow, 0, len(entries))
+	for _, e := range entries {
+		rows = append(rows, tokenRow{Principal: e.Principal, Tenant: e.Tenant, Roles: e.Roles, SHA256Prefix: e.SHA256[:prefixLen]})
+	}
+	return rows
+}
+
+func printTokenRows(w io.Writer, rows []tokenRow) error {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "PRINCIPAL\tTENANT\tROLES\tSHA256")
+	for _, r := range rows {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", displayText(r.Principal), displayText(r.Tenant), strings.Join(r.Roles, ","), r.SHA256Prefix)
+	}
+	return tw.Flush()
+}
+
+// tokensFileFlag registers --file, falling back to $LEDGER_TOKENS_FILE as
+// serve does, and returns a function that gives the path or a usage error.
+func tokensFileFlag(cmd *cobra.Command) func() (string, error) {
+	var path string
+	cmd.Flags().StringVar(&path, "file", "", "the tokens file (env "+envTokensFile+")")
+	return func() (string, error) {
+		if path == "" {
+			path = os.Getenv(envTokensFile)
+		}
+		if path == "" {
+			return "", usagef("--file is required (or set $%s)", envTokensFile)
+		}
+		return path, nil
+	}
+}
+
+func newTokenListCmd() *cobra.Command {
+	var (
+		asJSON bool
+		file   func() (string, error)
+	)
+	cmd := &cobra.Command{
+		Use:   "list --file FILE [--json]",
+		Short: "List the entries of a tokens file: who, which tenant, which roles",
+		Long: `List every entry of the tokens file: its principal, tenant and roles, and the first
+hex digits of the token's SHA-256, as many as it takes to tell the entries apart (at
+least 8). The tokens themselves are not in the file and cannot be shown. The prefix is
+what "ledger token revoke --sha256" takes. A file the server would refuse is refused
+here too, with the reason (exit status 2).`,
+		Args: usageArgs(cobra.NoArgs),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			path, err := file()
+			if err != nil {
+				return err
+			}
+			doc, err := readTokensFile(path)
+			if err != nil {
+				return err
+			}
+			rows := tokenRows(doc.Tokens, hashPrefixLen(doc.Tokens))
+			out := cmd.OutOrStdout()
+			if asJSON {
+				return json.NewEncoder(out).Encode(struct {
+					Tokens []tokenRow `json:"tokens"`
+				}{rows})
+			}
+			if len(rows) == 0 {
+				_, err := fmt.Fprintln(out, "no tokens: the server lets nobody in")
+				return err
+			}
+			return printTokenRows(out, rows)
+		},
+		Example: `  ledger token list --file tokens.json
+  LEDGER_TOKENS_FILE=/etc/ledger/tokens.json ledger token list --json`,
+	}
+	file = tokensFileFlag(cmd)
+	cmd.Flags().BoolVar(&asJSON, "json", false, `print {"tokens": [{"principal", "tenant", "roles", "sha256_prefix"}]}`)
+	return cmd
+}
+
+func newTokenRevokeCmd() *cobra.Command {
+	var (
+		principal string
+		tenant    string
+		prefix    string
+		file      func() (string, error)
+	)
+	cmd := &cobra.Command{
+		Use:   "revoke --file FILE (--principal P [--tenant T] | --sha256 PREFIX)",
+		Short: "Remove entries from a tokens file, so their tokens stop working",
+		Long: `Remove from the tokens file every entry of --principal (in every tenant, or only in
+--tenant), or the one entry whose hash starts with --sha256 PREFIX (at least 8 hex
+digits, as "ledger token list" shows them; a prefix that matches more than one entry
+is refused). The file is replaced atomically, mode 0600. A running server reads the
+file again on SIGHUP (kill -HUP PID): from then on the revoked tokens get 401.
+
+Prints each entry removed. Nothing matching is exit status 5 and leaves the file as it
+was; so does a file the server would refuse (exit status 2).`,
+		Args: usageArgs(cobra.NoArgs),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			match, err := revokeMatcher(principal, tenant, prefix)
+			if err != nil {
+				return err
+			}
+			path, err := file()
+			if err != nil {
+				return err
+			}
+			doc, err := readTokensFile(path)
+			if err != nil {
+				return err
+			}
+			prefixLen := hashPrefixLen(doc.Tokens)
+			var kept, removed []server.TokenEntry
+			for _, e := range doc.Tokens {
+				if match(e) {
+					removed = append(removed, e)
+				} else {
+					kept = append(kept, e)
+				}
+			}
+			switch {
+			case len(removed) == 0:
+				return &notFoundError{err: fmt.Errorf("%s: no entry matches; see ledger token list --file %s", path, path)}
+			case prefix != "" && len(removed) > 1:
+				return usagef("--sha256 %s matches %d entries: give more of it (ledger token list --file %s)", prefix, len(removed), path)
+			}
+			doc.Tokens = kept
+			if err := writeTokensFile(path, doc); err != nil {
+				return err
+			}
+			for _, r := range tokenRows(removed, prefixLen) {
+				fmt.Fprintf(cmd.OutOrStdout(), "revoked %s (tenant %s, roles %s) sha256 %s\n", displayText(r.Principal),
+					displayText(r.Tenant), strings.Join(r.Roles, ","), r.SHA256Prefix)
+			}
+			left := fmt.Sprintf("%d tokens left", len(kept))
+			if len(kept) == 0 {
+				left = "no tokens left: the server will let nobody in"
+			}
+			fmt.Fprintf(cmd.ErrOrStderr(), "wrote %s (%s); send the server SIGHUP (kill -HUP PID) to apply it\n", path, left)
+			return nil
+		},
+		Example: `  ledger token revoke --file tokens.json --principal alice --tenant acme
+  ledger token revoke --file tokens.json --sha256 3f9a2c71
+  kill -HUP $(pidof ledger)                 # the running server drops the revoked tokens`,
+	}
+	file = tokensFileFlag(cmd)
+	f := cmd.Flags()
+	f.StringVar(&principal, "principal", "", "revoke every token of this principal")
+	f.StringVar(&tenant, "tenant", "", "with --principal: only in this tenant")
+	f.StringVar(&prefix, "sha256", "", "revoke the one token whose SHA-256 starts with this (at least 8 hex digits)")
+	return cmd
+}
+
+// revokeMatcher checks revoke's selection flags and returns the test of an
+// entry against them.
+func revokeMatcher(principal, tenant, prefix string) (func(server.TokenEntry) bool, error) {
+	switch {
+	case principal != "" && prefix != "":
+		return nil, usagef("give --principal or --sha256, not both")
+	case principal == "" && prefix == "":
+		return nil, usagef("say what to revoke: --principal P [--tenant T] or --sha256 PREFIX")
+	case tenant != "" && principal == "":
+		return nil, usagef("--tenant goes with --principal")
+	case principal != "":
+		return func(e server.TokenEntry) bool {
+			return e.Principal == principal && (tenant == "" || e.Tenant == tenant)
+		}, nil
+	}
+	p := strings.ToLower(prefix)
+	if len(p) < minHashPrefix || len(p) > 64 || strings.Trim(p, "0123456789abcdef") != "" {
+		return nil, usagef("--sha256 %q: want %d to 64 hex digits of the token's SHA-256, as ledger token list shows them", prefix, minHashPrefix)
+	}
+	return func(e server.TokenEntry) bool { return strings.HasPrefix(e.SHA256, p) }, nil
 }

@@ -16,18 +16,33 @@ func newVersionCmd() *cobra.Command {
 		Short: "Print the build version and the database schema version it writes",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			info := struct {
-				Version       string `json:"version"`
-				SchemaVersion int    `json:"schema_version"`
-				Go            string `json:"go"`
-			}{Version, ledger.SchemaVersion(), runtime.Version()}
 			if asJSON {
-				return json.NewEncoder(cmd.OutOrStdout()).Encode(info)
+				return json.NewEncoder(cmd.OutOrStdout()).Encode(versionInfo())
 			}
-			_, err := fmt.Fprintf(cmd.OutOrStdout(), "ledger %s (schema %d, %s)\n", info.Version, info.SchemaVersion, info.Go)
+			_, err := fmt.Fprintln(cmd.OutOrStdout(), versionLine())
 			return err
 		},
+		Example: `  ledger version
+  ledger --version
+  ledger version --json`,
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
 	return cmd
+}
+
+// buildInfo is what `ledger version` reports.
+type buildInfo struct {
+	Version       string `json:"version"`
+	SchemaVersion int    `json:"schema_version"`
+	Go            string `json:"go"`
+}
+
+func versionInfo() buildInfo {
+	return buildInfo{Version, ledger.SchemaVersion(), runtime.Version()}
+}
+
+// versionLine is the line of `ledger version` and `ledger --version`.
+func versionLine() string {
+	info := versionInfo()
+	return fmt.Sprintf("ledger %s (schema %d, %s)", info.Version, info.SchemaVersion, info.Go)
 }

@@ -62,6 +62,8 @@ waiting. The crash tests and the fault matrix start this command with a fault pl
 				}
 			}
 		},
+		Example: `  ledger worker --db ./ledger.db
+  ledger worker --db ./ledger.db --until-idle`,
 	}
 	cmd.Flags().StringVar(&dbPath, "db", "./ledger.db", "path of the SQLite database")
 	cmd.Flags().BoolVar(&untilIdle, "until-idle", false, "exit once no run can advance without a person")
