@@ -22,6 +22,7 @@ import (
 	"github.com/actionledger/ledger/ledger"
 	"github.com/actionledger/ledger/ledger/ledgertest"
 	"github.com/actionledger/ledger/server"
+	"github.com/actionledger/ledger/server/servertest"
 	"github.com/actionledger/ledger/simulator"
 )
 
@@ -62,7 +63,8 @@ type env struct {
 	approvals *approval.Service
 	engine    *engine.Engine
 	srv       *server.Server
-	ts        *httptest.Server
+	validator *servertest.Validator
+	ts        *httptest.Server // serves srv through validator
 	client    *http.Client
 	tokens    map[string]string // principal → bearer token
 }
@@ -106,7 +108,11 @@ func newEnv(t testing.TB, o options) *env {
 	}
 	e.srv, err = server.New(cfg)
 	require.NoError(t, err)
-	e.ts = httptest.NewServer(e.srv.Handler())
+	// Every answer a test receives is checked against the document the
+	// server serves: the API document is the truth.
+	e.validator, err = servertest.Fetch(context.Background(), e.srv.Handler())
+	require.NoError(t, err)
+	e.ts = httptest.NewServer(e.validator.Handler(t, e.srv.Handler()))
 	e.client = &http.Client{Transport: &http.Transport{}}
 	t.Cleanup(func() {
 		e.client.CloseIdleConnections()
@@ -186,11 +192,16 @@ func (e *env) roundTrip(t testing.TB, req *http.Request) response {
 	return response{Status: res.StatusCode, Header: res.Header, Body: b}
 }
 
-// direct serves req with the handler, without a network in between.
-func (e *env) direct(req *http.Request) response {
+// direct serves req with the handler, without a network in between (for
+// what a client library would not send, or a remote address), and checks
+// the answer against the document as the network path does.
+func (e *env) direct(t testing.TB, req *http.Request) response {
+	t.Helper()
 	rec := httptest.NewRecorder()
 	e.srv.Handler().ServeHTTP(rec, req)
-	return response{Status: rec.Code, Header: rec.Header(), Body: rec.Body.Bytes()}
+	res := response{Status: rec.Code, Header: rec.Header(), Body: rec.Body.Bytes()}
+	require.NoError(t, e.validator.Check(req, res.Status, res.Header, res.Body))
+	return res
 }
 
 func (e *env) get(t testing.TB, principal, path string) response {

@@ -141,7 +141,7 @@ func TestSubmitIdempotencyKey(t *testing.T) {
 			req.Header.Set("Content-Type", "application/json")
 			req.Header.Set("Authorization", "Bearer "+e.tokens["alice"])
 			req.Header["Idempotency-Key"] = values
-			requireProblem(t, e.direct(req), http.StatusBadRequest, server.CodeIdempotencyKeyInvalid)
+			requireProblem(t, e.direct(t, req), http.StatusBadRequest, server.CodeIdempotencyKeyInvalid)
 		})
 	}
 	require.Zero(t, e.runCount(t))
