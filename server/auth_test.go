@@ -57,6 +57,13 @@ func TestAuthentication(t *testing.T) {
 			}
 			path := strings.NewReplacer("{run_id}", "run_x", "{action_id}", "act_x").Replace(r[1])
 			res := e.send(t, request{method: r[0], path: path, body: "{}"})
+			if r[0] == http.MethodHead {
+				require.Equal(t, http.StatusUnauthorized, res.Status, path)
+				require.Equal(t, "application/problem+json", res.Header.Get("Content-Type"))
+				require.NotEmpty(t, res.Header.Get("WWW-Authenticate"))
+				require.Empty(t, res.Body)
+				continue
+			}
 			requireProblem(t, res, http.StatusUnauthorized, server.CodeUnauthorized)
 		}
 	})

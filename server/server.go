@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"strconv"
 	"sync"
 	"time"
 
@@ -112,6 +113,8 @@ func New(cfg Config) (*Server, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
+	// Every line logged with a request's context names the request.
+	cfg.Logger = slog.New(requestIDHandler{cfg.Logger.Handler()})
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
@@ -174,23 +177,29 @@ func (s *Server) newEcho() *echo.Echo {
 	e.HTTPErrorHandler = s.handleError
 	e.Use(s.observe, s.recoverPanic)
 
-	e.GET("/healthz", s.healthz)
-	e.GET("/readyz", s.readyz)
-	e.GET("/metrics", echo.WrapHandler(metricsHandler(s.reg, s.log)))
-	e.GET("/v1/openapi.json", s.openAPI)
+	// Every GET route answers HEAD too: the same status and headers, no
+	// body (observe drops it). Echo does not add HEAD by itself.
+	get := func(path string, h echo.HandlerFunc, m ...echo.MiddlewareFunc) {
+		e.GET(path, h, m...)
+		e.HEAD(path, h, m...)
+	}
+	get("/healthz", s.healthz)
+	get("/readyz", s.readyz)
+	get("/metrics", echo.WrapHandler(metricsHandler(s.reg, s.log)))
+	get("/v1/openapi.json", s.openAPI)
 
 	// Authentication is per route, not a group middleware: Echo gives a
 	// group with middleware catch-all 404 routes, which would answer 404
 	// instead of 405 for a known path with another method.
 	auth := s.authenticate
 	e.POST("/v1/runs", s.submitRun, auth)
-	e.GET("/v1/runs", s.listRuns, auth)
-	e.GET("/v1/runs/:run_id", s.getRun, auth)
+	get("/v1/runs", s.listRuns, auth)
+	get("/v1/runs/:run_id", s.getRun, auth)
 	e.POST("/v1/runs/:run_id/cancel", s.cancelRun, auth)
-	e.GET("/v1/runs/:run_id/timeline", s.timeline, auth)
-	e.GET("/v1/runs/:run_id/evidence", s.evidence, auth)
-	e.GET("/v1/approvals", s.listApprovals, auth)
-	e.GET("/v1/actions/:action_id", s.getAction, auth)
+	get("/v1/runs/:run_id/timeline", s.timeline, auth)
+	get("/v1/runs/:run_id/evidence", s.evidence, auth)
+	get("/v1/approvals", s.listApprovals, auth)
+	get("/v1/actions/:action_id", s.getAction, auth)
 	e.POST("/v1/actions/:action_id/approve", s.approve, auth)
 	e.POST("/v1/actions/:action_id/deny", s.deny, auth)
 	e.POST("/v1/actions/:action_id/resolve", s.resolve, auth)
@@ -202,14 +211,29 @@ func (s *Server) newEcho() *echo.Echo {
 	return e
 }
 
-// observe is the outermost middleware: it turns a returned error into its
-// problem answer at once (so the status is known), then counts and logs
-// the request under its route template, never its raw path.
+// observe is the outermost middleware. It gives the request its id
+// (HeaderRequestID: on the answer, in the context for every log line),
+// turns a returned error into its problem answer at once (so the status is
+// known), drops the body of a HEAD answer, then counts and logs the
+// request under its route template, never its raw path, with its duration
+// in milliseconds (duration_ms).
 func (s *Server) observe(next echo.HandlerFunc) echo.HandlerFunc {
 	return func(c echo.Context) error {
 		start := s.now()
+		r := c.Request()
+		id := requestID(r.Header.Values(HeaderRequestID), s.now)
+		c.SetRequest(r.WithContext(withRequestID(r.Context(), id)))
+		c.Response().Header().Set(HeaderRequestID, id)
+		var head *headWriter
+		if r.Method == http.MethodHead {
+			head = &headWriter{ResponseWriter: c.Response().Writer}
+			c.Response().Writer = head
+		}
 		if err := next(c); err != nil {
 			c.Error(err)
+		}
+		if head != nil {
+			head.flush()
 		}
 		route := c.Path()
 		if !s.routes[route] {
@@ -217,8 +241,9 @@ func (s *Server) observe(next echo.HandlerFunc) echo.HandlerFunc {
 		}
 		status := c.Response().Status
 		took := s.now().Sub(start)
-		s.metrics.observe(c.Request().Method, route, status, took)
-		attrs := []any{"method", c.Request().Method, "route", route, "status", status, "duration", took}
+		s.metrics.observe(r.Method, route, status, took)
+		attrs := []any{"method", r.Method, "route", route, "status", status,
+			"duration_ms", float64(took.Microseconds()) / 1000}
 		if id, ok := identityFrom(c); ok {
 			attrs = append(attrs, "principal", id.Principal, "tenant", id.Tenant)
 		}
@@ -229,6 +254,45 @@ func (s *Server) observe(next echo.HandlerFunc) echo.HandlerFunc {
 		s.log.Log(c.Request().Context(), level, "http request", attrs...)
 		return nil
 	}
+}
+
+// headWriter answers a HEAD request as its GET would be answered, without
+// the body: it counts the body's bytes for Content-Length and sends the
+// header once the handler is done. Problems and every other answer pass
+// through it alike, so HEAD gets the same status and headers as GET.
+type headWriter struct {
+	http.ResponseWriter
+	status int
+	n      int64
+}
+
+// WriteHeader implements http.ResponseWriter; the status is sent by flush.
+func (w *headWriter) WriteHeader(status int) {
+	if w.status == 0 {
+		w.status = status
+	}
+}
+
+// Write implements http.ResponseWriter: the bytes are counted, not sent.
+func (w *headWriter) Write(p []byte) (int, error) {
+	w.WriteHeader(http.StatusOK)
+	w.n += int64(len(p))
+	return len(p), nil
+}
+
+// Unwrap lets http.ResponseController reach the connection's writer.
+func (w *headWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+// flush sends the status and headers, with the Content-Length of the body
+// that was left out.
+func (w *headWriter) flush() {
+	if w.status == 0 {
+		return // nothing was written; net/http answers 200 without a body
+	}
+	if h := w.Header(); h.Get(echo.HeaderContentLength) == "" {
+		h.Set(echo.HeaderContentLength, strconv.FormatInt(w.n, 10))
+	}
+	w.ResponseWriter.WriteHeader(w.status)
 }
 
 // recoverPanic turns a panic in a handler into a 500, logged with what

@@ -3,6 +3,7 @@ package servertest
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -86,6 +87,24 @@ func NewValidator(ctx context.Context, document []byte) (*Validator, error) {
 
 // Document returns the loaded document.
 func (v *Validator) Document() *openapi3.T { return v.doc }
+
+// CheckSchema validates a JSON value against components.schemas[name],
+// as the document's version validates (JSON Schema 2020-12 for 3.1).
+func (v *Validator) CheckSchema(name string, value []byte) error {
+	ref := v.doc.Components.Schemas[name]
+	if ref == nil || ref.Value == nil {
+		return fmt.Errorf("servertest: no components.schemas.%s", name)
+	}
+	var x any
+	if err := json.Unmarshal(value, &x); err != nil {
+		return fmt.Errorf("servertest: %w", err)
+	}
+	var opts []openapi3.SchemaValidationOption
+	if v.doc.IsOpenAPI31OrLater() {
+		opts = append(opts, openapi3.EnableJSONSchema2020())
+	}
+	return ref.Value.VisitJSON(x, opts...)
+}
 
 // Check validates one answer to req: its status, headers and body.
 //

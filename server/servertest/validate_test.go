@@ -159,6 +159,22 @@ func TestCheck(t *testing.T) {
 		require.ErrorContains(t, err, "not valid OpenAPI")
 	})
 
+	t.Run("ErrBadExample", func(t *testing.T) {
+		doc := strings.Replace(document, `{"$ref": "#/components/schemas/Thing"}}`,
+			`{"$ref": "#/components/schemas/Thing"}, "example": {"id": 7}}`, 1)
+		require.NotEqual(t, document, doc)
+		_, err := servertest.NewValidator(ctx, []byte(doc))
+		require.ErrorContains(t, err, "not valid OpenAPI", "examples are checked against their schemas")
+	})
+
+	t.Run("CheckSchema", func(t *testing.T) {
+		v, err := servertest.NewValidator(ctx, []byte(document))
+		require.NoError(t, err)
+		require.NoError(t, v.CheckSchema("Thing", []byte(`{"id":"t1"}`)))
+		require.Error(t, v.CheckSchema("Thing", []byte(`{"id":"t1","x":1}`)))
+		require.Error(t, v.CheckSchema("Nothing", []byte(`{}`)))
+	})
+
 	t.Run("ErrNoDefaultResponse", func(t *testing.T) {
 		doc := strings.Replace(document, `"Default": {`, `"Other": {`, 1)
 		doc = strings.ReplaceAll(doc, "#/components/responses/Default", "#/components/responses/Other")
