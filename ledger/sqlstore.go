@@ -75,7 +75,7 @@ type GormStore struct {
 	// monotonic reading; onCommit is Config.OnCommit.
 	clock    func() time.Time
 	onCommit func(CommitStats)
-	wr    *writer // group commit (groupcommit.go)
+	wr       *writer // group commit (groupcommit.go)
 	// ws are the write statements, prepared on the writer's connection;
 	// rs the read statements of the reader pool (stmts.go).
 	ws []*sql.Stmt

@@ -62,9 +62,15 @@
 //
 // # Metrics
 //
-// /metrics serves Config.Registry without authentication: request counts
-// and durations by route template (never raw paths), store gauges computed
-// at scrape time (ledger_runs, ledger_approvals_waiting, ledger_attempts),
-// and ledger_recovery_decisions_total for the recovery scan. The gauges
+// /metrics serves Config.Registry without authentication (see Metrics):
+// request counts and durations by route template (never raw paths);
+// store gauges counted at scrape time by state (ledger_runs,
+// ledger_actions, ledger_approvals, ledger_approvals_waiting,
+// ledger_attempts); group-commit duration and batch size and tool-call
+// duration by tool and outcome, fed by the ledger's and the engine's hooks
+// (Metrics.ObserveCommit, ObserveToolCall); approval decision latency
+// (requested_at to decided_at, by decision); submit replays and key
+// conflicts; 429s by scope; ledger_build_info{version, goversion}; and
+// ledger_recovery_decisions_total, every decision shown from 0. The gauges
 // count tenants together; keep /metrics on an operator's network.
 package server

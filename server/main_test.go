@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -21,6 +22,7 @@ import (
 	"github.com/actionledger/ledger/engine"
 	"github.com/actionledger/ledger/ledger"
 	"github.com/actionledger/ledger/ledger/ledgertest"
+	"github.com/actionledger/ledger/recovery"
 	"github.com/actionledger/ledger/server"
 	"github.com/actionledger/ledger/server/servertest"
 	"github.com/actionledger/ledger/simulator"
@@ -51,6 +53,9 @@ type options struct {
 	dev         bool     // no tokens file
 	secretPaths []string // secret_paths of cards.write
 	config      func(*server.Config)
+	// hooks wires the store's commits and the engine's tool calls and
+	// recovery decisions to the server's metrics, as serve does.
+	hooks bool
 }
 
 // env is the whole service on real SQLite files behind an httptest
@@ -72,7 +77,16 @@ type env struct {
 func newEnv(t testing.TB, o options) *env {
 	t.Helper()
 	ctx := context.Background()
-	lb := ledgertest.OpenStore(t)
+	var metrics atomic.Pointer[server.Metrics] // set once the server exists
+	lb := ledgertest.OpenStoreWith(t, func(c *ledger.Config) {
+		if o.hooks {
+			c.OnCommit = func(s ledger.CommitStats) {
+				if m := metrics.Load(); m != nil {
+					m.ObserveCommit(s)
+				}
+			}
+		}
+	})
 	effects, err := simulator.OpenEffectStore(ctx, filepath.Join(t.TempDir(), "effects.db"), lb.Clock.Now)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = effects.Close() })
@@ -93,8 +107,21 @@ func newEnv(t testing.TB, o options) *env {
 		d, ok := tools[n]
 		return d, ok
 	}, approval.Options{RelaxSeparationOfDuties: o.dev})
-	eng, err := engine.New(engine.Config{Store: lb.Store, Approvals: svc, Agents: []engine.Agent{agent},
-		Now: lb.Clock.Now, PollInterval: 10 * time.Millisecond})
+	ecfg := engine.Config{Store: lb.Store, Approvals: svc, Agents: []engine.Agent{agent},
+		Now: lb.Clock.Now, PollInterval: 10 * time.Millisecond}
+	if o.hooks {
+		ecfg.OnToolCall = func(c engine.ToolCallStats) {
+			if m := metrics.Load(); m != nil {
+				m.ObserveToolCall(c)
+			}
+		}
+		ecfg.OnDecision = func(d recovery.Decision) {
+			if m := metrics.Load(); m != nil {
+				m.ObserveDecision(d)
+			}
+		}
+	}
+	eng, err := engine.New(ecfg)
 	require.NoError(t, err)
 	t.Cleanup(eng.Stop)
 
@@ -108,6 +135,7 @@ func newEnv(t testing.TB, o options) *env {
 	}
 	e.srv, err = server.New(cfg)
 	require.NoError(t, err)
+	metrics.Store(e.srv.Metrics())
 	// Every answer a test receives is checked against the document the
 	// server serves: the API document is the truth.
 	e.validator, err = servertest.Fetch(context.Background(), e.srv.Handler())

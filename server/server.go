@@ -47,6 +47,9 @@ type Config struct {
 	// Registry receives the server's metrics and is served on /metrics;
 	// nil means a new registry with the Go and process collectors.
 	Registry *prometheus.Registry
+	// Version is this build's version, shown by ledger_build_info; ""
+	// shows "unknown".
+	Version string
 	// MaxBodyBytes bounds request bodies (413 above it); 0 means
 	// DefaultMaxBodyBytes.
 	MaxBodyBytes int64
@@ -146,7 +149,7 @@ func New(cfg Config) (*Server, error) {
 	if own {
 		s.reg = prometheus.NewRegistry()
 	}
-	m, err := newMetrics(s.reg, own, cfg.Store, cfg.Logger)
+	m, err := newMetrics(s.reg, own, cfg.Store, cfg.Logger, cfg.Version)
 	if err != nil {
 		return nil, fmt.Errorf("server: register metrics: %w", err)
 	}
@@ -161,8 +164,9 @@ func New(cfg Config) (*Server, error) {
 // Handler returns the HTTP handler of the API.
 func (s *Server) Handler() http.Handler { return s.echo }
 
-// Metrics returns the server's metrics, for the recovery scan to count its
-// decisions in.
+// Metrics returns the server's metrics, for the ledger's, the engine's and
+// the recovery scan's hooks to feed (ObserveCommit, ObserveToolCall,
+// ObserveDecision).
 func (s *Server) Metrics() *Metrics { return s.metrics }
 
 // RecoveryDecisions is the ledger_recovery_decisions_total{decision}

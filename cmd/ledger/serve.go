@@ -14,9 +14,10 @@ import (
 	"time"
 
 	"github.com/actionledger/ledger/contracts"
+	"github.com/actionledger/ledger/engine"
+	"github.com/actionledger/ledger/ledger"
 	"github.com/actionledger/ledger/recovery"
 	"github.com/actionledger/ledger/server"
-	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spf13/cobra"
 )
 
@@ -146,16 +147,28 @@ func runServe(ctx context.Context, o *serveOptions, stderr io.Writer) (err error
 			"fault_plan", plan, "simulator_config", simCfg)
 	}
 
-	// Recovery decisions are counted by the server's metrics, which exist
-	// only once the server does; the scan runs after both.
-	var decisions atomic.Pointer[prometheus.CounterVec]
-	onDecision := func(d recovery.Decision) {
-		if c := decisions.Load(); c != nil {
-			c.WithLabelValues(string(d.Kind)).Inc()
-		}
-	}
+	// The store's commits, the engine's tool calls and the recovery
+	// decisions are counted by the server's metrics, which exist only once
+	// the server does (it needs the store and the engine); the recovery
+	// scan and the first request come after it.
+	var metrics atomic.Pointer[server.Metrics]
 	svc, err := openService(ctx, serviceConfig{DBPath: o.dbPath, Rules: rules, DevMode: devMode, Simulator: faults.Simulator,
-		FaultFunc: faults.Func, WrapStore: faults.WrapStore, Logger: log, OnDecision: onDecision})
+		FaultFunc: faults.Func, WrapStore: faults.WrapStore, Logger: log,
+		OnDecision: func(d recovery.Decision) {
+			if m := metrics.Load(); m != nil {
+				m.ObserveDecision(d)
+			}
+		},
+		OnCommit: func(c ledger.CommitStats) {
+			if m := metrics.Load(); m != nil {
+				m.ObserveCommit(c)
+			}
+		},
+		OnToolCall: func(c engine.ToolCallStats) {
+			if m := metrics.Load(); m != nil {
+				m.ObserveToolCall(c)
+			}
+		}})
 	if err != nil {
 		return err
 	}
@@ -175,13 +188,14 @@ func runServe(ctx context.Context, o *serveOptions, stderr io.Writer) (err error
 		MaxBodyBytes: o.maxBodyBytes,
 		Now:          time.Now,
 		Redaction:    svc.redactor,
+		Version:      Version,
 	})
 	if err != nil {
 		return fmt.Errorf("build server: %w", err)
 	}
+	metrics.Store(srv.Metrics())
 	// Every action a crash interrupted gets its decision before the first
 	// request or worker can touch it.
-	decisions.Store(srv.RecoveryDecisions())
 	if err := svc.recover(ctx); err != nil {
 		return err
 	}

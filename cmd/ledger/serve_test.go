@@ -9,12 +9,16 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"runtime"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/actionledger/ledger/server"
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
 	"github.com/stretchr/testify/require"
 )
 
@@ -148,6 +152,10 @@ func TestServe(t *testing.T) {
 			return run.State == "completed"
 		})
 
+		// serve wires the store's commits, the engine's tool calls and the
+		// build into the server's metrics.
+		requireServeMetrics(t, url)
+
 		require.NoError(t, stop(), "a signal is a clean exit")
 		require.Contains(t, logs.String(), `"msg":"stopped"`)
 		_, err = http.Get(url + "/healthz")
@@ -244,4 +252,45 @@ func TestIsLoopback(t *testing.T) {
 	} {
 		require.Equal(t, want, isLoopback(addr), addr)
 	}
+}
+
+// requireServeMetrics reads url's /metrics after one approved run and
+// checks what only serve's wiring feeds.
+func requireServeMetrics(t *testing.T, url string) {
+	t.Helper()
+	res, err := http.Get(url + "/metrics")
+	require.NoError(t, err)
+	defer res.Body.Close()
+	require.Equal(t, http.StatusOK, res.StatusCode)
+	p := expfmt.NewTextParser(model.UTF8Validation)
+	fams, err := p.TextToMetricFamilies(res.Body)
+	require.NoError(t, err)
+	find := func(name string, labels map[string]string) *dto.Metric {
+		t.Helper()
+		f, ok := fams[name]
+		require.True(t, ok, "no %s", name)
+	next:
+		for _, m := range f.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if labels[l.GetName()] != l.GetValue() {
+					continue next
+				}
+			}
+			if len(m.GetLabel()) == len(labels) {
+				return m
+			}
+		}
+		t.Fatalf("%s has no series %v", name, labels)
+		return nil
+	}
+	require.Equal(t, 1.0, find("ledger_build_info", map[string]string{"version": Version, "goversion": runtime.Version()}).GetGauge().GetValue())
+	require.Positive(t, find("ledger_store_commit_duration_seconds", nil).GetHistogram().GetSampleCount())
+	require.Positive(t, find("ledger_store_commit_batch_writes", nil).GetHistogram().GetSampleCount())
+	require.Equal(t, uint64(1), find("ledger_tool_call_duration_seconds",
+		map[string]string{"tool": "cards.write", "outcome": "succeeded"}).GetHistogram().GetSampleCount())
+	require.Equal(t, uint64(1), find("ledger_approval_decision_seconds",
+		map[string]string{"decision": "granted"}).GetHistogram().GetSampleCount())
+	require.Zero(t, find("ledger_recovery_decisions_total", map[string]string{"decision": "review"}).GetCounter().GetValue(),
+		"shown from 0")
+	require.Equal(t, 1.0, find("ledger_actions", map[string]string{"state": "succeeded"}).GetGauge().GetValue())
 }
