@@ -275,19 +275,44 @@ func (s *Server) authenticate(next echo.HandlerFunc) echo.HandlerFunc {
 			}
 			id = DevIdentity()
 		} else {
-			tok, err := bearer(r)
+			known, err := s.lookupToken(r)
 			if err != nil {
-				return &apiError{code: CodeUnauthorized, detail: err.Error()}
-			}
-			known, ok := s.tokens.byHash[HashToken(tok)]
-			if !ok {
-				return &apiError{code: CodeUnauthorized, detail: "unknown token"}
+				return err
 			}
 			id = known
 		}
 		c.SetRequest(r.WithContext(withIdentity(r.Context(), id)))
 		return next(c)
 	}
+}
+
+// lookupToken finds the identity of the request's bearer token. A
+// missing, malformed or unknown token is 401, and spends one of the client
+// address's allowance of 401s; an address that has none left is 429
+// before its token is looked at (Config.RateLimit).
+func (s *Server) lookupToken(r *http.Request) (Identity, error) {
+	addr := clientAddress(r.RemoteAddr)
+	if s.authFailures != nil {
+		if empty, retry := s.authFailures.empty(addr); empty {
+			s.metrics.rateLimited.WithLabelValues("address").Inc()
+			return Identity{}, rateLimited("address", retry)
+		}
+	}
+	fail := func(detail string) (Identity, error) {
+		if s.authFailures != nil {
+			s.authFailures.spend(addr)
+		}
+		return Identity{}, &apiError{code: CodeUnauthorized, detail: detail}
+	}
+	tok, err := bearer(r)
+	if err != nil {
+		return fail(err.Error())
+	}
+	id, ok := s.tokens.byHash[HashToken(tok)]
+	if !ok {
+		return fail("unknown token")
+	}
+	return id, nil
 }
 
 // DevIdentity is who every request is in dev mode.

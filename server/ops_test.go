@@ -108,7 +108,8 @@ func TestProblemTable(t *testing.T) {
 		server.CodeIdempotencyKeyInvalid: 400, server.CodeIdempotencyKeyReused: 422, server.CodeRequestInProgress: 409,
 		server.CodeInvalidJSON: 400, server.CodeSchemaViolation: 400, server.CodeNotImplemented: 501,
 		server.CodeMethodNotAllowed: 405, server.CodeRouteNotFound: 404, server.CodeNotReady: 503,
-		"no_such_code": 500,
+		server.CodeRateLimited: 429,
+		"no_such_code":         500,
 	} {
 		require.Equal(t, status, server.StatusOf(code), code)
 	}

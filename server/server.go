@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"net/http"
 	"strconv"
 	"sync"
@@ -53,6 +54,18 @@ type Config struct {
 	// MaxBodyBytes bounds request bodies (413 above it); 0 means
 	// DefaultMaxBodyBytes.
 	MaxBodyBytes int64
+	// RateLimit is how many requests a second, on average, each identity
+	// (a principal in its tenant; in dev mode the one identity) may send
+	// to the authenticated routes, and RateBurst how many at once (0 means
+	// RateLimit rounded up): above it the answer is 429 rate_limited with
+	// Retry-After. The same limit applies to answers of 401 per client
+	// address: while an address has used it up, its requests are 429
+	// before their token is looked at, so nobody guesses tokens at speed.
+	// 0 limits nothing (serve's default is DefaultRateLimit and
+	// DefaultRateBurst). /healthz, /readyz, /metrics and the document are
+	// never limited.
+	RateLimit float64
+	RateBurst int
 	// Now is the clock for request durations; nil means time.Now.
 	Now func() time.Time
 	// ReadyFunc reports whether the server can serve (GET /readyz): the
@@ -95,6 +108,10 @@ type Server struct {
 
 	beforeSubmit func()
 
+	// limits holds each identity's bucket, authFailures each client
+	// address's bucket of 401s; both nil without a rate limit.
+	limits, authFailures *limiter
+
 	inflightMu sync.Mutex
 	inflight   map[inflightKey]struct{}
 }
@@ -109,6 +126,9 @@ func New(cfg Config) (*Server, error) {
 	}
 	if cfg.MaxBodyBytes < 0 {
 		return nil, errors.New("server: MaxBodyBytes cannot be negative")
+	}
+	if cfg.RateLimit < 0 || cfg.RateBurst < 0 || math.IsNaN(cfg.RateLimit) || math.IsInf(cfg.RateLimit, 0) {
+		return nil, errors.New("server: RateLimit and RateBurst must be finite and not negative")
 	}
 	if cfg.MaxBodyBytes == 0 {
 		cfg.MaxBodyBytes = DefaultMaxBodyBytes
@@ -128,6 +148,10 @@ func New(cfg Config) (*Server, error) {
 	}
 	if s.ready == nil {
 		s.ready = s.defaultReady
+	}
+	if cfg.RateLimit > 0 {
+		s.limits = newLimiter(cfg.RateLimit, cfg.RateBurst, cfg.Now)
+		s.authFailures = newLimiter(cfg.RateLimit, cfg.RateBurst, cfg.Now)
 	}
 	if cfg.Redaction == nil {
 		key := make([]byte, 32)
@@ -192,21 +216,22 @@ func (s *Server) newEcho() *echo.Echo {
 	get("/metrics", echo.WrapHandler(metricsHandler(s.reg, s.log)))
 	get("/v1/openapi.json", s.openAPI)
 
-	// Authentication is per route, not a group middleware: Echo gives a
-	// group with middleware catch-all 404 routes, which would answer 404
-	// instead of 405 for a known path with another method.
-	auth := s.authenticate
-	e.POST("/v1/runs", s.submitRun, auth)
-	get("/v1/runs", s.listRuns, auth)
-	get("/v1/runs/:run_id", s.getRun, auth)
-	e.POST("/v1/runs/:run_id/cancel", s.cancelRun, auth)
-	get("/v1/runs/:run_id/timeline", s.timeline, auth)
-	get("/v1/runs/:run_id/evidence", s.evidence, auth)
-	get("/v1/approvals", s.listApprovals, auth)
-	get("/v1/actions/:action_id", s.getAction, auth)
-	e.POST("/v1/actions/:action_id/approve", s.approve, auth)
-	e.POST("/v1/actions/:action_id/deny", s.deny, auth)
-	e.POST("/v1/actions/:action_id/resolve", s.resolve, auth)
+	// Authentication and the identity's rate limit are per route, not a
+	// group middleware: Echo gives a group with middleware catch-all 404
+	// routes, which would answer 404 instead of 405 for a known path with
+	// another method.
+	auth := []echo.MiddlewareFunc{s.authenticate, s.rateLimitMiddleware(s.limits)}
+	e.POST("/v1/runs", s.submitRun, auth...)
+	get("/v1/runs", s.listRuns, auth...)
+	get("/v1/runs/:run_id", s.getRun, auth...)
+	e.POST("/v1/runs/:run_id/cancel", s.cancelRun, auth...)
+	get("/v1/runs/:run_id/timeline", s.timeline, auth...)
+	get("/v1/runs/:run_id/evidence", s.evidence, auth...)
+	get("/v1/approvals", s.listApprovals, auth...)
+	get("/v1/actions/:action_id", s.getAction, auth...)
+	e.POST("/v1/actions/:action_id/approve", s.approve, auth...)
+	e.POST("/v1/actions/:action_id/deny", s.deny, auth...)
+	e.POST("/v1/actions/:action_id/resolve", s.resolve, auth...)
 
 	s.routes = map[string]bool{}
 	for _, r := range e.Routes() {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"net"
 	"net/http"
 	"os"
@@ -37,6 +38,8 @@ type serveOptions struct {
 	logLevel        string
 	maxBodyBytes    int64
 	shutdownTimeout time.Duration
+	rateLimit       float64
+	rateBurst       int
 }
 
 func newServeCmd() *cobra.Command {
@@ -58,6 +61,12 @@ and --addr must be a loopback address (exit status 2 otherwise).
 The simulator's write tool keeps its side effects beside the database, in
 <db>.effects.db.
 
+Each principal may send --rate-limit requests a second on average and --rate-burst at
+once (429 with Retry-After above that); a client address gets the same allowance of
+answers of 401, after which its requests are refused (429) before their token is
+looked at. --rate-limit 0 turns both off. /healthz, /readyz, /metrics and
+/v1/openapi.json are never limited.
+
 On SIGTERM or SIGINT serve stops accepting connections, waits up to
 --shutdown-timeout for requests in flight, stops the workers (an attempt interrupted
 mid-call stays started; the recovery scan of the next start settles it), closes the
@@ -74,6 +83,8 @@ stores and exits 0. Logs are structured (slog), JSON on stderr by default.`,
 	f.StringVar(&o.logLevel, "log-level", "info", "log level: debug, info, warn or error")
 	f.Int64Var(&o.maxBodyBytes, "max-body-bytes", 1<<20, "largest request body accepted (413 above)")
 	f.DurationVar(&o.shutdownTimeout, "shutdown-timeout", 15*time.Second, "how long to wait for requests in flight on shutdown")
+	f.Float64Var(&o.rateLimit, "rate-limit", server.DefaultRateLimit, "requests a second each principal may send, on average (0: no limit)")
+	f.IntVar(&o.rateBurst, "rate-burst", server.DefaultRateBurst, "requests each principal may send at once")
 	return asUsage(cmd)
 }
 
@@ -104,6 +115,12 @@ func runServe(ctx context.Context, o *serveOptions, stderr io.Writer) (err error
 	}
 	if o.shutdownTimeout <= 0 {
 		return usagef("--shutdown-timeout must be positive")
+	}
+	if o.rateLimit < 0 || math.IsNaN(o.rateLimit) || math.IsInf(o.rateLimit, 0) {
+		return usagef("--rate-limit must be a number of requests a second, 0 for no limit")
+	}
+	if o.rateBurst < 1 {
+		return usagef("--rate-burst must be at least 1")
 	}
 	if _, _, err := net.SplitHostPort(o.addr); err != nil {
 		return usagef("--addr %q: want HOST:PORT: %v", o.addr, err)
@@ -186,6 +203,8 @@ func runServe(ctx context.Context, o *serveOptions, stderr io.Writer) (err error
 		Tokens:       tokens,
 		Logger:       log,
 		MaxBodyBytes: o.maxBodyBytes,
+		RateLimit:    o.rateLimit,
+		RateBurst:    o.rateBurst,
 		Now:          time.Now,
 		Redaction:    svc.redactor,
 		Version:      Version,

@@ -219,14 +219,17 @@ func TestServe(t *testing.T) {
 		bad := filepath.Join(dir, "bad.json")
 		require.NoError(t, os.WriteFile(bad, []byte(`{"tokens": [{"sha256": "nope"}]}`), 0o600))
 		for name, args := range map[string][]string{
-			"missing tokens file": {"--tokens", filepath.Join(dir, "missing.json")},
-			"invalid tokens file": {"--tokens", bad},
-			"log format":          {"--log-format", "xml"},
-			"log level":           {"--log-level", "loud"},
-			"addr":                {"--addr", "8080"},
-			"missing rules file":  {"--rules", filepath.Join(dir, "missing.json")},
-			"invalid rules file":  {"--rules", bad},
-			"positional":          {"extra"},
+			"missing tokens file":     {"--tokens", filepath.Join(dir, "missing.json")},
+			"invalid tokens file":     {"--tokens", bad},
+			"log format":              {"--log-format", "xml"},
+			"log level":               {"--log-level", "loud"},
+			"addr":                    {"--addr", "8080"},
+			"missing rules file":      {"--rules", filepath.Join(dir, "missing.json")},
+			"invalid rules file":      {"--rules", bad},
+			"negative rate limit":     {"--rate-limit", "-1"},
+			"rate limit not a number": {"--rate-limit", "NaN"},
+			"zero burst":              {"--rate-burst", "0"},
+			"positional":              {"extra"},
 		} {
 			t.Run(name, func(t *testing.T) {
 				_, _, err := runCLI(t, nil, append([]string{"serve", "--db", db}, args...)...)
