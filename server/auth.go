@@ -47,8 +47,9 @@ func Roles() []Role { return []Role{RoleSubmitter, RoleApprover, RoleAuditor, Ro
 // Valid reports whether r is a known role.
 func (r Role) Valid() bool { return slices.Contains(Roles(), r) }
 
-// Identity is who a request acts as: the only value the server keeps in a
-// request's context.
+// Identity is who a request acts as. It and the request's id
+// (requestid.go) are the only values the server keeps in a request's
+// context.
 type Identity struct {
 	Principal string
 	Tenant    string

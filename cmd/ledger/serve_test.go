@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/actionledger/ledger/server"
+	"github.com/actionledger/ledger/server/servertest"
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
@@ -115,9 +116,12 @@ func startServe(t *testing.T, args ...string) (string, *syncBuffer, func() error
 func TestServe(t *testing.T) {
 	t.Run("DevMode", func(t *testing.T) {
 		dir := t.TempDir()
-		url, logs, stop := startServe(t, "--db", filepath.Join(dir, "ledger.db"), "--addr", "127.0.0.1:0")
-		require.Regexp(t, `^http://127\.0\.0\.1:\d+$`, url)
+		served, logs, stop := startServe(t, "--db", filepath.Join(dir, "ledger.db"), "--addr", "127.0.0.1:0")
+		require.Regexp(t, `^http://127\.0\.0\.1:\d+$`, served)
 		require.Contains(t, logs.String(), `"level":"WARN","msg":"`+devModeWarning+`"`)
+		// The CLI talks to serve through a proxy that checks every answer
+		// against the document serve serves.
+		url := servertest.NewProxy(t, served).URL
 
 		res, err := http.Get(url + "/healthz")
 		require.NoError(t, err)
@@ -158,7 +162,7 @@ func TestServe(t *testing.T) {
 
 		require.NoError(t, stop(), "a signal is a clean exit")
 		require.Contains(t, logs.String(), `"msg":"stopped"`)
-		_, err = http.Get(url + "/healthz")
+		_, err = http.Get(served + "/healthz")
 		require.Error(t, err, "no longer listening")
 	})
 
@@ -182,8 +186,9 @@ func TestServe(t *testing.T) {
 		token, _, _ := strings.Cut(out, "\n")
 		t.Setenv(envTokensFile, tokens) // the environment names the file
 
-		url, logs, stop := startServe(t, "--db", filepath.Join(dir, "ledger.db"), "--addr", "127.0.0.1:0", "--log-format", "json")
+		served, logs, stop := startServe(t, "--db", filepath.Join(dir, "ledger.db"), "--addr", "127.0.0.1:0", "--log-format", "json")
 		require.NotContains(t, logs.String(), "DEV MODE")
+		url := servertest.NewProxy(t, served).URL
 
 		_, _, err = runCLI(t, nil, "runs", "list", "--server", url)
 		requireExit(t, err, 4)

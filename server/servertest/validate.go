@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"net/http/httputil"
 	"net/url"
 	"slices"
 	"strconv"
@@ -237,4 +238,18 @@ func NewServer(tb testing.TB, h http.Handler) *httptest.Server {
 	ts := httptest.NewServer(v.Handler(tb, h))
 	tb.Cleanup(ts.Close)
 	return ts
+}
+
+// NewProxy starts an httptest server that forwards every request to the
+// server at target (a base URL, such as the address ledger serve logs) and
+// checks each answer as NewServer does, against the document that server
+// serves; it closes when tb ends. It is for servers a test does not build
+// itself: the CLI's serve, run in process or as a binary.
+func NewProxy(tb testing.TB, target string) *httptest.Server {
+	tb.Helper()
+	u, err := url.Parse(target)
+	if err != nil {
+		tb.Fatalf("servertest: proxy target %q: %v", target, err)
+	}
+	return NewServer(tb, httputil.NewSingleHostReverseProxy(u))
 }

@@ -221,3 +221,15 @@ func TestHandler(t *testing.T) {
 		require.Len(t, tb.errs, 1, "and the test fails")
 	})
 }
+
+// TestProxy: a server elsewhere is checked through the proxy, against the
+// document it serves itself.
+func TestProxy(t *testing.T) {
+	upstream := httptest.NewServer(fake(answer{status: 200, contentType: "application/json", body: `{"id":"t1"}`}))
+	t.Cleanup(upstream.Close)
+	ts := servertest.NewProxy(t, upstream.URL)
+	res, err := ts.Client().Get(ts.URL + "/things/t1")
+	require.NoError(t, err)
+	defer res.Body.Close()
+	require.Equal(t, 200, res.StatusCode)
+}
