@@ -88,12 +88,17 @@ func (l *limiter) take(key string) (bool, time.Duration) {
 }
 
 // empty reports whether key's bucket has no token left, and how long
-// until it has one, without taking any.
+// until it has one, without taking any. A key without a bucket has a
+// full one, so none is made for it.
 func (l *limiter) empty(key string) (bool, time.Duration) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	b, ok := l.buckets[key]
+	if !ok {
+		return false, 0
+	}
 	now := l.now()
-	tokens := l.get(key, now).TokensAt(now)
+	tokens := b.lim.TokensAt(now)
 	if tokens >= 1 {
 		return false, 0
 	}

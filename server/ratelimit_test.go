@@ -92,7 +92,8 @@ func TestRateLimit(t *testing.T) {
 		req.Header.Set("Authorization", "Bearer "+e.tokens["alice"])
 		require.Equal(t, http.StatusOK, e.direct(t, req).Status)
 		// Good tokens do not spend the address's allowance (bob's own
-		// burst is 3).
+		// burst is 3), nor make a bucket for an address without failures.
+		require.Equal(t, 1, e.srv.AuthFailureBuckets(), "127.0.0.1 only, not 192.0.2.8")
 		clock.Advance(1000 * time.Second)
 		for range 3 {
 			require.Equal(t, http.StatusOK, e.get(t, "bob", "/v1/approvals").Status)

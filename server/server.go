@@ -309,6 +309,10 @@ func (w *headWriter) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
+// Flush implements http.Flusher: nothing is sent before flush, so that a
+// handler that flushes cannot send the header early.
+func (w *headWriter) Flush() {}
+
 // Unwrap lets http.ResponseController reach the connection's writer.
 func (w *headWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
