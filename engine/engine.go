@@ -90,7 +90,23 @@ type Config struct {
 	Redactor *redact.Redactor
 	// OnDecision, if set, sees every recovery decision (for metrics).
 	OnDecision func(recovery.Decision)
+	// OnToolCall, if set, is told of every call of a tool for an attempt
+	// once the tool has answered, before the outcome is recorded (for
+	// metrics). It runs on the worker that made the call: keep it quick.
+	OnToolCall func(ToolCallStats)
 	Logger     *slog.Logger
+}
+
+// ToolCallStats describe one call of a tool (Config.OnToolCall).
+type ToolCallStats struct {
+	// Tool is the tool's name, one of the registered tools.
+	Tool string
+	// Status is the attempt status the call's answer gives: succeeded,
+	// failed, timed_out or cancelled; started when the engine was shutting
+	// down and left the attempt for recovery.
+	Status ledger.AttemptStatus
+	// Duration is how long the tool took to answer, on the clock Now.
+	Duration time.Duration
 }
 
 // Engine drives runs over the Store. Advance moves one run as far as it can
@@ -547,7 +563,7 @@ func (e *Engine) attempt(ctx context.Context, run *ledger.Run, agent *registered
 		return false, err
 	}
 	if early != nil {
-		return e.finishCall(ctx, run, tool, a, att, *early, earlyErr, false)
+		return e.finishCall(ctx, run, tool, a, att, *early, earlyErr, false, 0)
 	}
 	return e.callTool(ctx, run, tool, a, att)
 }
@@ -563,21 +579,32 @@ func (e *Engine) callTool(ctx context.Context, run *ledger.Run, tool registeredT
 	callCtx, cancelTimeout := context.WithTimeout(ctx, timeout)
 	callCtx, cancelCall := context.WithCancelCause(callCtx)
 	untrack := e.trackCall(run.ID, func() { cancelCall(errRunCancelled) })
+	started := e.now()
 	res, callErr := tool.Execute(callCtx, Call{RunID: run.ID, ActionID: a.ID, Attempt: att.No, DedupKey: a.DedupKey, Arguments: a.Arguments})
+	took := e.now().Sub(started)
 	untrack()
 	cancelledByRun := errors.Is(context.Cause(callCtx), errRunCancelled)
 	cancelCall(nil)
 	cancelTimeout()
 	e.fault(FaultAfterToolCall)
-	return e.finishCall(ctx, run, tool, a, att, res, callErr, cancelledByRun)
+	return e.finishCall(ctx, run, tool, a, att, res, callErr, cancelledByRun, took)
 }
 
-// finishCall records what a call answered.
+// toolCalled tells Config.OnToolCall of a call.
+func (e *Engine) toolCalled(tool string, status ledger.AttemptStatus, took time.Duration) {
+	if e.cfg.OnToolCall != nil {
+		e.cfg.OnToolCall(ToolCallStats{Tool: tool, Status: status, Duration: max(took, 0)})
+	}
+}
+
+// finishCall records what a call answered; took is how long the tool
+// took.
 func (e *Engine) finishCall(ctx context.Context, run *ledger.Run, tool registeredTool, a *ledger.Action, att *ledger.Attempt,
-	res Result, callErr error, cancelledByRun bool) (bool, error) {
+	res Result, callErr error, cancelledByRun bool, took time.Duration) (bool, error) {
 	if callErr != nil && ctx.Err() != nil {
 		// We are shutting down, not the tool failing: leave the attempt
 		// started; recovery finds it and decides with the tool's guarantees.
+		e.toolCalled(tool.desc.Name, ledger.AttemptStarted, took)
 		return false, ctx.Err()
 	}
 	res.Output = e.redactJSON(res.Output)
@@ -588,6 +615,7 @@ func (e *Engine) finishCall(ctx context.Context, run *ledger.Run, tool registere
 			Observation: &ledger.ObservationInput{Source: ledger.ObservedResult, Effect: ledger.EffectUnknown}}
 	}
 	fin.AttemptID, fin.Actor = att.ID, "engine"
+	e.toolCalled(tool.desc.Name, fin.Status, took)
 	if _, err := e.store.FinishAttempt(ctx, fin); err != nil {
 		return false, err
 	}

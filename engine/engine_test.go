@@ -32,6 +32,12 @@ type bundle struct {
 
 func setup(t *testing.T, cfg simulator.Config) *bundle {
 	t.Helper()
+	return setupWith(t, cfg, nil)
+}
+
+// setupWith is setup with a last say on the engine's configuration.
+func setupWith(t *testing.T, cfg simulator.Config, tune func(*engine.Config)) *bundle {
+	t.Helper()
 	ctx := context.Background()
 	lb := ledgertest.OpenStore(t)
 	effects, err := simulator.OpenEffectStore(ctx, filepath.Join(t.TempDir(), "effects.db"), lb.Clock.Now)
@@ -59,8 +65,12 @@ func setup(t *testing.T, cfg simulator.Config) *bundle {
 	policy, err := approval.NewPolicy(nil, approval.Defaults{})
 	require.NoError(t, err)
 	svc := approval.NewService(lb.Store, policy, func(n string) (contracts.ToolDescriptor, bool) { d, ok := tools[n]; return d, ok }, approval.Options{})
-	eng, err := engine.New(engine.Config{Store: lb.Store, Approvals: svc, Agents: []engine.Agent{cards, reader},
-		Now: lb.Clock.Now, PollInterval: 10 * time.Millisecond})
+	ecfg := engine.Config{Store: lb.Store, Approvals: svc, Agents: []engine.Agent{cards, reader},
+		Now: lb.Clock.Now, PollInterval: 10 * time.Millisecond}
+	if tune != nil {
+		tune(&ecfg)
+	}
+	eng, err := engine.New(ecfg)
 	require.NoError(t, err)
 	return &bundle{Bundle: lb, effects: effects, approvals: svc, engine: eng}
 }

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"time"
 
 	"gorm.io/gorm"
 )
@@ -100,6 +101,10 @@ func (s *GormStore) lead() {
 // the outcome of the COMMIT is known.
 func (s *GormStore) runBatch(batch []*writeReq) {
 	errs := make([]error, len(batch))
+	var began time.Time
+	if s.onCommit != nil {
+		began = s.clock()
+	}
 	// The batch's context is none of its callers': a caller that goes away
 	// must not roll back the others' writes. Each write still checks its
 	// own context before it starts.
@@ -144,6 +149,9 @@ func (s *GormStore) runBatch(batch []*writeReq) {
 		default:
 			r.done <- nil
 		}
+	}
+	if s.onCommit != nil {
+		s.onCommit(CommitStats{Writes: len(batch), Duration: s.clock().Sub(began), Err: err})
 	}
 }
 

@@ -42,6 +42,25 @@ type Config struct {
 	Synchronous string
 	// ReadConns is the size of the read pool; 0 means 4.
 	ReadConns int
+	// OnCommit, if set, is told of every group commit once it has ended:
+	// how many writes it held and how long its transaction took, BEGIN to
+	// the end of COMMIT, on the clock Now (metrics). It runs on the
+	// committing goroutine after every caller of the batch was answered:
+	// keep it quick, and do not call the Store from it.
+	OnCommit func(CommitStats)
+}
+
+// CommitStats describe one group commit (Config.OnCommit).
+type CommitStats struct {
+	// Writes is how many Store writes shared the transaction.
+	Writes int
+	// Duration is BEGIN to the end of COMMIT (or of the rollback).
+	Duration time.Duration
+	// Err is the transaction's own error (BEGIN, a savepoint or COMMIT
+	// failed: none of its writes is durable); nil when it committed, even
+	// if some of its writes failed alone and were rolled back to their
+	// savepoints.
+	Err error
 }
 
 // GormStore is the Store on GORM and SQLite. It keeps one writer connection
@@ -52,7 +71,11 @@ type GormStore struct {
 	w, r  *gorm.DB
 	now   func() time.Time
 	newID NewIDFunc
-	wr    *writer // group commit (groupcommit.go)
+	// clock is Config.Now untruncated, so commit durations keep its
+	// monotonic reading; onCommit is Config.OnCommit.
+	clock    func() time.Time
+	onCommit func(CommitStats)
+	wr       *writer // group commit (groupcommit.go)
 	// ws are the write statements, prepared on the writer's connection;
 	// rs the read statements of the reader pool (stmts.go).
 	ws []*sql.Stmt
@@ -106,7 +129,7 @@ func Open(ctx context.Context, cfg Config) (*GormStore, error) {
 	if err != nil {
 		return nil, Errorf(CodeInternal, "open store %s: %w", cfg.Path, err)
 	}
-	s := &GormStore{w: w, now: now, newID: cfg.NewID}
+	s := &GormStore{w: w, now: now, newID: cfg.NewID, clock: cfg.Now, onCommit: cfg.OnCommit}
 	if err := setPool(w, 1); err != nil {
 		return nil, err
 	}

@@ -131,6 +131,11 @@ type Store interface {
 	// read from one snapshot. CodeNotFound if the run is unknown.
 	FindChain(ctx context.Context, run RunID) (*Chain, error)
 
+	// CountByState counts every run, action and approval by state, and
+	// every attempt by status and effect, across tenants, from one
+	// snapshot and without loading rows (metrics).
+	CountByState(ctx context.Context) (*Counts, error)
+
 	// Close releases the database.
 	Close() error
 }

@@ -40,6 +40,12 @@ const (
 	Cancelled Kind = "cancelled"
 )
 
+// Kinds lists every decision kind, final ones first (for metrics that
+// show each kind from the start).
+func Kinds() []Kind {
+	return []Kind{Continue, Reconcile, Stop, Review, Wait, Query, Cancel, Cancelled}
+}
+
 // Tool is what recovery knows of a tool: its guarantees and the windows of
 // DESIGN.md section 4.
 type Tool struct {

@@ -108,6 +108,7 @@ func (s *Server) decide(c echo.Context, d ledger.ApprovalDecision) error {
 	if err != nil {
 		return err
 	}
+	s.metrics.observeApproval(res.Approval)
 	s.engine.Notify()
 	av, err := s.loadAction(ctx, res.Action)
 	if err != nil {

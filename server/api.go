@@ -19,6 +19,10 @@ type Problem struct {
 	Status int    `json:"status"`
 	Detail string `json:"detail,omitempty"`
 	Code   string `json:"code"`
+	// Instance names this occurrence: ProblemInstancePrefix and the
+	// request's id (the X-Request-ID of the answer), which every log line
+	// about the request carries too.
+	Instance string `json:"instance,omitempty"`
 	// Errors lists schema validation failures, when there are any.
 	Errors []FieldError `json:"errors,omitempty"`
 }

@@ -47,8 +47,9 @@ func Roles() []Role { return []Role{RoleSubmitter, RoleApprover, RoleAuditor, Ro
 // Valid reports whether r is a known role.
 func (r Role) Valid() bool { return slices.Contains(Roles(), r) }
 
-// Identity is who a request acts as: the only value the server keeps in a
-// request's context.
+// Identity is who a request acts as. It and the request's id
+// (requestid.go) are the only values the server keeps in a request's
+// context.
 type Identity struct {
 	Principal string
 	Tenant    string
@@ -277,13 +278,9 @@ func (s *Server) authenticate(next echo.HandlerFunc) echo.HandlerFunc {
 			}
 			id = DevIdentity()
 		} else {
-			tok, err := bearer(r)
+			known, err := s.lookupToken(r, tokens)
 			if err != nil {
-				return &apiError{code: CodeUnauthorized, detail: err.Error()}
-			}
-			known, ok := tokens.byHash[HashToken(tok)]
-			if !ok {
-				return &apiError{code: CodeUnauthorized, detail: "unknown token"}
+				return err
 			}
 			id = known
 		}
@@ -310,6 +307,35 @@ func (s *Server) SetTokens(t *Tokens) error {
 	}
 	s.tokens.Store(t)
 	return nil
+}
+
+// lookupToken finds the identity of the request's bearer token. A
+// missing, malformed or unknown token is 401, and spends one of the client
+// address's allowance of 401s; an address that has none left is 429
+// before its token is looked at (Config.RateLimit).
+func (s *Server) lookupToken(r *http.Request, tokens *Tokens) (Identity, error) {
+	addr := clientAddress(r.RemoteAddr)
+	if s.authFailures != nil {
+		if empty, retry := s.authFailures.empty(addr); empty {
+			s.metrics.rateLimited.WithLabelValues("address").Inc()
+			return Identity{}, rateLimited("address", retry)
+		}
+	}
+	fail := func(detail string) (Identity, error) {
+		if s.authFailures != nil {
+			s.authFailures.spend(addr)
+		}
+		return Identity{}, &apiError{code: CodeUnauthorized, detail: detail}
+	}
+	tok, err := bearer(r)
+	if err != nil {
+		return fail(err.Error())
+	}
+	id, ok := tokens.byHash[HashToken(tok)]
+	if !ok {
+		return fail("unknown token")
+	}
+	return id, nil
 }
 
 // DevIdentity is who every request is in dev mode.

@@ -52,6 +52,25 @@
 // request_in_progress with Retry-After: 1; across processes the store alone
 // guarantees one run per key.
 //
+// # Request ids, HEAD and rate limits
+//
+// Every answer carries X-Request-ID: the client's, when it sent one sane
+// value (1 to 128 letters, digits and - . _ ~ : @ + = /), else req_ and a
+// ULID. Every log line of the request names it (request_id), and a problem
+// shows it as its instance, urn:request:<id>. The request log line gives
+// the duration as duration_ms.
+//
+// Every GET route answers HEAD with the status and headers GET would give
+// (Content-Length included) and no body; the served document has a HEAD
+// operation for each GET.
+//
+// With Config.RateLimit, each identity has a token bucket on the
+// authenticated routes, and each client address one for its answers of
+// 401 (IPv6 by /64; the connection's address, never a forwarded header).
+// Over either, the answer is 429 rate_limited with Retry-After in seconds;
+// an address over its 401s is refused before its token is looked at, even
+// a good one, so that guessing gains nothing from speed.
+//
 // # Redaction
 //
 // Every argument and event datum the API shows passes through a Redactor.
@@ -62,9 +81,15 @@
 //
 // # Metrics
 //
-// /metrics serves Config.Registry without authentication: request counts
-// and durations by route template (never raw paths), store gauges computed
-// at scrape time (ledger_runs, ledger_approvals_waiting, ledger_attempts),
-// and ledger_recovery_decisions_total for the recovery scan. The gauges
+// /metrics serves Config.Registry without authentication (see Metrics):
+// request counts and durations by route template (never raw paths);
+// store gauges counted at scrape time by state (ledger_runs,
+// ledger_actions, ledger_approvals, ledger_approvals_waiting,
+// ledger_attempts); group-commit duration and batch size and tool-call
+// duration by tool and outcome, fed by the ledger's and the engine's hooks
+// (Metrics.ObserveCommit, ObserveToolCall); approval decision latency
+// (requested_at to decided_at, by decision); submit replays and key
+// conflicts; 429s by scope; ledger_build_info{version, goversion}; and
+// ledger_recovery_decisions_total, every decision shown from 0. The gauges
 // count tenants together; keep /metrics on an operator's network.
 package server

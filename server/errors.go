@@ -30,6 +30,7 @@ const (
 	CodeMethodNotAllowed      = "method_not_allowed"      // 405: the path exists, not with this method
 	CodeRouteNotFound         = "route_not_found"         // 404: no such path
 	CodeNotReady              = "not_ready"               // 503: the store is unreachable or its schema is not current
+	CodeRateLimited           = "rate_limited"            // 429 + Retry-After: over the principal's (or a bad-token client address's) rate limit
 )
 
 // problemTypeBase prefixes every problem's code to make its type URI.
@@ -64,6 +65,7 @@ var problems = map[string]problemSpec{
 	CodeMethodNotAllowed:                  {http.StatusMethodNotAllowed, "Method not allowed"},
 	CodeRouteNotFound:                     {http.StatusNotFound, "Route not found"},
 	CodeNotReady:                          {http.StatusServiceUnavailable, "Not ready"},
+	CodeRateLimited:                       {http.StatusTooManyRequests, "Too many requests"},
 }
 
 // StatusOf returns the HTTP status the API answers with for a problem code:
@@ -208,12 +210,10 @@ func (s *Server) handleError(err error, c echo.Context) {
 	if p.Status == http.StatusUnauthorized {
 		h.Set("WWW-Authenticate", `Bearer realm="ledger"`)
 	}
-	if c.Request().Method == http.MethodHead {
-		if werr := c.NoContent(p.Status); werr != nil {
-			s.log.ErrorContext(ctx, "write problem", "err", werr)
-		}
-		return
+	if id, ok := requestIDFrom(ctx); ok {
+		p.Instance = ProblemInstancePrefix + id
 	}
+	// A HEAD request gets the problem's headers; observe drops its body.
 	if werr := writeJSON(c, p.Status, "application/problem+json", p); werr != nil {
 		s.log.ErrorContext(ctx, "write problem", "err", werr)
 	}

@@ -25,3 +25,14 @@ func openAPIPath(p string) string {
 	}
 	return strings.Join(parts, "/")
 }
+
+// AuthFailureBuckets is how many client addresses the 401 limiter holds a
+// bucket for.
+func (s *Server) AuthFailureBuckets() int {
+	if s.authFailures == nil {
+		return 0
+	}
+	s.authFailures.mu.Lock()
+	defer s.authFailures.mu.Unlock()
+	return len(s.authFailures.buckets)
+}

@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -21,7 +22,9 @@ import (
 	"github.com/actionledger/ledger/engine"
 	"github.com/actionledger/ledger/ledger"
 	"github.com/actionledger/ledger/ledger/ledgertest"
+	"github.com/actionledger/ledger/recovery"
 	"github.com/actionledger/ledger/server"
+	"github.com/actionledger/ledger/server/servertest"
 	"github.com/actionledger/ledger/simulator"
 )
 
@@ -50,6 +53,9 @@ type options struct {
 	dev         bool     // no tokens file
 	secretPaths []string // secret_paths of cards.write
 	config      func(*server.Config)
+	// hooks wires the store's commits and the engine's tool calls and
+	// recovery decisions to the server's metrics, as serve does.
+	hooks bool
 }
 
 // env is the whole service on real SQLite files behind an httptest
@@ -62,7 +68,8 @@ type env struct {
 	approvals *approval.Service
 	engine    *engine.Engine
 	srv       *server.Server
-	ts        *httptest.Server
+	validator *servertest.Validator
+	ts        *httptest.Server // serves srv through validator
 	client    *http.Client
 	tokens    map[string]string // principal → bearer token
 }
@@ -70,7 +77,16 @@ type env struct {
 func newEnv(t testing.TB, o options) *env {
 	t.Helper()
 	ctx := context.Background()
-	lb := ledgertest.OpenStore(t)
+	var metrics atomic.Pointer[server.Metrics] // set once the server exists
+	lb := ledgertest.OpenStoreWith(t, func(c *ledger.Config) {
+		if o.hooks {
+			c.OnCommit = func(s ledger.CommitStats) {
+				if m := metrics.Load(); m != nil {
+					m.ObserveCommit(s)
+				}
+			}
+		}
+	})
 	effects, err := simulator.OpenEffectStore(ctx, filepath.Join(t.TempDir(), "effects.db"), lb.Clock.Now)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = effects.Close() })
@@ -91,8 +107,21 @@ func newEnv(t testing.TB, o options) *env {
 		d, ok := tools[n]
 		return d, ok
 	}, approval.Options{RelaxSeparationOfDuties: o.dev})
-	eng, err := engine.New(engine.Config{Store: lb.Store, Approvals: svc, Agents: []engine.Agent{agent},
-		Now: lb.Clock.Now, PollInterval: 10 * time.Millisecond})
+	ecfg := engine.Config{Store: lb.Store, Approvals: svc, Agents: []engine.Agent{agent},
+		Now: lb.Clock.Now, PollInterval: 10 * time.Millisecond}
+	if o.hooks {
+		ecfg.OnToolCall = func(c engine.ToolCallStats) {
+			if m := metrics.Load(); m != nil {
+				m.ObserveToolCall(c)
+			}
+		}
+		ecfg.OnDecision = func(d recovery.Decision) {
+			if m := metrics.Load(); m != nil {
+				m.ObserveDecision(d)
+			}
+		}
+	}
+	eng, err := engine.New(ecfg)
 	require.NoError(t, err)
 	t.Cleanup(eng.Stop)
 
@@ -106,7 +135,12 @@ func newEnv(t testing.TB, o options) *env {
 	}
 	e.srv, err = server.New(cfg)
 	require.NoError(t, err)
-	e.ts = httptest.NewServer(e.srv.Handler())
+	metrics.Store(e.srv.Metrics())
+	// Every answer a test receives is checked against the document the
+	// server serves: the API document is the truth.
+	e.validator, err = servertest.Fetch(context.Background(), e.srv.Handler())
+	require.NoError(t, err)
+	e.ts = httptest.NewServer(e.validator.Handler(t, e.srv.Handler()))
 	e.client = &http.Client{Transport: &http.Transport{}}
 	t.Cleanup(func() {
 		e.client.CloseIdleConnections()
@@ -186,11 +220,16 @@ func (e *env) roundTrip(t testing.TB, req *http.Request) response {
 	return response{Status: res.StatusCode, Header: res.Header, Body: b}
 }
 
-// direct serves req with the handler, without a network in between.
-func (e *env) direct(req *http.Request) response {
+// direct serves req with the handler, without a network in between (for
+// what a client library would not send, or a remote address), and checks
+// the answer against the document as the network path does.
+func (e *env) direct(t testing.TB, req *http.Request) response {
+	t.Helper()
 	rec := httptest.NewRecorder()
 	e.srv.Handler().ServeHTTP(rec, req)
-	return response{Status: rec.Code, Header: rec.Header(), Body: rec.Body.Bytes()}
+	res := response{Status: rec.Code, Header: rec.Header(), Body: rec.Body.Bytes()}
+	require.NoError(t, e.validator.Check(req, res.Status, res.Header, res.Body))
+	return res
 }
 
 func (e *env) get(t testing.TB, principal, path string) response {

@@ -15,6 +15,7 @@ import (
 	"github.com/actionledger/ledger/contracts"
 	"github.com/actionledger/ledger/redact"
 	"github.com/actionledger/ledger/server"
+	"github.com/actionledger/ledger/server/servertest"
 )
 
 func TestHealth(t *testing.T) {
@@ -107,7 +108,8 @@ func TestProblemTable(t *testing.T) {
 		server.CodeIdempotencyKeyInvalid: 400, server.CodeIdempotencyKeyReused: 422, server.CodeRequestInProgress: 409,
 		server.CodeInvalidJSON: 400, server.CodeSchemaViolation: 400, server.CodeNotImplemented: 501,
 		server.CodeMethodNotAllowed: 405, server.CodeRouteNotFound: 404, server.CodeNotReady: 503,
-		"no_such_code": 500,
+		server.CodeRateLimited: 429,
+		"no_such_code":         500,
 	} {
 		require.Equal(t, status, server.StatusOf(code), code)
 	}
@@ -148,7 +150,7 @@ func TestOpenAPI(t *testing.T) {
 	slices.Sort(documented)
 	slices.Sort(served)
 	require.Equal(t, served, documented)
-	require.Len(t, served, 15)
+	require.Len(t, served, 25, "15 operations and a HEAD for each of the 10 GETs")
 
 	// The submission schema is the contracts' own.
 	var sub, want map[string]any
@@ -205,5 +207,117 @@ func TestKeyedRedactor(t *testing.T) {
 	t.Run("MalformedArgumentsFail", func(t *testing.T) {
 		_, err := kr.RedactArguments("t", json.RawMessage(`{"a":`))
 		require.ErrorIs(t, err, redact.ErrRedaction)
+	})
+}
+
+// TestOpenAPIDocument checks what the served document promises clients:
+// it is valid OpenAPI (examples included), names its license and contact,
+// has a relative server, tags every operation, gives every operation the
+// default problem answer and every authenticated one the 429, has
+// examples for the bodies that matter, references the evidence report's
+// schema, and leaves the submitted input open to any object.
+func TestOpenAPIDocument(t *testing.T) {
+	e := newEnv(t, options{})
+	res := e.get(t, "", "/v1/openapi.json")
+	require.Equal(t, http.StatusOK, res.Status)
+	v, err := servertest.NewValidator(context.Background(), res.Body) // loads and validates it
+	require.NoError(t, err)
+
+	var doc struct {
+		OpenAPI string `json:"openapi"`
+		Info    struct {
+			License struct{ Name string }      `json:"license"`
+			Contact struct{ Name, URL string } `json:"contact"`
+		} `json:"info"`
+		Servers []struct{ URL string }  `json:"servers"`
+		Tags    []struct{ Name string } `json:"tags"`
+		Paths   map[string]map[string]struct {
+			OperationID string   `json:"operationId"`
+			Tags        []string `json:"tags"`
+			Security    *[]any   `json:"security"`
+			RequestBody *struct {
+				Content map[string]struct {
+					Examples map[string]any `json:"examples"`
+				} `json:"content"`
+			} `json:"requestBody"`
+			Responses map[string]struct {
+				Ref     string `json:"$ref"`
+				Content map[string]struct {
+					Schema   map[string]any `json:"schema"`
+					Examples map[string]any `json:"examples"`
+				} `json:"content"`
+				Headers map[string]any `json:"headers"`
+			} `json:"responses"`
+		} `json:"paths"`
+		Components struct {
+			Schemas   map[string]json.RawMessage `json:"schemas"`
+			Responses map[string]json.RawMessage `json:"responses"`
+		} `json:"components"`
+	}
+	require.NoError(t, json.Unmarshal(res.Body, &doc))
+	require.Equal(t, "3.1.0", doc.OpenAPI)
+	require.NotEmpty(t, doc.Info.License.Name)
+	require.NotEmpty(t, doc.Info.Contact.Name)
+	require.NotEmpty(t, doc.Info.Contact.URL)
+	require.Equal(t, "/", doc.Servers[0].URL, "relative: the document is right on any address")
+	require.NotContains(t, string(res.Body), "DESIGN.md")
+
+	var tags []string
+	for _, tg := range doc.Tags {
+		tags = append(tags, tg.Name)
+	}
+	for path, ops := range doc.Paths {
+		for method, op := range ops {
+			name := strings.ToUpper(method) + " " + path
+			require.Len(t, op.Tags, 1, name)
+			require.Contains(t, tags, op.Tags[0], name)
+			authenticated := op.Security == nil // the document's bearer security applies
+			require.Equal(t, authenticated, strings.HasPrefix(path, "/v1/") && path != "/v1/openapi.json", name)
+			if method == "head" { // the GET's answers without content, resolved
+				require.Contains(t, op.Responses, "default", name)
+				if authenticated {
+					require.Contains(t, op.Responses["429"].Headers, "Retry-After", name)
+				}
+			} else {
+				require.Equal(t, "#/components/responses/Default", op.Responses["default"].Ref, name)
+				if authenticated {
+					require.Equal(t, "#/components/responses/TooManyRequests", op.Responses["429"].Ref, name)
+				}
+			}
+			for status, r := range op.Responses {
+				if r.Ref == "" {
+					require.Contains(t, r.Headers, server.HeaderRequestID, "%s %s", name, status)
+				}
+			}
+			if method == "head" {
+				continue
+			}
+			if op.RequestBody != nil {
+				require.NotEmpty(t, op.RequestBody.Content["application/json"].Examples, name)
+			}
+			for status, r := range op.Responses {
+				if js, ok := r.Content["application/json"]; ok && status[0] == '2' && path != "/metrics" &&
+					path != "/v1/openapi.json" && !strings.HasSuffix(path, "/evidence") {
+					require.NotEmpty(t, js.Examples, "%s %s", name, status)
+				}
+			}
+		}
+	}
+	ev := doc.Paths["/v1/runs/{run_id}/evidence"]["get"].Responses["200"].Content
+	require.Equal(t, "#/components/schemas/EvidenceReport", ev["application/json"].Schema["$ref"])
+	require.Contains(t, ev, "text/markdown")
+	require.Contains(t, ev, "text/html")
+	require.Contains(t, doc.Components.Schemas, "EvidenceReport.action", "the report's $defs are components")
+
+	t.Run("InputOpenToAnyObject", func(t *testing.T) {
+		for _, input := range []string{`{}`, `{"title":"t","markdown":"m"}`,
+			`{"anything":{"nested":[1,"x",null,{"deep":true}]},"n":3.5}`} {
+			require.NoError(t, v.CheckSchema("RunSubmission", []byte(`{"agent":"practice-cards","input":`+input+`}`)), input)
+		}
+		for _, input := range []string{`"text"`, `[1]`, `null`, `3`} {
+			require.Error(t, v.CheckSchema("RunSubmission", []byte(`{"agent":"practice-cards","input":`+input+`}`)), input)
+		}
+		require.Error(t, v.CheckSchema("RunSubmission", []byte(`{"agent":"practice-cards","input":{},"state":"completed"}`)),
+			"server-owned fields stay refused")
 	})
 }

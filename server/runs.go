@@ -70,6 +70,7 @@ func (s *Server) submitRun(c echo.Context) error {
 	}
 	release, ok := s.markInFlight(id.Tenant, key)
 	if !ok {
+		s.metrics.conflicts.WithLabelValues("in_progress").Inc()
 		return &apiError{code: CodeRequestInProgress, detail: "a request with this Idempotency-Key is still being processed",
 			header: retryAfter(1)}
 	}
@@ -83,6 +84,7 @@ func (s *Server) submitRun(c echo.Context) error {
 	})
 	switch {
 	case ledger.Code(err) == ledger.CodeConflict:
+		s.metrics.conflicts.WithLabelValues("reused").Inc()
 		return &apiError{code: CodeIdempotencyKeyReused, detail: "this Idempotency-Key was already used with a different body", err: err}
 	case err != nil:
 		return err
@@ -90,6 +92,7 @@ func (s *Server) submitRun(c echo.Context) error {
 	h := c.Response().Header()
 	h.Set(echo.HeaderLocation, runPath(res.Run.ID))
 	if res.Replayed {
+		s.metrics.replays.Inc()
 		h.Set(HeaderIdempotentReplayed, "true")
 	} else {
 		s.engine.Notify()

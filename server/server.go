@@ -6,7 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"net/http"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -48,9 +50,24 @@ type Config struct {
 	// Registry receives the server's metrics and is served on /metrics;
 	// nil means a new registry with the Go and process collectors.
 	Registry *prometheus.Registry
+	// Version is this build's version, shown by ledger_build_info; ""
+	// shows "unknown".
+	Version string
 	// MaxBodyBytes bounds request bodies (413 above it); 0 means
 	// DefaultMaxBodyBytes.
 	MaxBodyBytes int64
+	// RateLimit is how many requests a second, on average, each identity
+	// (a principal in its tenant; in dev mode the one identity) may send
+	// to the authenticated routes, and RateBurst how many at once (0 means
+	// RateLimit rounded up): above it the answer is 429 rate_limited with
+	// Retry-After. The same limit applies to answers of 401 per client
+	// address: while an address has used it up, its requests are 429
+	// before their token is looked at, so nobody guesses tokens at speed.
+	// 0 limits nothing (serve's default is DefaultRateLimit and
+	// DefaultRateBurst). /healthz, /readyz, /metrics and the document are
+	// never limited.
+	RateLimit float64
+	RateBurst int
 	// Now is the clock for request durations; nil means time.Now.
 	Now func() time.Time
 	// ReadyFunc reports whether the server can serve (GET /readyz): the
@@ -94,6 +111,10 @@ type Server struct {
 
 	beforeSubmit func()
 
+	// limits holds each identity's bucket, authFailures each client
+	// address's bucket of 401s; both nil without a rate limit.
+	limits, authFailures *limiter
+
 	inflightMu sync.Mutex
 	inflight   map[inflightKey]struct{}
 }
@@ -109,12 +130,17 @@ func New(cfg Config) (*Server, error) {
 	if cfg.MaxBodyBytes < 0 {
 		return nil, errors.New("server: MaxBodyBytes cannot be negative")
 	}
+	if cfg.RateLimit < 0 || cfg.RateBurst < 0 || math.IsNaN(cfg.RateLimit) || math.IsInf(cfg.RateLimit, 0) {
+		return nil, errors.New("server: RateLimit and RateBurst must be finite and not negative")
+	}
 	if cfg.MaxBodyBytes == 0 {
 		cfg.MaxBodyBytes = DefaultMaxBodyBytes
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
+	// Every line logged with a request's context names the request.
+	cfg.Logger = slog.New(requestIDHandler{cfg.Logger.Handler()})
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
@@ -126,6 +152,10 @@ func New(cfg Config) (*Server, error) {
 	s.tokens.Store(cfg.Tokens)
 	if s.ready == nil {
 		s.ready = s.defaultReady
+	}
+	if cfg.RateLimit > 0 {
+		s.limits = newLimiter(cfg.RateLimit, cfg.RateBurst, cfg.Now)
+		s.authFailures = newLimiter(cfg.RateLimit, cfg.RateBurst, cfg.Now)
 	}
 	if cfg.Redaction == nil {
 		key := make([]byte, 32)
@@ -147,7 +177,7 @@ func New(cfg Config) (*Server, error) {
 	if own {
 		s.reg = prometheus.NewRegistry()
 	}
-	m, err := newMetrics(s.reg, own, cfg.Store, cfg.Logger)
+	m, err := newMetrics(s.reg, own, cfg.Store, cfg.Logger, cfg.Version)
 	if err != nil {
 		return nil, fmt.Errorf("server: register metrics: %w", err)
 	}
@@ -162,8 +192,9 @@ func New(cfg Config) (*Server, error) {
 // Handler returns the HTTP handler of the API.
 func (s *Server) Handler() http.Handler { return s.echo }
 
-// Metrics returns the server's metrics, for the recovery scan to count its
-// decisions in.
+// Metrics returns the server's metrics, for the ledger's, the engine's and
+// the recovery scan's hooks to feed (ObserveCommit, ObserveToolCall,
+// ObserveDecision).
 func (s *Server) Metrics() *Metrics { return s.metrics }
 
 // RecoveryDecisions is the ledger_recovery_decisions_total{decision}
@@ -178,26 +209,33 @@ func (s *Server) newEcho() *echo.Echo {
 	e.HTTPErrorHandler = s.handleError
 	e.Use(s.observe, s.recoverPanic)
 
-	e.GET("/healthz", s.healthz)
-	e.GET("/readyz", s.readyz)
-	e.GET("/metrics", echo.WrapHandler(metricsHandler(s.reg, s.log)))
-	e.GET("/v1/openapi.json", s.openAPI)
+	// Every GET route answers HEAD too: the same status and headers, no
+	// body (observe drops it). Echo does not add HEAD by itself.
+	get := func(path string, h echo.HandlerFunc, m ...echo.MiddlewareFunc) {
+		e.GET(path, h, m...)
+		e.HEAD(path, h, m...)
+	}
+	get("/healthz", s.healthz)
+	get("/readyz", s.readyz)
+	get("/metrics", echo.WrapHandler(metricsHandler(s.reg, s.log)))
+	get("/v1/openapi.json", s.openAPI)
 
-	// Authentication is per route, not a group middleware: Echo gives a
-	// group with middleware catch-all 404 routes, which would answer 404
-	// instead of 405 for a known path with another method.
-	auth := s.authenticate
-	e.POST("/v1/runs", s.submitRun, auth)
-	e.GET("/v1/runs", s.listRuns, auth)
-	e.GET("/v1/runs/:run_id", s.getRun, auth)
-	e.POST("/v1/runs/:run_id/cancel", s.cancelRun, auth)
-	e.GET("/v1/runs/:run_id/timeline", s.timeline, auth)
-	e.GET("/v1/runs/:run_id/evidence", s.evidence, auth)
-	e.GET("/v1/approvals", s.listApprovals, auth)
-	e.GET("/v1/actions/:action_id", s.getAction, auth)
-	e.POST("/v1/actions/:action_id/approve", s.approve, auth)
-	e.POST("/v1/actions/:action_id/deny", s.deny, auth)
-	e.POST("/v1/actions/:action_id/resolve", s.resolve, auth)
+	// Authentication and the identity's rate limit are per route, not a
+	// group middleware: Echo gives a group with middleware catch-all 404
+	// routes, which would answer 404 instead of 405 for a known path with
+	// another method.
+	auth := []echo.MiddlewareFunc{s.authenticate, s.rateLimitMiddleware(s.limits)}
+	e.POST("/v1/runs", s.submitRun, auth...)
+	get("/v1/runs", s.listRuns, auth...)
+	get("/v1/runs/:run_id", s.getRun, auth...)
+	e.POST("/v1/runs/:run_id/cancel", s.cancelRun, auth...)
+	get("/v1/runs/:run_id/timeline", s.timeline, auth...)
+	get("/v1/runs/:run_id/evidence", s.evidence, auth...)
+	get("/v1/approvals", s.listApprovals, auth...)
+	get("/v1/actions/:action_id", s.getAction, auth...)
+	e.POST("/v1/actions/:action_id/approve", s.approve, auth...)
+	e.POST("/v1/actions/:action_id/deny", s.deny, auth...)
+	e.POST("/v1/actions/:action_id/resolve", s.resolve, auth...)
 
 	s.routes = map[string]bool{}
 	for _, r := range e.Routes() {
@@ -206,14 +244,29 @@ func (s *Server) newEcho() *echo.Echo {
 	return e
 }
 
-// observe is the outermost middleware: it turns a returned error into its
-// problem answer at once (so the status is known), then counts and logs
-// the request under its route template, never its raw path.
+// observe is the outermost middleware. It gives the request its id
+// (HeaderRequestID: on the answer, in the context for every log line),
+// turns a returned error into its problem answer at once (so the status is
+// known), drops the body of a HEAD answer, then counts and logs the
+// request under its route template, never its raw path, with its duration
+// in milliseconds (duration_ms).
 func (s *Server) observe(next echo.HandlerFunc) echo.HandlerFunc {
 	return func(c echo.Context) error {
 		start := s.now()
+		r := c.Request()
+		id := requestID(r.Header.Values(HeaderRequestID), s.now)
+		c.SetRequest(r.WithContext(withRequestID(r.Context(), id)))
+		c.Response().Header().Set(HeaderRequestID, id)
+		var head *headWriter
+		if r.Method == http.MethodHead {
+			head = &headWriter{ResponseWriter: c.Response().Writer}
+			c.Response().Writer = head
+		}
 		if err := next(c); err != nil {
 			c.Error(err)
+		}
+		if head != nil {
+			head.flush()
 		}
 		route := c.Path()
 		if !s.routes[route] {
@@ -221,8 +274,9 @@ func (s *Server) observe(next echo.HandlerFunc) echo.HandlerFunc {
 		}
 		status := c.Response().Status
 		took := s.now().Sub(start)
-		s.metrics.observe(c.Request().Method, route, status, took)
-		attrs := []any{"method", c.Request().Method, "route", route, "status", status, "duration", took}
+		s.metrics.observe(r.Method, route, status, took)
+		attrs := []any{"method", r.Method, "route", route, "status", status,
+			"duration_ms", float64(took.Microseconds()) / 1000}
 		if id, ok := identityFrom(c); ok {
 			attrs = append(attrs, "principal", id.Principal, "tenant", id.Tenant)
 		}
@@ -233,6 +287,49 @@ func (s *Server) observe(next echo.HandlerFunc) echo.HandlerFunc {
 		s.log.Log(c.Request().Context(), level, "http request", attrs...)
 		return nil
 	}
+}
+
+// headWriter answers a HEAD request as its GET would be answered, without
+// the body: it counts the body's bytes for Content-Length and sends the
+// header once the handler is done. Problems and every other answer pass
+// through it alike, so HEAD gets the same status and headers as GET.
+type headWriter struct {
+	http.ResponseWriter
+	status int
+	n      int64
+}
+
+// WriteHeader implements http.ResponseWriter; the status is sent by flush.
+func (w *headWriter) WriteHeader(status int) {
+	if w.status == 0 {
+		w.status = status
+	}
+}
+
+// Write implements http.ResponseWriter: the bytes are counted, not sent.
+func (w *headWriter) Write(p []byte) (int, error) {
+	w.WriteHeader(http.StatusOK)
+	w.n += int64(len(p))
+	return len(p), nil
+}
+
+// Flush implements http.Flusher: nothing is sent before flush, so that a
+// handler that flushes cannot send the header early.
+func (w *headWriter) Flush() {}
+
+// Unwrap lets http.ResponseController reach the connection's writer.
+func (w *headWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+// flush sends the status and headers, with the Content-Length of the body
+// that was left out.
+func (w *headWriter) flush() {
+	if w.status == 0 {
+		return // nothing was written; net/http answers 200 without a body
+	}
+	if h := w.Header(); h.Get(echo.HeaderContentLength) == "" {
+		h.Set(echo.HeaderContentLength, strconv.FormatInt(w.n, 10))
+	}
+	w.ResponseWriter.WriteHeader(w.status)
 }
 
 // recoverPanic turns a panic in a handler into a 500, logged with what

@@ -141,7 +141,7 @@ func TestSubmitIdempotencyKey(t *testing.T) {
 			req.Header.Set("Content-Type", "application/json")
 			req.Header.Set("Authorization", "Bearer "+e.tokens["alice"])
 			req.Header["Idempotency-Key"] = values
-			requireProblem(t, e.direct(req), http.StatusBadRequest, server.CodeIdempotencyKeyInvalid)
+			requireProblem(t, e.direct(t, req), http.StatusBadRequest, server.CodeIdempotencyKeyInvalid)
 		})
 	}
 	require.Zero(t, e.runCount(t))
@@ -276,6 +276,10 @@ func TestSubmitInProgress(t *testing.T) {
 	require.Equal(t, "true", again.Header.Get(server.HeaderIdempotentReplayed))
 	require.Equal(t, string(first.Body), string(again.Body))
 	require.Equal(t, 3, e.runCount(t))
+
+	fams := scrape(t, e)
+	require.Equal(t, 1.0, value(sample(t, fams, "ledger_submit_key_conflicts_total", map[string]string{"kind": "in_progress"})))
+	require.Equal(t, 1.0, value(sample(t, fams, "ledger_submit_replays_total", nil)))
 }
 
 func TestSubmitConcurrent(t *testing.T) {

@@ -16,6 +16,7 @@ import (
 
 	"github.com/actionledger/ledger/ledger"
 	"github.com/actionledger/ledger/server"
+	"github.com/actionledger/ledger/server/servertest"
 	"github.com/actionledger/ledger/simulator"
 	"github.com/stretchr/testify/require"
 )
@@ -73,8 +74,9 @@ func newAPIEnv(t *testing.T, opts envOptions) *apiEnv {
 	srv, err := server.New(server.Config{Store: svc.store, Engine: svc.engine, Approvals: svc.approvals,
 		Tokens: tokens, Logger: discardLogger()})
 	require.NoError(t, err)
-	hs := httptest.NewServer(srv.Handler())
-	t.Cleanup(hs.Close)
+	// Every answer the CLI receives is checked against the document the
+	// server serves.
+	hs := servertest.NewServer(t, srv.Handler())
 	env.url = hs.URL
 	return env
 }

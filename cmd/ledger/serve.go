@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"net"
 	"net/http"
 	"os"
@@ -14,9 +15,10 @@ import (
 	"time"
 
 	"github.com/actionledger/ledger/contracts"
+	"github.com/actionledger/ledger/engine"
+	"github.com/actionledger/ledger/ledger"
 	"github.com/actionledger/ledger/recovery"
 	"github.com/actionledger/ledger/server"
-	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spf13/cobra"
 )
 
@@ -41,6 +43,8 @@ type serveOptions struct {
 	logLevel        string
 	maxBodyBytes    int64
 	shutdownTimeout time.Duration
+	rateLimit       float64
+	rateBurst       int
 }
 
 func newServeCmd() *cobra.Command {
@@ -62,6 +66,12 @@ of duties is relaxed, and --addr must be a loopback address (exit status 2 other
 
 The simulator's write tool keeps its side effects beside the database, in
 <db>.effects.db.
+
+Each principal may send --rate-limit requests a second on average and --rate-burst at
+once (429 with Retry-After above that); a client address gets the same allowance of
+answers of 401, after which its requests are refused (429) before their token is
+looked at. --rate-limit 0 turns both off. /healthz, /readyz, /metrics and
+/v1/openapi.json are never limited.
 
 On SIGTERM or SIGINT serve stops accepting connections, waits up to
 --shutdown-timeout for requests in flight, stops the workers (an attempt interrupted
@@ -87,6 +97,8 @@ stores and exits 0. Logs are structured (slog), JSON on stderr by default.`,
 	f.StringVar(&o.logLevel, "log-level", "info", "log level: debug, info, warn or error")
 	f.Int64Var(&o.maxBodyBytes, "max-body-bytes", 1<<20, "largest request body accepted (413 above)")
 	f.DurationVar(&o.shutdownTimeout, "shutdown-timeout", 15*time.Second, "how long to wait for requests in flight on shutdown")
+	f.Float64Var(&o.rateLimit, "rate-limit", server.DefaultRateLimit, "requests a second each principal may send, on average (0: no limit)")
+	f.IntVar(&o.rateBurst, "rate-burst", server.DefaultRateBurst, "requests each principal may send at once")
 	return asUsage(cmd)
 }
 
@@ -117,6 +129,12 @@ func runServe(ctx context.Context, o *serveOptions, stderr io.Writer) (err error
 	}
 	if o.shutdownTimeout <= 0 {
 		return usagef("--shutdown-timeout must be positive")
+	}
+	if o.rateLimit < 0 || math.IsNaN(o.rateLimit) || math.IsInf(o.rateLimit, 0) {
+		return usagef("--rate-limit must be a number of requests a second, 0 for no limit")
+	}
+	if o.rateBurst < 1 {
+		return usagef("--rate-burst must be at least 1")
 	}
 	if _, _, err := net.SplitHostPort(o.addr); err != nil {
 		return usagef("--addr %q: want HOST:PORT: %v", o.addr, err)
@@ -160,16 +178,28 @@ func runServe(ctx context.Context, o *serveOptions, stderr io.Writer) (err error
 			"fault_plan", plan, "simulator_config", simCfg)
 	}
 
-	// Recovery decisions are counted by the server's metrics, which exist
-	// only once the server does; the scan runs after both.
-	var decisions atomic.Pointer[prometheus.CounterVec]
-	onDecision := func(d recovery.Decision) {
-		if c := decisions.Load(); c != nil {
-			c.WithLabelValues(string(d.Kind)).Inc()
-		}
-	}
+	// The store's commits, the engine's tool calls and the recovery
+	// decisions are counted by the server's metrics, which exist only once
+	// the server does (it needs the store and the engine); the recovery
+	// scan and the first request come after it.
+	var metrics atomic.Pointer[server.Metrics]
 	svc, err := openService(ctx, serviceConfig{DBPath: o.dbPath, Rules: rules, DevMode: devMode, Simulator: faults.Simulator,
-		FaultFunc: faults.Func, WrapStore: faults.WrapStore, Logger: log, OnDecision: onDecision})
+		FaultFunc: faults.Func, WrapStore: faults.WrapStore, Logger: log,
+		OnDecision: func(d recovery.Decision) {
+			if m := metrics.Load(); m != nil {
+				m.ObserveDecision(d)
+			}
+		},
+		OnCommit: func(c ledger.CommitStats) {
+			if m := metrics.Load(); m != nil {
+				m.ObserveCommit(c)
+			}
+		},
+		OnToolCall: func(c engine.ToolCallStats) {
+			if m := metrics.Load(); m != nil {
+				m.ObserveToolCall(c)
+			}
+		}})
 	if err != nil {
 		return err
 	}
@@ -187,16 +217,19 @@ func runServe(ctx context.Context, o *serveOptions, stderr io.Writer) (err error
 		Tokens:       tokens,
 		Logger:       log,
 		MaxBodyBytes: o.maxBodyBytes,
+		RateLimit:    o.rateLimit,
+		RateBurst:    o.rateBurst,
 		Now:          time.Now,
 		Redaction:    svc.redactor,
+		Version:      Version,
 	})
 	if err != nil {
 		return fmt.Errorf("build server: %w", err)
 	}
 	defer reloadTokensOnHUP(log, srv, tokensPath)()
+	metrics.Store(srv.Metrics())
 	// Every action a crash interrupted gets its decision before the first
 	// request or worker can touch it.
-	decisions.Store(srv.RecoveryDecisions())
 	if err := svc.recover(ctx); err != nil {
 		return err
 	}

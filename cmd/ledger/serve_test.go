@@ -9,12 +9,17 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"runtime"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/actionledger/ledger/server"
+	"github.com/actionledger/ledger/server/servertest"
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
 	"github.com/stretchr/testify/require"
 )
 
@@ -111,9 +116,12 @@ func startServe(t *testing.T, args ...string) (string, *syncBuffer, func() error
 func TestServe(t *testing.T) {
 	t.Run("DevMode", func(t *testing.T) {
 		dir := t.TempDir()
-		url, logs, stop := startServe(t, "--db", filepath.Join(dir, "ledger.db"), "--addr", "127.0.0.1:0")
-		require.Regexp(t, `^http://127\.0\.0\.1:\d+$`, url)
+		served, logs, stop := startServe(t, "--db", filepath.Join(dir, "ledger.db"), "--addr", "127.0.0.1:0")
+		require.Regexp(t, `^http://127\.0\.0\.1:\d+$`, served)
 		require.Contains(t, logs.String(), `"level":"WARN","msg":"`+devModeWarning+`"`)
+		// The CLI talks to serve through a proxy that checks every answer
+		// against the document serve serves.
+		url := servertest.NewProxy(t, served).URL
 
 		res, err := http.Get(url + "/healthz")
 		require.NoError(t, err)
@@ -148,9 +156,13 @@ func TestServe(t *testing.T) {
 			return run.State == "completed"
 		})
 
+		// serve wires the store's commits, the engine's tool calls and the
+		// build into the server's metrics.
+		requireServeMetrics(t, url)
+
 		require.NoError(t, stop(), "a signal is a clean exit")
 		require.Contains(t, logs.String(), `"msg":"stopped"`)
-		_, err = http.Get(url + "/healthz")
+		_, err = http.Get(served + "/healthz")
 		require.Error(t, err, "no longer listening")
 	})
 
@@ -174,8 +186,9 @@ func TestServe(t *testing.T) {
 		token, _, _ := strings.Cut(out, "\n")
 		t.Setenv(envTokensFile, tokens) // the environment names the file
 
-		url, logs, stop := startServe(t, "--db", filepath.Join(dir, "ledger.db"), "--addr", "127.0.0.1:0", "--log-format", "json")
+		served, logs, stop := startServe(t, "--db", filepath.Join(dir, "ledger.db"), "--addr", "127.0.0.1:0", "--log-format", "json")
 		require.NotContains(t, logs.String(), "DEV MODE")
+		url := servertest.NewProxy(t, served).URL
 
 		_, _, err = runCLI(t, nil, "runs", "list", "--server", url)
 		requireExit(t, err, 4)
@@ -211,14 +224,17 @@ func TestServe(t *testing.T) {
 		bad := filepath.Join(dir, "bad.json")
 		require.NoError(t, os.WriteFile(bad, []byte(`{"tokens": [{"sha256": "nope"}]}`), 0o600))
 		for name, args := range map[string][]string{
-			"missing tokens file": {"--tokens", filepath.Join(dir, "missing.json")},
-			"invalid tokens file": {"--tokens", bad},
-			"log format":          {"--log-format", "xml"},
-			"log level":           {"--log-level", "loud"},
-			"addr":                {"--addr", "8080"},
-			"missing rules file":  {"--rules", filepath.Join(dir, "missing.json")},
-			"invalid rules file":  {"--rules", bad},
-			"positional":          {"extra"},
+			"missing tokens file":     {"--tokens", filepath.Join(dir, "missing.json")},
+			"invalid tokens file":     {"--tokens", bad},
+			"log format":              {"--log-format", "xml"},
+			"log level":               {"--log-level", "loud"},
+			"addr":                    {"--addr", "8080"},
+			"missing rules file":      {"--rules", filepath.Join(dir, "missing.json")},
+			"invalid rules file":      {"--rules", bad},
+			"negative rate limit":     {"--rate-limit", "-1"},
+			"rate limit not a number": {"--rate-limit", "NaN"},
+			"zero burst":              {"--rate-burst", "0"},
+			"positional":              {"extra"},
 		} {
 			t.Run(name, func(t *testing.T) {
 				_, _, err := runCLI(t, nil, append([]string{"serve", "--db", db}, args...)...)
@@ -244,4 +260,45 @@ func TestIsLoopback(t *testing.T) {
 	} {
 		require.Equal(t, want, isLoopback(addr), addr)
 	}
+}
+
+// requireServeMetrics reads url's /metrics after one approved run and
+// checks what only serve's wiring feeds.
+func requireServeMetrics(t *testing.T, url string) {
+	t.Helper()
+	res, err := http.Get(url + "/metrics")
+	require.NoError(t, err)
+	defer res.Body.Close()
+	require.Equal(t, http.StatusOK, res.StatusCode)
+	p := expfmt.NewTextParser(model.UTF8Validation)
+	fams, err := p.TextToMetricFamilies(res.Body)
+	require.NoError(t, err)
+	find := func(name string, labels map[string]string) *dto.Metric {
+		t.Helper()
+		f, ok := fams[name]
+		require.True(t, ok, "no %s", name)
+	next:
+		for _, m := range f.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if labels[l.GetName()] != l.GetValue() {
+					continue next
+				}
+			}
+			if len(m.GetLabel()) == len(labels) {
+				return m
+			}
+		}
+		t.Fatalf("%s has no series %v", name, labels)
+		return nil
+	}
+	require.Equal(t, 1.0, find("ledger_build_info", map[string]string{"version": Version, "goversion": runtime.Version()}).GetGauge().GetValue())
+	require.Positive(t, find("ledger_store_commit_duration_seconds", nil).GetHistogram().GetSampleCount())
+	require.Positive(t, find("ledger_store_commit_batch_writes", nil).GetHistogram().GetSampleCount())
+	require.Equal(t, uint64(1), find("ledger_tool_call_duration_seconds",
+		map[string]string{"tool": "cards.write", "outcome": "succeeded"}).GetHistogram().GetSampleCount())
+	require.Equal(t, uint64(1), find("ledger_approval_decision_seconds",
+		map[string]string{"decision": "granted"}).GetHistogram().GetSampleCount())
+	require.Zero(t, find("ledger_recovery_decisions_total", map[string]string{"decision": "review"}).GetCounter().GetValue(),
+		"shown from 0")
+	require.Equal(t, 1.0, find("ledger_actions", map[string]string{"state": "succeeded"}).GetGauge().GetValue())
 }

@@ -45,6 +45,10 @@ type serviceConfig struct {
 	WrapStore func(ledger.Store) ledger.Store
 	// OnDecision sees every recovery decision (serve counts them).
 	OnDecision func(recovery.Decision)
+	// OnCommit sees every group commit of the store, OnToolCall every
+	// tool call of the engine (serve's metrics).
+	OnCommit   func(ledger.CommitStats)
+	OnToolCall func(engine.ToolCallStats)
 }
 
 func openService(ctx context.Context, cfg serviceConfig) (*service, error) {
@@ -54,7 +58,7 @@ func openService(ctx context.Context, cfg serviceConfig) (*service, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, nil))
 	}
-	store, err := ledger.Open(ctx, ledger.Config{Path: cfg.DBPath})
+	store, err := ledger.Open(ctx, ledger.Config{Path: cfg.DBPath, OnCommit: cfg.OnCommit})
 	if err != nil {
 		return nil, err
 	}
@@ -93,7 +97,7 @@ func openService(ctx context.Context, cfg serviceConfig) (*service, error) {
 		engineStore = cfg.WrapStore(store)
 	}
 	rt.engine, err = engine.New(engine.Config{Store: engineStore, Approvals: rt.approvals, Agents: []engine.Agent{agent}, Logger: cfg.Logger, FaultFunc: cfg.FaultFunc,
-		OnDecision: cfg.OnDecision, Redactor: redactor})
+		OnDecision: cfg.OnDecision, OnToolCall: cfg.OnToolCall, Redactor: redactor})
 	if err != nil {
 		return nil, errors.Join(fmt.Errorf("wire engine: %w", err), rt.Close())
 	}

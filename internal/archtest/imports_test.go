@@ -33,7 +33,12 @@ var allowed = map[string][]string{
 	"faultmatrix":       {"*"},
 	"cmd/ledger":        {"*"},
 	"internal/archtest": {},
+	// Test support of the HTTP API; it reads the server over HTTP only.
+	"server/servertest": {},
 }
+
+// testOnly lists packages of ours that only tests may import.
+var testOnly = []string{"ledger/ledgertest", "server/servertest"}
 
 // owners lists third-party imports only one package may use.
 var owners = map[string]string{
@@ -42,6 +47,18 @@ var owners = map[string]string{
 	"gorm.io/driver/postgres":                  "ledger",
 	"github.com/labstack/echo/v4":              "server",
 	"github.com/santhosh-tekuri/jsonschema/v5": "contracts",
+	// A module path here covers its packages too.
+	"github.com/getkin/kin-openapi": "server/servertest",
+}
+
+// ownerOf returns the one package of ours that may import imp, if any.
+func ownerOf(imp string) (string, bool) {
+	for path, owner := range owners {
+		if imp == path || strings.HasPrefix(imp, path+"/") {
+			return owner, true
+		}
+	}
+	return "", false
 }
 
 type pkg struct {
@@ -76,10 +93,13 @@ func TestImportDirection(t *testing.T) {
 			continue
 		}
 		for _, imp := range p.Imports {
-			if owner, ok := owners[imp]; ok && owner != name {
+			if owner, ok := ownerOf(imp); ok && owner != name {
 				t.Errorf("%s imports %s, which only %s may use", name, imp, owner)
 			}
 			ours, isOurs := strings.CutPrefix(imp, module+"/")
+			if isOurs && slices.Contains(testOnly, ours) {
+				t.Errorf("%s imports %s, which only tests may import", name, ours)
+			}
 			if !isOurs || slices.Contains(may, "*") {
 				continue
 			}

@@ -71,12 +71,27 @@ func OpenStore(tb testing.TB) *Bundle {
 // several stores on one file never collide), closing it when the test ends.
 func OpenStoreAt(tb testing.TB, path string, clock *Clock) *Bundle {
 	tb.Helper()
-	s, err := ledger.Open(context.Background(), ledger.Config{Path: path, Now: clock.Now})
+	return openStore(tb, ledger.Config{Path: path, Now: clock.Now}, clock)
+}
+
+// OpenStoreWith is OpenStore with a last say on the store's configuration
+// (a hook such as OnCommit); tune may not change Now.
+func OpenStoreWith(tb testing.TB, tune func(*ledger.Config)) *Bundle {
+	tb.Helper()
+	clock := NewClock()
+	cfg := ledger.Config{Path: filepath.Join(tb.TempDir(), "ledger.db"), Now: clock.Now}
+	tune(&cfg)
+	return openStore(tb, cfg, clock)
+}
+
+func openStore(tb testing.TB, cfg ledger.Config, clock *Clock) *Bundle {
+	tb.Helper()
+	s, err := ledger.Open(context.Background(), cfg)
 	if err != nil {
 		tb.Fatalf("open store: %v", err)
 	}
 	tb.Cleanup(func() { _ = s.Close() })
-	return &Bundle{Store: s, Clock: clock, Path: path}
+	return &Bundle{Store: s, Clock: clock, Path: cfg.Path}
 }
 
 // SubmitRun submits a run with a fresh key and default content.
