@@ -100,12 +100,14 @@ func (s *GormStore) lead() {
 // the outcome of the COMMIT is known.
 func (s *GormStore) runBatch(batch []*writeReq) {
 	errs := make([]error, len(batch))
+	first := s.numberWrites(len(batch)) // for fault plans (writefault.go)
 	// The batch's context is none of its callers': a caller that goes away
 	// must not roll back the others' writes. Each write still checks its
 	// own context before it starts.
 	err := s.w.WithContext(context.Background()).Transaction(func(db *gorm.DB) error {
 		if len(batch) == 1 {
 			errs[0] = s.runOne(batch[0], db)
+			s.writeFault(first, WriteBeforeCommit)
 			return errs[0]
 		}
 		sqlTx, ok := db.Statement.ConnPool.(*sql.Tx)
@@ -132,10 +134,12 @@ func (s *GormStore) runBatch(batch []*writeReq) {
 			if err := sp(releaseSavepointSQL); err != nil {
 				return err
 			}
+			s.writeFault(first+int64(i), WriteBeforeCommit)
 		}
 		return nil
 	})
 	for i, r := range batch {
+		s.writeFault(first+int64(i), WriteAfterCommit)
 		switch {
 		case errs[i] != nil:
 			r.done <- errs[i]
