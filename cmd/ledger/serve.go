@@ -155,7 +155,7 @@ func runServe(ctx context.Context, o *serveOptions, stderr io.Writer) (err error
 		}
 	}
 	svc, err := openService(ctx, serviceConfig{DBPath: o.dbPath, Rules: rules, DevMode: devMode, Simulator: faults.Simulator,
-		FaultFunc: faults.Func, WrapStore: faults.WrapStore, Logger: log, OnDecision: onDecision})
+		FaultFunc: faults.Func, WrapStore: faults.WrapStore, WriteFault: faults.WriteFault, Logger: log, OnDecision: onDecision})
 	if err != nil {
 		return err
 	}
