@@ -67,6 +67,9 @@ func (v *ArgumentValidator) Validate(args []byte) error {
 	if err != nil {
 		return &ValidationError{Subject: v.subject, Issues: []Issue{{Message: err.Error()}}}
 	}
+	if issues := numberIssues(inst, ""); len(issues) > 0 {
+		return &ValidationError{Subject: v.subject, Issues: sortIssues(issues)}
+	}
 	if err := v.schema.Validate(inst); err != nil {
 		return validationError(v.subject, v.doc, inst, err, nil)
 	}

@@ -7,8 +7,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"regexp"
 	"strconv"
+	"strings"
 
 	"github.com/santhosh-tekuri/jsonschema/v5"
 )
@@ -154,7 +156,10 @@ func SchemaJSON(schema Schema) []byte {
 // contract. An absent schema_version means DefaultVersion where the schema
 // allows absence. Then the whole document is checked, and every problem is
 // reported in one *ValidationError (ErrInvalid); a document that is not JSON
-// fails the same way. An unknown schema is an error matching neither.
+// fails the same way, and so does one holding a number longer than 100
+// characters, with an exponent beyond ±1000 or out of range of an IEEE 754
+// double (reported alone: the schema library cannot check such numbers).
+// An unknown schema is an error matching neither.
 func Validate(schema Schema, doc []byte) error {
 	cs, ok := compiled[schema]
 	if !ok {
@@ -189,6 +194,9 @@ func (cs *compiledSchema) validate(schema Schema, v any) error {
 		return err
 	}
 	subject := schema.String()
+	if issues := numberIssues(v, ""); len(issues) > 0 {
+		return &ValidationError{Subject: subject, Issues: sortIssues(issues)}
+	}
 	rest, parts := cs.split(v)
 	var issues []Issue
 	if err := cs.schema.Validate(rest); err != nil {
@@ -214,6 +222,64 @@ func (cs *compiledSchema) validate(schema Schema, v any) error {
 		return &ValidationError{Subject: subject, Issues: sortIssues(issues)}
 	}
 	return nil
+}
+
+// Bounds of the numbers a document may hold. The schema library checks
+// numbers exactly, with math/big: an exponent past a million made it
+// dereference nil (a panic, answered 500), and a number of many digits
+// costs seconds of CPU (a million digits, five). The bounds lie far beyond
+// what an IEEE 754 double needs (at most 24 characters and an exponent of
+// 324 in shortest form), which is all a number carries through canonical
+// JSON (RFC 8785) anyway.
+const (
+	maxNumberLength   = 100
+	maxNumberExponent = 1000
+)
+
+// numberIssues finds the numbers of v the schema library could not check
+// safely, or that no IEEE 754 double holds, with their locations.
+func numberIssues(v any, loc string) []Issue {
+	switch x := v.(type) {
+	case json.Number:
+		if msg := numberProblem(string(x)); msg != "" {
+			return []Issue{{Location: loc, Message: msg}}
+		}
+	case float64:
+		if math.IsInf(x, 0) || math.IsNaN(x) {
+			return []Issue{{Location: loc, Message: "not a finite number"}}
+		}
+	case float32:
+		return numberIssues(float64(x), loc)
+	case map[string]any:
+		var out []Issue
+		for name, val := range x {
+			out = append(out, numberIssues(val, loc+"/"+escapeToken(name))...)
+		}
+		return out
+	case []any:
+		var out []Issue
+		for i, val := range x {
+			out = append(out, numberIssues(val, loc+"/"+strconv.Itoa(i))...)
+		}
+		return out
+	}
+	return nil
+}
+
+// numberProblem says what is wrong with the JSON number s, or "".
+func numberProblem(s string) string {
+	if len(s) > maxNumberLength {
+		return fmt.Sprintf("number longer than %d characters", maxNumberLength)
+	}
+	if i := strings.IndexAny(s, "eE"); i >= 0 {
+		if exp, err := strconv.Atoi(s[i+1:]); err != nil || exp < -maxNumberExponent || exp > maxNumberExponent {
+			return fmt.Sprintf("number with an exponent beyond ±%d", maxNumberExponent)
+		}
+	}
+	if f, err := strconv.ParseFloat(s, 64); err != nil || math.IsInf(f, 0) {
+		return "number out of range of an IEEE 754 double"
+	}
+	return ""
 }
 
 var plainInteger = regexp.MustCompile(`^-?[0-9]+$`)

@@ -7,5 +7,9 @@
 // the tool dedups them, no effect the tool made lost, every unknown effect
 // in review with a rationale, and the event chain valid.
 //
+// RunWrites (writes.go) is the other half: it kills the binary at its i-th
+// store write for every i one run reaches, before and after each commit,
+// and checks all or nothing and the same invariants after each restart.
+//
 // It may import anything of the project; nothing imports it but the CLI.
 package faultmatrix

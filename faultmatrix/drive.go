@@ -354,3 +354,89 @@ func driveTamper(ctx context.Context, h *harness, sc *Scenario) (ledger.RunID, e
 	}
 	return id, startScenario(ctx, h, sc)
 }
+
+// timeBudget is a run's time budget a scenario spends while the process
+// is dead.
+type timeBudget struct {
+	name  string
+	field string // of the submit's budgets
+	limit time.Duration
+	// decision is what recovery must decide last about the action once it
+	// finds the attempt interrupted with the budget spent.
+	decision string
+}
+
+// driveTimeBudget submits a run with the budget, approves it, lets the plan
+// kill serve mid-attempt, waits until the budget has passed with the
+// process dead, starts serve again and lets the run settle. It then checks
+// that the interrupted attempt was closed as interrupted when recovery
+// found it, after the restart, and that its time up to then counts in the
+// run's execution budget.
+func driveTimeBudget(b timeBudget, point engine.FaultPoint) func(ctx context.Context, h *harness, sc *Scenario) (ledger.RunID, error) {
+	return func(ctx context.Context, h *harness, sc *Scenario) (ledger.RunID, error) {
+		if err := startScenario(ctx, h, sc, planEnv(point, "")); err != nil {
+			return "", err
+		}
+		submitted := time.Now()
+		id, err := submitAndApprove(h, "time-1", map[string]int64{b.field: b.limit.Milliseconds()})
+		if err != nil {
+			return id, err
+		}
+		if err := h.waitKilled(wait); err != nil {
+			return id, err
+		}
+		// Both budgets are spent once the limit has passed since the submit:
+		// the deadline counts from it, and the attempt started after it.
+		select {
+		case <-time.After(time.Until(submitted.Add(b.limit + 200*time.Millisecond))):
+		case <-ctx.Done():
+			return id, ctx.Err()
+		}
+		restarted := time.Now()
+		if err := restart(ctx, h, sc, id); err != nil {
+			return id, err
+		}
+		r, err := h.run(id)
+		if err != nil {
+			return id, err
+		}
+		var first *server.Attempt
+		for _, a := range r.Actions {
+			if len(a.Attempts) > 0 {
+				first = &a.Attempts[0]
+			}
+		}
+		switch {
+		case first == nil:
+			return id, fmt.Errorf("no attempt was recorded")
+		case first.FinishedAt == nil:
+			return id, fmt.Errorf("attempt %s was never closed", first.ID)
+		case first.Error == nil || first.Error.Code != "interrupted":
+			return id, fmt.Errorf("attempt %s was closed as %s (%+v), not as interrupted", first.ID, first.Status, first.Error)
+		case first.FinishedAt.Before(restarted.Add(-time.Second)): // the server's clock against ours: a second of slack
+			return id, fmt.Errorf("attempt %s was closed at %s, before the restart at %s", first.ID, first.FinishedAt, restarted)
+		}
+		counted := first.FinishedAt.Sub(first.StartedAt)
+		if used := r.Budget.Used.Execution; used < counted {
+			return id, fmt.Errorf("the run's execution budget used %s, less than the interrupted attempt's %s", used, counted)
+		}
+		if b.field == "max_execution_ms" && r.Budget.Used.Execution < b.limit {
+			return id, fmt.Errorf("the run stopped having used %s of its %s execution budget", r.Budget.Used.Execution, b.limit)
+		}
+		tl, err := h.timeline(id)
+		if err != nil {
+			return id, err
+		}
+		var last string
+		for _, e := range tl.Events {
+			var d struct{ Decision string }
+			if e.Type == "recovery.decision" && json.Unmarshal(e.Data, &d) == nil {
+				last = d.Decision
+			}
+		}
+		if last != b.decision {
+			return id, fmt.Errorf("recovery decided %q last, want %q: the interrupted attempt's time must count in its budget verdict", last, b.decision)
+		}
+		return id, nil
+	}
+}

@@ -41,6 +41,7 @@ func TestCatalogue(t *testing.T) {
 		require.True(t, names[want], "catalogue lacks %s", want)
 	}
 	require.Len(t, faultmatrix.Select("crash/after_tool_call", 1), 8, "a prefix selects a family")
+	require.Len(t, faultmatrix.Select("budget", 1), 6, "time budgets: two budgets, three crashes each")
 	a, b := faultmatrix.Select("", 7), faultmatrix.Select("", 7)
 	for i := range a {
 		require.Equal(t, a[i].Name, b[i].Name, "the same seed gives the same order")
@@ -52,7 +53,7 @@ func TestCatalogue(t *testing.T) {
 func TestMatrixSmoke(t *testing.T) {
 	bin := build(t)
 	for _, name := range []string{"crash/after_tool_call/noquery-nodedup-nocancel", "crash/after_tool_call/query-nodedup-nocancel",
-		"stale_digest_approval", "event_edited_in_database"} {
+		"stale_digest_approval", "event_edited_in_database", "budget/max_execution/after_tool_call/noquery-dedup-nocancel"} {
 		rep, err := faultmatrix.Run(context.Background(), faultmatrix.Options{Binary: bin, Filter: name})
 		require.NoError(t, err)
 		require.Equal(t, 1, rep.Total)

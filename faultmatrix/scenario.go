@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"time"
 
 	"github.com/actionledger/ledger/contracts"
 	"github.com/actionledger/ledger/engine"
@@ -122,6 +123,46 @@ func Catalogue() []*Scenario {
 			Expect: Expectation{State: ledger.RunCompleted, StopReason: ledger.StopCompleted, Effects: 1, Attempts: 1, Tampered: true},
 			drive:  driveTamper},
 	)
+	return append(out, timeBudgetScenarios()...)
+}
+
+// timeBudgetScenarios kill the process mid-attempt and start it again only
+// once the run's time budget has passed: the interrupted attempt counts
+// until it is found interrupted, so recovery sees the budget spent, starts
+// no new attempt, and stops the run with max_runtime (or, where the effect
+// cannot be known, hands it to a person).
+func timeBudgetScenarios() []*Scenario {
+	dedupOnly := contracts.Guarantees{Dedup: true}
+	stopped := func(effects int) Expectation {
+		return Expectation{State: ledger.RunStopped, StopReason: ledger.StopMaxRuntime, Effects: effects, Attempts: 1}
+	}
+	var out []*Scenario
+	for _, b := range []timeBudget{
+		{name: "max_execution", field: "max_execution_ms", limit: time.Second},
+		{name: "deadline", field: "deadline_ms", limit: 2 * time.Second},
+	} {
+		for _, c := range []struct {
+			point    engine.FaultPoint
+			g        contracts.Guarantees
+			decision string // recovery's last decision about the action
+			expect   Expectation
+		}{
+			// The tool was never called: the query says so, and no attempt is left.
+			{engine.FaultAfterAttemptRecorded, allOn, "stop", stopped(0)},
+			// The tool acted: the query finds it, it is kept, and the run stops
+			// before its next step.
+			{engine.FaultAfterToolCall, allOn, "reconcile", stopped(1)},
+			// The tool acted and only a resend could tell: no attempt is left
+			// to resend with, so a person decides.
+			{engine.FaultAfterToolCall, dedupOnly, "review", review(1, 1)},
+		} {
+			b := b
+			b.decision = c.decision
+			out = append(out, &Scenario{Name: fmt.Sprintf("budget/%s/%s/%s", b.name, c.point, comboName(c.g)), Guarantees: c.g,
+				Fault:  fmt.Sprintf("kill at %s, restart after the %s budget (%s) has passed", c.point, b.field, b.limit),
+				Expect: c.expect, drive: driveTimeBudget(b, c.point)})
+		}
+	}
 	return out
 }
 

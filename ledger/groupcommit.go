@@ -101,6 +101,7 @@ func (s *GormStore) lead() {
 // the outcome of the COMMIT is known.
 func (s *GormStore) runBatch(batch []*writeReq) {
 	errs := make([]error, len(batch))
+	first := s.numberWrites(len(batch)) // for fault plans (writefault.go)
 	var began time.Time
 	if s.onCommit != nil {
 		began = s.clock()
@@ -111,6 +112,7 @@ func (s *GormStore) runBatch(batch []*writeReq) {
 	err := s.w.WithContext(context.Background()).Transaction(func(db *gorm.DB) error {
 		if len(batch) == 1 {
 			errs[0] = s.runOne(batch[0], db)
+			s.writeFault(first, WriteBeforeCommit)
 			return errs[0]
 		}
 		sqlTx, ok := db.Statement.ConnPool.(*sql.Tx)
@@ -137,10 +139,12 @@ func (s *GormStore) runBatch(batch []*writeReq) {
 			if err := sp(releaseSavepointSQL); err != nil {
 				return err
 			}
+			s.writeFault(first+int64(i), WriteBeforeCommit)
 		}
 		return nil
 	})
 	for i, r := range batch {
+		s.writeFault(first+int64(i), WriteAfterCommit)
 		switch {
 		case errs[i] != nil:
 			r.done <- errs[i]

@@ -42,6 +42,15 @@ type Config struct {
 	Synchronous string
 	// ReadConns is the size of the read pool; 0 means 4.
 	ReadConns int
+	// WriteFaultFunc is for fault plans only: the crash tests and the fault
+	// matrix, through cmd/ledger, which sets it only from an explicit
+	// LEDGER_FAULT_PLAN in the environment of a process someone started
+	// with one; nothing reachable from the network sets it. It is called
+	// with the write's number n (1 for the first write this Store runs,
+	// counted in the order the writes run, failed ones included) at each
+	// WritePoint of the write, on the goroutine that runs its commit, so it
+	// may kill the process there. Nil, the default, costs nothing.
+	WriteFaultFunc func(n int64, at WritePoint)
 	// OnCommit, if set, is told of every group commit once it has ended:
 	// how many writes it held and how long its transaction took, BEGIN to
 	// the end of COMMIT, on the clock Now (metrics). It runs on the
@@ -76,6 +85,10 @@ type GormStore struct {
 	clock    func() time.Time
 	onCommit func(CommitStats)
 	wr       *writer // group commit (groupcommit.go)
+	// writeFaultFunc is Config.WriteFaultFunc; writes counts the writes
+	// run so far, under the writer lock (writefault.go).
+	writeFaultFunc func(n int64, at WritePoint)
+	writes         int64
 	// ws are the write statements, prepared on the writer's connection;
 	// rs the read statements of the reader pool (stmts.go).
 	ws []*sql.Stmt
@@ -129,7 +142,7 @@ func Open(ctx context.Context, cfg Config) (*GormStore, error) {
 	if err != nil {
 		return nil, Errorf(CodeInternal, "open store %s: %w", cfg.Path, err)
 	}
-	s := &GormStore{w: w, now: now, newID: cfg.NewID, clock: cfg.Now, onCommit: cfg.OnCommit}
+	s := &GormStore{w: w, now: now, newID: cfg.NewID, clock: cfg.Now, onCommit: cfg.OnCommit, writeFaultFunc: cfg.WriteFaultFunc}
 	if err := setPool(w, 1); err != nil {
 		return nil, err
 	}

@@ -140,7 +140,7 @@ func (r *Recoverer) facts(lf *ledger.RecoveryFacts) (Facts, Probe) {
 		probe = Probe{}
 	}
 	f.Tool = probe.Tool
-	f.Retry, f.RetryRationale = r.cfg.Retry(lf.Run, a, f.Now)
+	f.Retry, f.RetryRationale = r.cfg.Retry(withInterrupted(lf.Run, lf.Attempt, f.Now), a, f.Now)
 	// A guarantee without the means to use it is no guarantee.
 	if probe.QueryFunc == nil {
 		f.Tool.Guarantees.Query = false
@@ -149,6 +149,22 @@ func (r *Recoverer) facts(lf *ledger.RecoveryFacts) (Facts, Probe) {
 		f.Tool.Guarantees.Cancel = false
 	}
 	return f, probe
+}
+
+// withInterrupted returns run with the time of its interrupted attempt,
+// if att is one (still started), counted in its execution budget up to
+// now: an interrupted attempt counts until it is found interrupted, and
+// closing it adds exactly that time. Without it the budget verdict would
+// see the budget as it was before the crash, allow one more attempt (or a
+// resend) that the time already spent forbids, and the run would stop
+// only later, with the effect of the interrupted call left unsettled.
+func withInterrupted(run *ledger.Run, att *ledger.Attempt, now time.Time) *ledger.Run {
+	if run == nil || att == nil || att.Status != ledger.AttemptStarted {
+		return run
+	}
+	counted := *run
+	counted.Budget.Used.Execution += max(now.Sub(att.StartedAt), 0)
+	return &counted
 }
 
 // pass collects what a recovery pass decided and heard that is not written

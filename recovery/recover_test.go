@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/actionledger/ledger/budget"
 	"github.com/actionledger/ledger/contracts"
 	"github.com/actionledger/ledger/ledger"
 	"github.com/actionledger/ledger/ledger/ledgertest"
@@ -358,4 +359,57 @@ func TestResolve(t *testing.T) {
 		_, err = recovery.Resolve(ctx, b.Store, recovery.ResolveParams{Tenant: "acme", Principal: "bob", ActionID: a.ID, Outcome: recovery.OutcomeHappened})
 		require.ErrorIs(t, err, ledger.ErrConflict, "not in review any more")
 	})
+}
+
+// TestRecoverCountsTheInterruptedAttempt: an interrupted attempt counts in
+// the execution budget until recovery finds it, and recovery's budget
+// verdict sees that time: with the budget spent while the process was
+// dead, no attempt is started or resent.
+func TestRecoverCountsTheInterruptedAttempt(t *testing.T) {
+	ctx := context.Background()
+	retry := func(run *ledger.Run, a *ledger.Action, now time.Time) (ledger.StopReason, string) {
+		v := budget.DefaultPolicy().BeforeAttempt(run, a, now)
+		return v.Stop, v.Rationale
+	}
+	probe := func(g contracts.Guarantees, effect ledger.EffectFact) recovery.ProbeFunc {
+		return func(string, string) (recovery.Probe, bool) {
+			p := recovery.Probe{Tool: recovery.Tool{Guarantees: g}}
+			if g.Query {
+				p.QueryFunc = func(context.Context, string) (ledger.EffectFact, json.RawMessage, error) { return effect, nil, nil }
+			}
+			return p, true
+		}
+	}
+	for name, tc := range map[string]struct {
+		probe  recovery.ProbeFunc
+		want   recovery.Kind
+		action ledger.ActionState
+		run    ledger.RunState
+	}{
+		// The query says the tool never acted: the run stops, max_runtime.
+		"Stop": {probe(contracts.Guarantees{Query: true}, ledger.EffectNotHappened), recovery.Stop, ledger.ActionFailed, ledger.RunStopped},
+		// Only a resend could settle it, and none is allowed: a person decides.
+		"Review": {probe(contracts.Guarantees{Dedup: true}, ""), recovery.Review, ledger.ActionNeedsReview, ledger.RunNeedsReview},
+	} {
+		t.Run(name, func(t *testing.T) {
+			b := ledgertest.OpenStore(t)
+			run, a := interrupted(t, b, ledger.BudgetLimits{MaxExecution: time.Second})
+			b.Clock.Advance(1500 * time.Millisecond) // the process is dead meanwhile
+			r := recovery.New(recovery.Config{Store: b.Store, Now: b.Clock.Now, Probes: tc.probe, Retry: retry})
+			d, err := r.Recover(ctx, run, a)
+			require.NoError(t, err)
+			require.Equal(t, tc.want, d.Kind, d.Rationale)
+			if tc.want == recovery.Stop {
+				require.Equal(t, ledger.StopMaxRuntime, d.StopReason)
+			}
+			got, err := b.Store.FindActionByID(ctx, a.ID)
+			require.NoError(t, err)
+			require.Equal(t, tc.action, got.State)
+			require.Equal(t, int64(1), got.AttemptCount, "no attempt started")
+			r2, err := b.Store.FindRunByID(ctx, run.ID)
+			require.NoError(t, err)
+			require.Equal(t, tc.run, r2.State)
+			require.Equal(t, 1500*time.Millisecond, r2.Budget.Used.Execution, "the attempt counted until it was found interrupted")
+		})
+	}
 }

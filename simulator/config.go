@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"slices"
 	"sort"
 	"time"
@@ -76,12 +77,20 @@ func (f Fault) MarshalJSON() ([]byte, error) {
 	return json.Marshal(faultJSON{Kind: f.Kind, Calls: f.Calls, DelayMS: f.Delay.Milliseconds()})
 }
 
+// maxDelayMS is the longest delay_ms a time.Duration can hold (292 years).
+const maxDelayMS = math.MaxInt64 / int64(time.Millisecond)
+
 // UnmarshalJSON implements json.Unmarshaler. Unknown fields are refused;
 // the kind is checked by Validate.
 func (f *Fault) UnmarshalJSON(data []byte) error {
 	var w faultJSON
 	if err := decodeStrict(data, &w); err != nil {
 		return fmt.Errorf("fault: %w", err)
+	}
+	// A delay past what a time.Duration holds would wrap around to some
+	// other delay, possibly a short positive one, and run another plan.
+	if w.DelayMS > maxDelayMS {
+		return fmt.Errorf("fault %s: delay_ms %d is more than %d", w.Kind, w.DelayMS, maxDelayMS)
 	}
 	*f = Fault{Kind: w.Kind, Calls: w.Calls, Delay: time.Duration(w.DelayMS) * time.Millisecond}
 	return nil

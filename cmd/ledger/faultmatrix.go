@@ -3,11 +3,14 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 
 	"github.com/actionledger/ledger/faultmatrix"
+	"github.com/actionledger/ledger/ledger"
 	"github.com/spf13/cobra"
 )
 
@@ -77,7 +80,79 @@ expectation fails.`,
 	run.Flags().IntVar(&parallel, "parallel", 3, "scenarios at once")
 	run.Flags().StringVar(&binary, "binary", "", "the ledger binary to test (default: this one)")
 	run.Flags().BoolVar(&list, "list", false, "list the scenarios and exit")
-	cmd.AddCommand(run)
+	cmd.AddCommand(run, newFaultMatrixWritesCmd())
+	return cmd
+}
+
+func newFaultMatrixWritesCmd() *cobra.Command {
+	var (
+		binary, report string
+		paths, points  []string
+		stride         int
+	)
+	cmd := &cobra.Command{
+		Use:   "writes",
+		Short: "Kill this binary at every store write of a representative run and check what survived",
+		Long: `For each path (approval: cards.write waits for a person, approved over HTTP; auto: a rule
+approves it) and each point (before_commit, after_commit), start this binary as ` + "`ledger serve`" + `
+with the plan {"action": "kill", "write": i, "at": POINT} for i = 1, 2, …, drive one run through
+the crash as a client would, restart without a plan, and check: the run is terminal or in
+review, evidence verify passes, every row is in the state its last event says, the budget
+counts what was recorded, and the simulator's own store holds at most one effect per dedup
+key (exactly one for a completed run). A loop ends at the first write its run does not
+reach. --stride tests every n-th write only. Exits 1 if any check fails.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if binary == "" {
+				exe, err := os.Executable()
+				if err != nil {
+					return err
+				}
+				binary = exe
+			}
+			o := faultmatrix.WriteOptions{Binary: binary, Stride: stride, Progress: cmd.ErrOrStderr()}
+			for _, p := range paths {
+				if p != string(faultmatrix.WritePathApproval) && p != string(faultmatrix.WritePathAuto) {
+					return usagef("--path %q: approval or auto", p)
+				}
+				o.Paths = append(o.Paths, faultmatrix.WritePath(p))
+			}
+			for _, p := range points {
+				if !slices.Contains(ledger.WritePoints(), ledger.WritePoint(p)) {
+					return usagef("--at %q: before_commit or after_commit", p)
+				}
+				o.Points = append(o.Points, ledger.WritePoint(p))
+			}
+			if stride < 1 {
+				return usagef("--stride %d: at least 1", stride)
+			}
+			rep, err := faultmatrix.RunWrites(cmd.Context(), o)
+			if rep != nil && report != "" {
+				b, merr := json.MarshalIndent(rep, "", "  ")
+				if merr == nil {
+					merr = os.WriteFile(report, append(b, '\n'), 0o644)
+				}
+				err = errors.Join(err, merr)
+			}
+			if err != nil {
+				return err
+			}
+			out := cmd.OutOrStdout()
+			for _, l := range rep.Loops {
+				fmt.Fprintf(out, "%-8s %-13s last write struck %3d, %3d crashes\n", l.Path, l.At, l.Writes, len(l.Results))
+			}
+			fmt.Fprintf(out, "\n%d crashes: %d failed in %.1fs\n", rep.Crashes, rep.Failed, rep.Seconds)
+			if rep.Failed > 0 {
+				return fmt.Errorf("write crashes: %d of %d failed", rep.Failed, rep.Crashes)
+			}
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&binary, "binary", "", "the ledger binary to test (default: this one)")
+	cmd.Flags().StringSliceVar(&paths, "path", nil, "approval, auto (default: both)")
+	cmd.Flags().StringSliceVar(&points, "at", nil, "before_commit, after_commit (default: both)")
+	cmd.Flags().IntVar(&stride, "stride", 1, "test every n-th write")
+	cmd.Flags().StringVar(&report, "report", "", "write the JSON report to this file")
 	return cmd
 }
 

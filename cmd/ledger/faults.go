@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"slices"
@@ -25,15 +26,26 @@ const (
 	envSimulatorConfig = "LEDGER_SIMULATOR_CONFIG"
 )
 
-// faultPlan is LEDGER_FAULT_PLAN: {"point": "after_tool_call", "hit": 1,
-// "action": "kill"}. The hit-th time (default 1) the point is reached, the
-// process kills itself (action kill, the default) or arms a store failure
-// (action store_error): the engine's next write of an attempt's outcome
-// fails as a broken disk would make it, and the process carries on.
+// faultPlan is LEDGER_FAULT_PLAN, one of two kinds:
+//
+//   - at a point of an attempt: {"point": "after_tool_call", "hit": 1,
+//     "action": "kill"}. The hit-th time (default 1) the point is reached,
+//     the process kills itself (action kill, the default) or arms a store
+//     failure (action store_error): the engine's next write of an
+//     attempt's outcome fails as a broken disk would make it, and the
+//     process carries on.
+//   - at a store write: {"action": "kill", "write": 3, "at":
+//     "before_commit"}. The process kills itself at the write-th write of
+//     its ledger store (counted from 1 in the order the writes run, the
+//     migrations at start-up not included), after the write's statements
+//     ran and before its commit (before_commit), or after the commit and
+//     before its caller is answered (after_commit).
 type faultPlan struct {
-	Point  engine.FaultPoint `json:"point"`
+	Point  engine.FaultPoint `json:"point,omitempty"`
 	Hit    int               `json:"hit,omitempty"`
 	Action string            `json:"action,omitempty"`
+	Write  int64             `json:"write,omitempty"`
+	At     ledger.WritePoint `json:"at,omitempty"`
 }
 
 // faults is what the environment asks of this process.
@@ -42,6 +54,8 @@ type faults struct {
 	Simulator simulator.Config
 	// WrapStore, if set, wraps the engine's store (store_error plans).
 	WrapStore func(ledger.Store) ledger.Store
+	// WriteFault, if set, is the ledger store's write hook (write plans).
+	WriteFault func(n int64, at ledger.WritePoint)
 }
 
 // faultsFromEnv reads the fault plan and simulator configuration of the
@@ -58,27 +72,23 @@ func faultsFromEnv() (faults, error) {
 	if raw == "" {
 		return f, nil
 	}
-	var plan faultPlan
-	dec := json.NewDecoder(bytes.NewReader([]byte(raw)))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&plan); err != nil {
+	plan, err := parseFaultPlan([]byte(raw))
+	if err != nil {
 		return f, fmt.Errorf("%s: %w", envFaultPlan, err)
 	}
-	if !slices.Contains(engine.AllFaultPoints(), plan.Point) {
-		return f, fmt.Errorf("%s: unknown point %q (one of %v)", envFaultPlan, plan.Point, engine.AllFaultPoints())
-	}
-	if plan.Hit <= 0 {
-		plan.Hit = 1
+	if plan.Write > 0 {
+		f.WriteFault = func(n int64, at ledger.WritePoint) {
+			if n == plan.Write && at == plan.At {
+				killSelf()
+			}
+		}
+		return f, nil
 	}
 	act := killSelf
-	switch plan.Action {
-	case "", "kill":
-	case "store_error":
+	if plan.Action == "store_error" {
 		var armed atomic.Bool
 		act = func() { armed.Store(true) }
 		f.WrapStore = func(s ledger.Store) ledger.Store { return &failingStore{Store: s, armed: &armed} }
-	default:
-		return f, fmt.Errorf("%s: unknown action %q (kill or store_error)", envFaultPlan, plan.Action)
 	}
 	var hits atomic.Int64
 	f.Func = func(p engine.FaultPoint) {
@@ -87,6 +97,52 @@ func faultsFromEnv() (faults, error) {
 		}
 	}
 	return f, nil
+}
+
+// parseFaultPlan decodes and checks a fault plan: one JSON object without
+// duplicate keys, unknown fields or trailing data, naming either a point
+// of an attempt or a store write. A plan at a point gets hit 1 and action
+// kill where it names none.
+func parseFaultPlan(raw []byte) (faultPlan, error) {
+	var plan faultPlan
+	if err := ledger.CheckJSON(raw); err != nil {
+		return plan, err
+	}
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&plan); err != nil {
+		return plan, fmt.Errorf("fault plan: %w", err)
+	}
+	switch {
+	case plan.Write != 0 || plan.At != "":
+		switch {
+		case plan.Point != "" || plan.Hit != 0:
+			return plan, errors.New("a plan names either a point (and hit) or a write (and at), not both")
+		case plan.Write < 0:
+			return plan, fmt.Errorf("write %d: writes are counted from 1", plan.Write)
+		case plan.Write == 0:
+			return plan, errors.New(`"at" needs "write": the number of the store write to kill at`)
+		case !slices.Contains(ledger.WritePoints(), plan.At):
+			return plan, fmt.Errorf("unknown at %q (one of %v)", plan.At, ledger.WritePoints())
+		case plan.Action != "" && plan.Action != "kill":
+			return plan, fmt.Errorf("unknown action %q for a write (kill)", plan.Action)
+		}
+		plan.Action = "kill"
+		return plan, nil
+	case !slices.Contains(engine.AllFaultPoints(), plan.Point):
+		return plan, fmt.Errorf("unknown point %q (one of %v)", plan.Point, engine.AllFaultPoints())
+	case plan.Hit < 0:
+		return plan, fmt.Errorf("hit %d: hits are counted from 1", plan.Hit)
+	case plan.Action != "" && plan.Action != "kill" && plan.Action != "store_error":
+		return plan, fmt.Errorf("unknown action %q (kill or store_error)", plan.Action)
+	}
+	if plan.Hit == 0 {
+		plan.Hit = 1
+	}
+	if plan.Action == "" {
+		plan.Action = "kill"
+	}
+	return plan, nil
 }
 
 // failingStore fails the next FinishAttempt once armed: the outcome of a
@@ -113,7 +169,7 @@ func openLocalService(ctx context.Context, dbPath string) (*service, error) {
 		return nil, err
 	}
 	return openService(ctx, serviceConfig{DBPath: dbPath, Simulator: f.Simulator, FaultFunc: f.Func,
-		WrapStore: f.WrapStore, Logger: discardLogger()})
+		WrapStore: f.WrapStore, WriteFault: f.WriteFault, Logger: discardLogger()})
 }
 
 // killSelf ends the process at once, as a power cut or OOM kill would: no

@@ -43,6 +43,9 @@ type serviceConfig struct {
 	FaultFunc func(engine.FaultPoint)
 	// WrapStore, if set, wraps the store the engine uses (fault plans).
 	WrapStore func(ledger.Store) ledger.Store
+	// WriteFault is the ledger store's write hook; set only from an
+	// explicit fault plan (faults.go).
+	WriteFault func(n int64, at ledger.WritePoint)
 	// OnDecision sees every recovery decision (serve counts them).
 	OnDecision func(recovery.Decision)
 	// OnCommit sees every group commit of the store, OnToolCall every
@@ -58,7 +61,7 @@ func openService(ctx context.Context, cfg serviceConfig) (*service, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, nil))
 	}
-	store, err := ledger.Open(ctx, ledger.Config{Path: cfg.DBPath, OnCommit: cfg.OnCommit})
+	store, err := ledger.Open(ctx, ledger.Config{Path: cfg.DBPath, OnCommit: cfg.OnCommit, WriteFaultFunc: cfg.WriteFault})
 	if err != nil {
 		return nil, err
 	}
