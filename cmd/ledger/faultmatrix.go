@@ -101,6 +101,9 @@ review, evidence verify passes, every row is in the state its last event says, t
 counts what was recorded, and the simulator's own store holds at most one effect per dedup
 key (exactly one for a completed run). A loop ends at the first write its run does not
 reach. --stride tests every n-th write only. Exits 1 if any check fails.`,
+		Example: `  ledger faultmatrix writes
+  ledger faultmatrix writes --path approval --at before_commit --report writes.json
+  ledger faultmatrix writes --stride 3`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if binary == "" {
