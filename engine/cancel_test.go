@@ -14,9 +14,9 @@ import (
 
 func (b *bundle) cancel(t *testing.T, run ledger.RunID) *ledger.Cancellation {
 	t.Helper()
-	c, err := b.engine.Cancel(context.Background(), engine.CancelParams{RunID: run, Principal: "alice", Reason: "changed my mind"})
+	res, err := b.engine.Cancel(context.Background(), engine.CancelParams{RunID: run, Principal: "alice", Reason: "changed my mind"})
 	require.NoError(t, err)
-	return c
+	return res.Cancellation
 }
 
 // requireCancelled checks the four facts of a confirmed cancellation and
@@ -46,7 +46,10 @@ func TestCancel(t *testing.T) {
 		b := setup(t, simulator.Config{})
 		run := b.submit(t, "practice-cards", "k1")
 		c := b.cancel(t, run.ID)
-		require.Equal(t, ledger.CancelStopping, c.State, "accepted, and the run is stopping")
+		require.Equal(t, ledger.CancelAccepted, c.State, "accepted, and the run is stopping")
+		got, err := b.Store.FindRunByID(ctx, run.ID)
+		require.NoError(t, err)
+		require.Equal(t, ledger.RunStopping, got.State, "in the same write")
 		b.advance(t, run.ID)
 		b.requireCancelled(t, run.ID)
 		actions, err := b.Store.FindActions(ctx, ledger.ActionFilter{RunID: &run.ID})
@@ -86,7 +89,7 @@ func TestCancel(t *testing.T) {
 			return err == nil && len(atts) == 1
 		}, 10*time.Second, 2*time.Millisecond, "the attempt starts")
 		c := b.cancel(t, run.ID)
-		require.Equal(t, ledger.CancelStopping, c.State, "accepted while the call is in flight")
+		require.Equal(t, ledger.CancelAccepted, c.State, "accepted while the call is in flight")
 		require.NoError(t, <-done)
 		b.advance(t, run.ID)
 		return b, b.requireCancelled(t, run.ID), a

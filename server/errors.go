@@ -30,6 +30,9 @@ const (
 	CodeMethodNotAllowed      = "method_not_allowed"      // 405: the path exists, not with this method
 	CodeRouteNotFound         = "route_not_found"         // 404: no such path
 	CodeNotReady              = "not_ready"               // 503: the store is unreachable or its schema is not current
+	// CodeTooManyPendingApprovals is 429 + Retry-After: the tenant's pending
+	// approvals and queued runs reached Config.MaxPendingApprovals.
+	CodeTooManyPendingApprovals = "too_many_pending_approvals"
 )
 
 // problemTypeBase prefixes every problem's code to make its type URI.
@@ -64,6 +67,7 @@ var problems = map[string]problemSpec{
 	CodeMethodNotAllowed:                  {http.StatusMethodNotAllowed, "Method not allowed"},
 	CodeRouteNotFound:                     {http.StatusNotFound, "Route not found"},
 	CodeNotReady:                          {http.StatusServiceUnavailable, "Not ready"},
+	CodeTooManyPendingApprovals:           {http.StatusTooManyRequests, "Too many pending approvals"},
 }
 
 // StatusOf returns the HTTP status the API answers with for a problem code:

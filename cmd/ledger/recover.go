@@ -17,8 +17,9 @@ func (svc *service) recover(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("recovery scan: %w", err)
 	}
-	if rep.Actions > 0 || len(rep.Errors) > 0 {
-		svc.log.InfoContext(ctx, "recovery scan", "actions", rep.Actions, "decisions", rep.Decisions, "errors", len(rep.Errors))
+	if rep.Actions > 0 || len(rep.Errors) > 0 || len(rep.Cancellations) > 0 {
+		svc.log.InfoContext(ctx, "recovery scan", "actions", rep.Actions, "decisions", rep.Decisions,
+			"cancellations_settled", len(rep.Cancellations), "errors", len(rep.Errors))
 	}
 	return nil
 }
@@ -68,6 +69,9 @@ func printScan(cmd *cobra.Command, rep recovery.ScanReport, asJSON bool) error {
 	sort.Strings(kinds)
 	for _, k := range kinds {
 		fmt.Fprintf(out, "  %-10s %d\n", k, rep.Decisions[recovery.Kind(k)])
+	}
+	for _, c := range rep.Cancellations {
+		fmt.Fprintf(out, "  cancellation %s of %s: %s\n", c.ID, c.RunID, c.State)
 	}
 	for _, e := range rep.Errors {
 		fmt.Fprintf(out, "  error: %s\n", e)
