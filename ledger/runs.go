@@ -179,20 +179,22 @@ func (s *GormStore) SubmitRun(ctx context.Context, p SubmitRunParams) (SubmitRun
 }
 
 // checkPendingCap refuses a new run of a tenant whose pending approvals and
-// queued runs (each about to ask for one) have reached the cap; 0 is no
-// cap. It counts no further than the cap, so a flood costs the cap's size
-// at most, on the tenant's (tenant, state, id) indexes.
+// queued or running runs (each may ask for one at its next step) have
+// reached the cap; 0 is no cap. Counting those runs keeps a burst of
+// submits from outrunning the cap before the engine opens their
+// approvals. It counts no further than the cap, so a flood costs the
+// cap's size at most, on the tenant's (tenant, state, id) indexes.
 func (tx *txn) checkPendingCap(tenant string, capN int) error {
 	if capN <= 0 {
 		return nil
 	}
 	var waiting int
-	rows, err := tx.query(pendingCapSQL, tenant, string(ApprovalPending), capN, tenant, string(RunQueued), capN)
+	rows, err := tx.query(pendingCapSQL, tenant, string(ApprovalPending), capN, tenant, string(RunQueued), string(RunRunning), capN)
 	if err := scanOne(rows, err, "pending approvals", func(rows *sql.Rows) error { return rows.Scan(&waiting) }); err != nil {
 		return err
 	}
 	if waiting >= capN {
-		return Errorf(CodeBudgetExceeded, "tenant %s has %d approvals pending or runs queued, its cap: no new run until people decide some",
+		return Errorf(CodeBudgetExceeded, "tenant %s has %d approvals pending or runs that may ask for one, its cap: no new run until people decide some",
 			tenant, capN)
 	}
 	return nil
@@ -200,7 +202,7 @@ func (tx *txn) checkPendingCap(tenant string, capN int) error {
 
 var pendingCapSQL = writeStmt(`SELECT
 	(SELECT COUNT(*) FROM (SELECT 1 FROM approvals WHERE tenant = ? AND state = ? LIMIT ?)) +
-	(SELECT COUNT(*) FROM (SELECT 1 FROM runs WHERE tenant = ? AND state = ? LIMIT ?))`)
+	(SELECT COUNT(*) FROM (SELECT 1 FROM runs WHERE tenant = ? AND state IN (?, ?) LIMIT ?))`)
 
 // TransitionRun implements Store.
 func (s *GormStore) TransitionRun(ctx context.Context, p RunTransition) (*Run, error) {

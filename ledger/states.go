@@ -82,10 +82,11 @@ const (
 // separate fact with its own time; none of them says anything about effects.
 type CancellationState string
 
-// Cancellation states. TooLate is ours where DESIGN.md is silent: the run
-// ended (completed, stopped or failed) before the cancel took effect, so
-// the cancellation will never be confirmed. Today's RequestCancel cannot
-// leave one behind; the recovery scan settles those an older build did.
+// Cancellation states. TooLate is ours, beyond the four-step lifecycle: the
+// run ended (completed, stopped or failed) before the cancel took effect,
+// so the cancellation will never be confirmed. Since a cancel moves its run
+// to stopping in the same write, only an older build left such rows; the
+// recovery scan (and a repeated cancel) settles them.
 const (
 	CancelRequested CancellationState = "requested"
 	CancelAccepted  CancellationState = "accepted"

@@ -24,7 +24,7 @@ type Store interface {
 	// key is another identity. Concurrent submits of one identity produce
 	// exactly one run. With p.MaxPendingApprovals set, a new run (not a
 	// replay) is CodeBudgetExceeded while the tenant has that many pending
-	// approvals and queued runs together.
+	// approvals and queued or running runs together.
 	SubmitRun(ctx context.Context, p SubmitRunParams) (SubmitRunResult, error)
 	// TransitionRun moves a run from p.From to p.To. CodeConflict if the run
 	// is no longer in p.From.
@@ -161,8 +161,9 @@ type SubmitRunParams struct {
 	Input          json.RawMessage
 	Budgets        BudgetLimits
 	// MaxPendingApprovals, if positive, refuses a new run of a tenant that
-	// has this many approvals pending and runs queued, together (a queued
-	// run is about to ask for one): CodeBudgetExceeded. 0: no cap.
+	// has this many approvals pending and runs queued or running, together
+	// (such a run may ask for one at its next step): CodeBudgetExceeded.
+	// 0: no cap.
 	MaxPendingApprovals int
 }
 

@@ -31,7 +31,7 @@ const (
 	CodeRouteNotFound         = "route_not_found"         // 404: no such path
 	CodeNotReady              = "not_ready"               // 503: the store is unreachable or its schema is not current
 	// CodeTooManyPendingApprovals is 429 + Retry-After: the tenant's pending
-	// approvals and queued runs reached Config.MaxPendingApprovals.
+	// approvals and live runs reached Config.MaxPendingApprovals.
 	CodeTooManyPendingApprovals = "too_many_pending_approvals"
 )
 

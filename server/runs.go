@@ -46,7 +46,8 @@ const MaxCancelReasonLength = 1000
 // so reusing it makes a new run and reveals nothing of the other's.
 //
 // With Config.MaxPendingApprovals set, a new run of a tenant whose pending
-// approvals and queued runs have reached the cap is refused with 429
+// approvals and live runs (queued, running) have reached the cap is
+// refused with 429
 // too_many_pending_approvals and Retry-After (a replay is still answered).
 func (s *Server) submitRun(c echo.Context) error {
 	id, err := needRole(c, RoleSubmitter)
@@ -90,7 +91,7 @@ func (s *Server) submitRun(c echo.Context) error {
 		return &apiError{code: CodeIdempotencyKeyReused, detail: "this Idempotency-Key was already used with a different body", err: err}
 	case ledger.Code(err) == ledger.CodeBudgetExceeded:
 		return &apiError{code: CodeTooManyPendingApprovals, err: err, header: retryAfter(PendingApprovalsRetryAfter),
-			detail: "the tenant has " + strconv.Itoa(s.maxPending) + " approvals pending or runs queued, its cap: decide some, then submit again"}
+			detail: "the tenant has " + strconv.Itoa(s.maxPending) + " approvals pending or runs that may ask for one, its cap: decide some, then submit again"}
 	case err != nil:
 		return err
 	}

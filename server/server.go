@@ -23,7 +23,7 @@ import (
 const DefaultMaxBodyBytes int64 = 1 << 20
 
 // DefaultMaxPendingApprovals is ledger serve's default cap on a tenant's
-// pending approvals and queued runs (Config.MaxPendingApprovals): far above
+// pending approvals and live runs (Config.MaxPendingApprovals): far above
 // what people decide in a day, far below a flood.
 const DefaultMaxPendingApprovals = 1000
 
@@ -74,8 +74,10 @@ type Config struct {
 	// KeyedRedactor with Redaction over the engine's tool descriptors.
 	Redactor Redactor
 	// MaxPendingApprovals caps, per tenant, the approvals waiting for a
-	// person together with the runs queued (each about to ask for one): a
-	// submit beyond it is 429 too_many_pending_approvals with Retry-After.
+	// person together with the runs that may still ask for one (queued or
+	// running): a submit beyond it is 429 too_many_pending_approvals with
+	// Retry-After. Counting those runs too keeps a burst of submits from
+	// outrunning the cap before their approvals open.
 	// 0 means no cap; ledger serve's --max-pending-approvals defaults to
 	// DefaultMaxPendingApprovals.
 	MaxPendingApprovals int

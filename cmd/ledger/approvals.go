@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"strconv"
 	"text/tabwriter"
 
 	"github.com/actionledger/ledger/server"
@@ -25,18 +26,24 @@ func newApprovalsCmd() *cobra.Command {
 
 func newApprovalsListCmd() *cobra.Command {
 	var (
-		o     clientOptions
-		state string
+		o      clientOptions
+		state  string
+		limit  int
+		cursor string
 	)
 	cmd := &cobra.Command{
-		Use:   "list [--state pending]",
-		Short: "List approvals of the tenant (GET /v1/approvals)",
+		Use:   "list [--state pending] [--limit N] [--cursor C]",
+		Short: "List approvals of the tenant, oldest first (GET /v1/approvals)",
 		Long: `List approvals, by default the pending ones, with the action each one is for,
 its run, its tool, the full action digest to pass to "ledger approve --digest", and
-when it expires. The table looks up each action's tool (GET /v1/actions/ACTION);
---json prints the server's list as it is.`,
+when it expires, a page at a time: when more approvals remain, the last line gives
+the --cursor of the next page. The table looks up each action's tool
+(GET /v1/actions/ACTION); --json prints the server's page as it is.`,
 		Args: usageArgs(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if limit < 0 {
+				return usagef("--limit must not be negative")
+			}
 			c, err := o.newClient()
 			if err != nil {
 				return err
@@ -44,6 +51,12 @@ when it expires. The table looks up each action's tool (GET /v1/actions/ACTION);
 			q := url.Values{}
 			if state != "" {
 				q.Set("state", state)
+			}
+			if limit > 0 {
+				q.Set("limit", strconv.Itoa(limit))
+			}
+			if cursor != "" {
+				q.Set("cursor", cursor)
 			}
 			var list server.ApprovalList
 			raw, err := c.getJSON(cmd.Context(), "/v1/approvals", q, &list)
@@ -61,6 +74,8 @@ when it expires. The table looks up each action's tool (GET /v1/actions/ACTION);
 		},
 	}
 	cmd.Flags().StringVar(&state, "state", "pending", "approval state to list")
+	cmd.Flags().IntVar(&limit, "limit", 0, "at most this many approvals (0: the server's page size)")
+	cmd.Flags().StringVar(&cursor, "cursor", "", "the next_cursor of the previous page")
 	addClientFlags(cmd, &o)
 	return asUsage(cmd)
 }
@@ -89,7 +104,7 @@ func actionTools(ctx context.Context, c *client, approvals []server.Approval) (m
 }
 
 func printApprovals(w io.Writer, list server.ApprovalList, tools map[string]string) error {
-	if len(list.Approvals) == 0 {
+	if len(list.Approvals) == 0 && list.NextCursor == "" {
 		_, err := fmt.Fprintln(w, "no approvals")
 		return err
 	}
@@ -99,5 +114,12 @@ func printApprovals(w io.Writer, list server.ApprovalList, tools map[string]stri
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", ap.ActionID, ap.RunID, orDash(tools[string(ap.ActionID)]),
 			ap.State, ap.ActionDigest, fmtTimePtr(ap.ExpiresAt))
 	}
-	return tw.Flush()
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if list.NextCursor != "" {
+		_, err := fmt.Fprintf(w, "\nmore: --cursor %s\n", list.NextCursor)
+		return err
+	}
+	return nil
 }

@@ -36,6 +36,7 @@ type serveOptions struct {
 	logLevel        string
 	maxBodyBytes    int64
 	shutdownTimeout time.Duration
+	maxPending      int
 }
 
 func newServeCmd() *cobra.Command {
@@ -73,6 +74,8 @@ stores and exits 0. Logs are structured (slog), JSON on stderr by default.`,
 	f.StringVar(&o.logLevel, "log-level", "info", "log level: debug, info, warn or error")
 	f.Int64Var(&o.maxBodyBytes, "max-body-bytes", 1<<20, "largest request body accepted (413 above)")
 	f.DurationVar(&o.shutdownTimeout, "shutdown-timeout", 15*time.Second, "how long to wait for requests in flight on shutdown")
+	f.IntVar(&o.maxPending, "max-pending-approvals", server.DefaultMaxPendingApprovals,
+		"per tenant: refuse new runs (429) while this many approvals are pending or runs queued or running; 0 means no cap")
 	return asUsage(cmd)
 }
 
@@ -103,6 +106,9 @@ func runServe(ctx context.Context, o *serveOptions, stderr io.Writer) (err error
 	}
 	if o.shutdownTimeout <= 0 {
 		return usagef("--shutdown-timeout must be positive")
+	}
+	if o.maxPending < 0 {
+		return usagef("--max-pending-approvals cannot be negative (0 means no cap)")
 	}
 	if _, _, err := net.SplitHostPort(o.addr); err != nil {
 		return usagef("--addr %q: want HOST:PORT: %v", o.addr, err)
@@ -175,6 +181,8 @@ func runServe(ctx context.Context, o *serveOptions, stderr io.Writer) (err error
 		MaxBodyBytes: o.maxBodyBytes,
 		Now:          time.Now,
 		Redaction:    svc.redactor,
+
+		MaxPendingApprovals: o.maxPending,
 	})
 	if err != nil {
 		return fmt.Errorf("build server: %w", err)
