@@ -34,8 +34,9 @@ func newRecoverCmd() *cobra.Command {
 		Short: "Decide, record and act on every interrupted action of the database",
 		Long: `Run the recovery scan on a database file: every approved, running or uncertain action of
 a live run gets one decision from the recovery table (continue, reconcile, stop or review),
-recorded with its rationale as an event, and acted on. Run it while no server uses the file;
-` + "`ledger serve`" + ` runs the same scan at start-up.`,
+recorded with its rationale as an event, and acted on. First it settles cancellations an older
+version left half-done (too_late on a run that ended first). Run it while no server uses the
+file; ` + "`ledger serve`" + ` runs the same scan at start-up.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx := cmd.Context()
