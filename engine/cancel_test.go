@@ -145,6 +145,19 @@ func TestCancel(t *testing.T) {
 		require.Equal(t, 1, b.effectCount(t), "the effect stands")
 	})
 
+	t.Run("a crash between confirming and stopping the run", func(t *testing.T) {
+		b := setup(t, simulator.Config{})
+		run := b.submit(t, "practice-cards", "k1")
+		b.cancel(t, run.ID)
+		for _, e := range [][2]ledger.CancellationState{{ledger.CancelAccepted, ledger.CancelStopping}, {ledger.CancelStopping, ledger.CancelStopped}} {
+			_, err := b.Store.TransitionCancellation(ctx, ledger.CancellationTransition{RunID: run.ID, From: e[0], To: e[1], Actor: "engine"})
+			require.NoError(t, err)
+		}
+		// The process died here: confirmed, the run still stopping.
+		b.advance(t, run.ID)
+		b.requireCancelled(t, run.ID)
+	})
+
 	t.Run("twice is the same cancellation", func(t *testing.T) {
 		b := setup(t, simulator.Config{})
 		run := b.submit(t, "practice-cards", "k1")

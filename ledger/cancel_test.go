@@ -12,12 +12,6 @@ import (
 	"github.com/actionledger/ledger/ledger/ledgertest"
 )
 
-// oldCancellation leaves the row an older build could leave (ledgertest).
-func oldCancellation(t *testing.T, b *ledgertest.Bundle, run ledger.RunID, state ledger.CancellationState) ledger.CancellationID {
-	t.Helper()
-	return b.LegacyCancellation(t, run, state)
-}
-
 // endRun fails a live run, whatever its state.
 func endRun(t *testing.T, b *ledgertest.Bundle, run ledger.RunID) {
 	t.Helper()
@@ -190,7 +184,7 @@ func TestRequestCancel(t *testing.T) {
 		_, err := b.Store.TransitionRun(ctx, ledger.RunTransition{ID: ended.ID, From: ledger.RunRunning, To: ledger.RunCompleted,
 			StopReason: ledger.StopCompleted})
 		require.NoError(t, err)
-		stuck := oldCancellation(t, b, ended.ID, ledger.CancelAccepted)
+		stuck := b.LegacyCancellation(t, ended.ID, ledger.CancelAccepted)
 		res, err := b.Store.RequestCancel(ctx, ledger.RequestCancelParams{RunID: ended.ID, Principal: "alice"})
 		require.NoError(t, err)
 		require.False(t, res.Created)
@@ -199,7 +193,7 @@ func TestRequestCancel(t *testing.T) {
 		require.NotNil(t, res.Cancellation.TooLateAt)
 
 		live := b.RunningRun(t, "live", ledger.BudgetLimits{})
-		oldCancellation(t, b, live.ID, ledger.CancelRequested)
+		b.LegacyCancellation(t, live.ID, ledger.CancelRequested)
 		res, err = b.Store.RequestCancel(ctx, ledger.RequestCancelParams{RunID: live.ID, Principal: "alice"})
 		require.NoError(t, err)
 		require.Equal(t, ledger.CancelAccepted, res.Cancellation.State)
@@ -223,16 +217,16 @@ func TestSettleCancellations(t *testing.T) {
 	// its writes: accepted (or requested) on a completed run.
 	completedAccepted := b.RunningRun(t, "completed-accepted", ledger.BudgetLimits{})
 	complete(completedAccepted)
-	oldCancellation(t, b, completedAccepted.ID, ledger.CancelAccepted)
+	b.LegacyCancellation(t, completedAccepted.ID, ledger.CancelAccepted)
 	completedRequested := b.RunningRun(t, "completed-requested", ledger.BudgetLimits{})
 	complete(completedRequested)
-	oldCancellation(t, b, completedRequested.ID, ledger.CancelRequested)
+	b.LegacyCancellation(t, completedRequested.ID, ledger.CancelRequested)
 	// A crash between its writes: requested, or accepted with the run not
 	// yet stopping.
 	liveRequested := b.RunningRun(t, "live-requested", ledger.BudgetLimits{})
-	oldCancellation(t, b, liveRequested.ID, ledger.CancelRequested)
+	b.LegacyCancellation(t, liveRequested.ID, ledger.CancelRequested)
 	liveAccepted := b.RunningRun(t, "live-accepted", ledger.BudgetLimits{})
-	oldCancellation(t, b, liveAccepted.ID, ledger.CancelAccepted)
+	b.LegacyCancellation(t, liveAccepted.ID, ledger.CancelAccepted)
 	// In line already: today's cancel, and a confirmed one.
 	today := b.RunningRun(t, "today", ledger.BudgetLimits{})
 	_, err := b.Store.RequestCancel(ctx, ledger.RequestCancelParams{RunID: today.ID, Principal: "alice"})

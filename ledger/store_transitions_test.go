@@ -344,7 +344,7 @@ func TestStoreCancellationTransitions(t *testing.T) {
 				if from == ledger.CancelRequested {
 					// Only an older build left a cancellation requested.
 					start = ledger.CancelRequested
-					oldCancellation(t, b, run.ID, ledger.CancelRequested)
+					b.LegacyCancellation(t, run.ID, ledger.CancelRequested)
 				} else {
 					res, err := b.Store.RequestCancel(ctx, ledger.RequestCancelParams{RunID: run.ID, Principal: "alice", Reason: "enough"})
 					require.NoError(t, err)

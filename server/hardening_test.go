@@ -411,8 +411,8 @@ func TestIdempotencyPerPrincipal(t *testing.T) {
 		}
 		e := newEnv(t, options{config: func(c *server.Config) { server.SetBeforeSubmit(c, hook) }})
 		var releaseOnce sync.Once
-		let := func() { releaseOnce.Do(func() { close(release) }) }
-		defer let() // a failing check must not leave alice's submit held
+		releaseAlice := func() { releaseOnce.Do(func() { close(release) }) }
+		defer releaseAlice() // a failing check must not leave alice's submit held
 
 		aliceDone := make(chan response, 1)
 		go func() { aliceDone <- e.submitRaw(t, "alice", "shared", submitBody(t)) }()
@@ -420,7 +420,7 @@ func TestIdempotencyPerPrincipal(t *testing.T) {
 		amy := e.submitRaw(t, "amy", "shared", submitBody(t))
 		// alice's own retry is still held off while hers is in flight.
 		requireProblem(t, e.submitRaw(t, "alice", "shared", submitBody(t)), http.StatusConflict, server.CodeRequestInProgress)
-		let()
+		releaseAlice()
 		alice := <-aliceDone
 		require.Equal(t, http.StatusCreated, amy.Status, "amy's key is not alice's request: %s", amy.Body)
 		require.Equal(t, http.StatusCreated, alice.Status, string(alice.Body))

@@ -37,7 +37,8 @@ const MaxCancelReasonLength = 1000
 // submitRun is POST /v1/runs. The checks run in this order: role (403),
 // Idempotency-Key (400), media type, size and JSON (415, 413, 400), the
 // run_submission schema (400), the agent (400), then the key's in-flight
-// mark (409) and the store (422 for a key reused with another body).
+// mark (409) and the store (422 for a key reused with another body, 429
+// for the pending-approvals cap).
 //
 // The answer is built only from facts fixed at acceptance, so a replay
 // (same tenant, principal, key and request digest) gets the first answer
@@ -47,8 +48,8 @@ const MaxCancelReasonLength = 1000
 //
 // With Config.MaxPendingApprovals set, a new run of a tenant whose pending
 // approvals and live runs (queued, running) have reached the cap is
-// refused with 429
-// too_many_pending_approvals and Retry-After (a replay is still answered).
+// refused with 429 too_many_pending_approvals and Retry-After; a replay is
+// still answered.
 func (s *Server) submitRun(c echo.Context) error {
 	id, err := needRole(c, RoleSubmitter)
 	if err != nil {
