@@ -2,10 +2,12 @@ package approval
 
 import (
 	"context"
+	"crypto/rand"
 	"unicode/utf8"
 
 	"github.com/actionledger/ledger/contracts"
 	"github.com/actionledger/ledger/ledger"
+	"github.com/actionledger/ledger/redact"
 )
 
 // MaxReasonLength is the longest reason, in characters (runes), a person
@@ -22,6 +24,13 @@ type Options struct {
 	// its actions. It is for development mode only, where one principal
 	// tries the whole flow.
 	RelaxSeparationOfDuties bool
+	// Redactor hides secrets in a decision's reason before it is stored, as
+	// the engine does with tool output: a person's free text may hold one,
+	// and the approval and its event keep it. Give it the process's keyed
+	// redactor so markers correlate with evidence exports; nil means one
+	// with a random key of this process (still redacted, but its markers
+	// match no other process's).
+	Redactor *redact.Redactor
 }
 
 // Service runs the approval lifecycle over a Store: it gates new actions,
@@ -46,6 +55,13 @@ func NewService(store ledger.Store, policy *Policy, tools ToolLookupFunc, opts O
 	}
 	if tools == nil {
 		tools = func(string) (contracts.ToolDescriptor, bool) { return contracts.ToolDescriptor{}, false }
+	}
+	if opts.Redactor == nil {
+		r, err := redact.NewRedactor([]byte(rand.Text()))
+		if err != nil {
+			panic("approval: a redactor with a random key: " + err.Error())
+		}
+		opts.Redactor = r
 	}
 	return &Service{store: store, policy: policy, tools: tools, opts: opts}
 }
@@ -83,7 +99,9 @@ type DecideParams struct {
 //     approvals already pending. Denying is always allowed to the
 //     submitter: it only stops work, and a submitter who regrets a run
 //     should be able to stop it.
-//  4. Store.DecideApproval checks, in the transaction that records the
+//  4. The reason is redacted (Options.Redactor) once it has passed its
+//     checks.
+//  5. Store.DecideApproval checks, in the transaction that records the
 //     decision, that the approval is pending, bound to p.ActionDigest and
 //     not past its expiry; otherwise CodeConflict and nothing changes. Of
 //     concurrent decisions on one approval exactly one succeeds.
@@ -114,7 +132,7 @@ func (s *Service) Decide(ctx context.Context, p DecideParams) (ledger.DecideAppr
 	}
 	res, err := s.store.DecideApproval(ctx, ledger.DecideApprovalParams{
 		ActionID: p.ActionID, ActionDigest: p.ActionDigest, Decision: p.Decision,
-		Principal: p.Principal, Reason: p.Reason,
+		Principal: p.Principal, Reason: s.opts.Redactor.RedactString(p.Reason),
 	})
 	if err != nil {
 		// The Store's error already names the operation ("decide approval:").

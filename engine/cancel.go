@@ -2,7 +2,6 @@ package engine
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
@@ -17,47 +16,49 @@ type CancelParams struct {
 	Reason    string
 }
 
-// Cancel records a cancellation request and accepts it: from the moment the
-// acceptance commits, StartAttempt refuses every new attempt of the run. The
-// rest happens as the engine advances the run: an in-flight attempt of a
-// cancel-capable tool is cancelled, pending actions are cancelled, the
-// cancellation goes to stopping and, once no attempt is in flight with an
-// unknown effect, to stopped, and the run stops with user_cancelled.
-// Acceptance says nothing about side effects; the attempts do.
+// Cancel cancels a run in one write (Store.RequestCancel): the
+// cancellation is recorded, accepted and the run moved to stopping
+// together, so from the moment it commits StartAttempt refuses every new
+// attempt of the run, and the pool picks the run up even when it was
+// waiting for a person (a worker advancing it meanwhile loses its guarded
+// update and re-reads). The rest happens as the engine advances the run:
+// an in-flight attempt of a cancel-capable tool is cancelled, pending
+// actions are cancelled, the cancellation goes to stopping and, once no
+// attempt is in flight with an unknown effect, to stopped, and the run
+// stops with user_cancelled. Acceptance says nothing about side effects;
+// the attempts do.
 //
-// Cancel is idempotent: a second call returns the cancellation as it
-// stands. CodeConflict if the run already ended; CodeNotFound if unknown.
-func (e *Engine) Cancel(ctx context.Context, p CancelParams) (*ledger.Cancellation, error) {
-	res, err := e.store.RequestCancel(ctx, ledger.RequestCancelParams{RunID: p.RunID, Principal: p.Principal, Reason: p.Reason})
+// The reason is a person's free text: it is redacted with the engine's
+// Redactor before it is stored, like tool output.
+//
+// Cancel is idempotent: a repeat returns the same cancellation as it
+// stands, whatever its state, with Created false. CodeConflict if the run
+// ended without a cancellation (nothing is written); CodeNotFound if
+// unknown.
+func (e *Engine) Cancel(ctx context.Context, p CancelParams) (ledger.RequestCancelResult, error) {
+	res, err := e.store.RequestCancel(ctx, ledger.RequestCancelParams{RunID: p.RunID, Principal: p.Principal,
+		Reason: e.cfg.Redactor.RedactString(p.Reason)})
 	if err != nil {
-		return nil, fmt.Errorf("cancel %s: %w", p.RunID, err)
+		return ledger.RequestCancelResult{}, fmt.Errorf("cancel %s: %w", p.RunID, err)
 	}
-	c := res.Cancellation
-	if c.State == ledger.CancelRequested {
-		c, err = e.store.TransitionCancellation(ctx, ledger.CancellationTransition{RunID: p.RunID,
-			From: ledger.CancelRequested, To: ledger.CancelAccepted, Actor: p.Principal})
-		if err != nil {
-			return nil, fmt.Errorf("cancel %s: %w", p.RunID, err)
-		}
+	if !res.Cancellation.State.Terminal() {
+		e.interruptCall(p.RunID)
+		e.Notify()
 	}
-	// Move the run to stopping now, so the pool picks it up even when it
-	// was waiting for a person; a worker advancing it meanwhile loses its
-	// guarded update and re-reads.
-	if c.State == ledger.CancelAccepted {
-		run, err := e.store.FindRunByID(ctx, p.RunID)
-		if err != nil {
-			return nil, fmt.Errorf("cancel %s: %w", p.RunID, err)
-		}
-		if _, err := e.stepCancel(ctx, run, c); err != nil && !errors.Is(err, ledger.ErrConflict) {
-			return nil, fmt.Errorf("cancel %s: %w", p.RunID, err)
-		}
-		if c, err = e.store.FindCancellation(ctx, p.RunID); err != nil {
-			return nil, fmt.Errorf("cancel %s: %w", p.RunID, err)
-		}
+	return res, nil
+}
+
+// Resolve settles an action in review (recovery.Resolve), with the
+// person's note redacted by the engine's Redactor before it is stored,
+// and notifies the pool so the run goes on.
+func (e *Engine) Resolve(ctx context.Context, p recovery.ResolveParams) (*ledger.Action, error) {
+	p.RedactFunc = e.cfg.Redactor.RedactString
+	a, err := recovery.Resolve(ctx, e.store, p)
+	if err != nil {
+		return nil, err
 	}
-	e.interruptCall(p.RunID)
 	e.Notify()
-	return c, nil
+	return a, nil
 }
 
 // interruptCall cancels the context of the run's call in flight in this
@@ -84,12 +85,17 @@ func (e *Engine) trackCall(run ledger.RunID, stop func()) (untrack func()) {
 }
 
 // stepCancel moves a run whose cancel was accepted towards stopped, one
-// fact at a time: the run goes to stopping and the cancellation with it;
+// fact at a time: the cancellation goes to stopping with its run (which
+// RequestCancel moved already; an older build's row may still need it);
 // actions not yet running are cancelled; an attempt left in flight is
 // settled by recovery (cancelled by the tool, established by query, or
 // handed to review); then the cancellation is confirmed and the run stops
-// with user_cancelled.
+// with user_cancelled. A confirmed cancellation whose run is still
+// stopping (a crash between the two writes) only needs the run stopped.
 func (e *Engine) stepCancel(ctx context.Context, run *ledger.Run, c *ledger.Cancellation) (bool, error) {
+	if c.State == ledger.CancelStopped {
+		return false, e.finish(ctx, run, ledger.StopUserCancelled, map[string]any{"cancellation": c.ID})
+	}
 	if c.State == ledger.CancelAccepted {
 		if run.State != ledger.RunStopping {
 			if _, err := e.store.TransitionRun(ctx, ledger.RunTransition{ID: run.ID, From: run.State, To: ledger.RunStopping,

@@ -14,9 +14,9 @@ import (
 
 func (b *bundle) cancel(t *testing.T, run ledger.RunID) *ledger.Cancellation {
 	t.Helper()
-	c, err := b.engine.Cancel(context.Background(), engine.CancelParams{RunID: run, Principal: "alice", Reason: "changed my mind"})
+	res, err := b.engine.Cancel(context.Background(), engine.CancelParams{RunID: run, Principal: "alice", Reason: "changed my mind"})
 	require.NoError(t, err)
-	return c
+	return res.Cancellation
 }
 
 // requireCancelled checks the four facts of a confirmed cancellation and
@@ -46,7 +46,10 @@ func TestCancel(t *testing.T) {
 		b := setup(t, simulator.Config{})
 		run := b.submit(t, "practice-cards", "k1")
 		c := b.cancel(t, run.ID)
-		require.Equal(t, ledger.CancelStopping, c.State, "accepted, and the run is stopping")
+		require.Equal(t, ledger.CancelAccepted, c.State, "accepted, and the run is stopping")
+		got, err := b.Store.FindRunByID(ctx, run.ID)
+		require.NoError(t, err)
+		require.Equal(t, ledger.RunStopping, got.State, "in the same write")
 		b.advance(t, run.ID)
 		b.requireCancelled(t, run.ID)
 		actions, err := b.Store.FindActions(ctx, ledger.ActionFilter{RunID: &run.ID})
@@ -86,7 +89,7 @@ func TestCancel(t *testing.T) {
 			return err == nil && len(atts) == 1
 		}, 10*time.Second, 2*time.Millisecond, "the attempt starts")
 		c := b.cancel(t, run.ID)
-		require.Equal(t, ledger.CancelStopping, c.State, "accepted while the call is in flight")
+		require.Equal(t, ledger.CancelAccepted, c.State, "accepted while the call is in flight")
 		require.NoError(t, <-done)
 		b.advance(t, run.ID)
 		return b, b.requireCancelled(t, run.ID), a
@@ -140,6 +143,19 @@ func TestCancel(t *testing.T) {
 		_, err = b.Store.FindCancellation(ctx, run.ID)
 		require.ErrorIs(t, err, ledger.ErrNotFound, "no cancellation is recorded")
 		require.Equal(t, 1, b.effectCount(t), "the effect stands")
+	})
+
+	t.Run("a crash between confirming and stopping the run", func(t *testing.T) {
+		b := setup(t, simulator.Config{})
+		run := b.submit(t, "practice-cards", "k1")
+		b.cancel(t, run.ID)
+		for _, e := range [][2]ledger.CancellationState{{ledger.CancelAccepted, ledger.CancelStopping}, {ledger.CancelStopping, ledger.CancelStopped}} {
+			_, err := b.Store.TransitionCancellation(ctx, ledger.CancellationTransition{RunID: run.ID, From: e[0], To: e[1], Actor: "engine"})
+			require.NoError(t, err)
+		}
+		// The process died here: confirmed, the run still stopping.
+		b.advance(t, run.ID)
+		b.requireCancelled(t, run.ID)
 	})
 
 	t.Run("twice is the same cancellation", func(t *testing.T) {

@@ -305,7 +305,8 @@ func (e *Engine) step(ctx context.Context, run *ledger.Run) (bool, error) {
 	}
 	c, err := e.store.FindCancellation(ctx, run.ID)
 	switch {
-	case err == nil && c.State != ledger.CancelRequested && c.State != ledger.CancelStopped:
+	case err == nil && (c.State == ledger.CancelAccepted || c.State == ledger.CancelStopping ||
+		c.State == ledger.CancelStopped && run.State == ledger.RunStopping):
 		return e.stepCancel(ctx, run, c)
 	case err != nil && !errors.Is(err, ledger.ErrNotFound):
 		return false, err

@@ -82,9 +82,10 @@ func (s *syncBuffer) String() string {
 
 // TestCanary runs a real run through the engine with a secret in a tool
 // argument at a secret path and as a bearer token in another argument, in
-// the tool's output and in its error message; then exports every format
-// and checks that the secret is in no report, no timeline and no log line,
-// and that the ledger's database holds it only in actions.arguments.
+// the tool's output and in its error message, and in the reasons people
+// give (approvals, a cancel); then exports every format and checks that
+// the secret is in no report, no timeline and no log line, and that the
+// ledger's database holds it only in actions.arguments.
 func TestCanary(t *testing.T) {
 	ctx := context.Background()
 	logs := &syncBuffer{}
@@ -110,11 +111,14 @@ func TestCanary(t *testing.T) {
 	desc := tool.Descriptor()
 	policy, err := approval.NewPolicy(nil, approval.Defaults{})
 	require.NoError(t, err)
+	// One key for what is stored, as a process has (cmd/ledger wires it).
+	stored, err := redact.NewRedactor([]byte("canary-stored-key-0123456789abcdef"))
+	require.NoError(t, err)
 	approvals := approval.NewService(lb.Store, policy, func(n string) (contracts.ToolDescriptor, bool) {
 		return desc, n == desc.Name
-	}, approval.Options{})
+	}, approval.Options{Redactor: stored})
 	eng, err := engine.New(engine.Config{Store: lb.Store, Approvals: approvals, Agents: []engine.Agent{agent},
-		Now: lb.Clock.Now, Logger: logger})
+		Now: lb.Clock.Now, Logger: logger, Redactor: stored})
 	require.NoError(t, err)
 
 	sub, err := lb.Store.SubmitRun(ctx, ledger.SubmitRunParams{Tenant: "acme", IdempotencyKey: "canary", Principal: "alice",
@@ -128,10 +132,17 @@ func TestCanary(t *testing.T) {
 		require.NoError(t, err)
 		require.Len(t, pending, 1)
 		_, err = approvals.Decide(ctx, approval.DecideParams{Tenant: "acme", Principal: "bob", ActionID: pending[0].ActionID,
-			ActionDigest: pending[0].ActionDigest, Decision: ledger.DecisionGrant, Reason: "ok"})
+			ActionDigest: pending[0].ActionDigest, Decision: ledger.DecisionGrant, Reason: "ok, it uses the key " + canary})
 		require.NoError(t, err)
 		lb.Clock.Advance(time.Second)
 	}
+	// Another run, cancelled with the secret in its reason.
+	other, err := lb.Store.SubmitRun(ctx, ledger.SubmitRunParams{Tenant: "acme", IdempotencyKey: "canary-cancel", Principal: "alice",
+		Agent: "vault-agent", Input: json.RawMessage(`{}`)})
+	require.NoError(t, err)
+	_, err = eng.Cancel(ctx, engine.CancelParams{RunID: other.Run.ID, Principal: "alice", Reason: "leaked " + canary + ", stop"})
+	require.NoError(t, err)
+	require.NoError(t, eng.Advance(ctx, other.Run.ID))
 	require.NoError(t, eng.Advance(ctx, id))
 	run, err := lb.Store.FindRunByID(ctx, id)
 	require.NoError(t, err)
@@ -176,16 +187,35 @@ func TestCanary(t *testing.T) {
 	t.Run("logs", func(t *testing.T) {
 		require.NotContains(t, logs.String(), canary)
 	})
+	t.Run("cancelled run's report", func(t *testing.T) {
+		rep, err := evidence.Build(ctx, lb.Store, other.Run.ID, evidence.Options{Redactor: redactor, Now: lb.Clock.Now,
+			Tools: func(string) ([]string, bool) { return desc.SecretPaths, true }})
+		require.NoError(t, err)
+		require.Equal(t, ledger.CancelStopped, rep.Cancellation.State)
+		for _, format := range []string{"json", "md", "html"} {
+			require.NotContains(t, string(render(t, rep, format)), canary, format)
+		}
+	})
 	t.Run("database", func(t *testing.T) {
-		// The engine redacts tool output and error messages before they
+		// The engine redacts tool output and error messages, and the
+		// engine and the approval service people's reasons, before they
 		// are stored; only the arguments are kept as given.
 		require.Equal(t, []string{"actions.arguments"}, canaryColumns(t, lb.Path))
+		require.Contains(t, canaryColumnsHolding(t, lb.Path, stored.Marker(canary)),
+			"approvals.reason", "the reason is kept, with its marker")
+		require.Contains(t, canaryColumnsHolding(t, lb.Path, stored.Marker(canary)), "cancellations.reason")
 	})
 }
 
 // canaryColumns opens the SQLite file raw and returns every table.column
 // holding the canary in any row.
 func canaryColumns(t *testing.T, path string) []string {
+	t.Helper()
+	return canaryColumnsHolding(t, path, canary)
+}
+
+// canaryColumnsHolding returns every table.column holding s in any row.
+func canaryColumnsHolding(t *testing.T, path, s string) []string {
 	t.Helper()
 	db, err := sql.Open("sqlite3", "file:"+path+"?mode=ro&_busy_timeout=5000")
 	require.NoError(t, err)
@@ -216,16 +246,16 @@ func canaryColumns(t *testing.T, path string) []string {
 			}
 			require.NoError(t, rows.Scan(ptrs...))
 			for i, v := range vals {
-				var s string
+				var text string
 				switch x := v.(type) {
 				case []byte:
-					s = string(x)
+					text = string(x)
 				case string:
-					s = x
+					text = x
 				default:
-					s = fmt.Sprint(x)
+					text = fmt.Sprint(x)
 				}
-				if strings.Contains(s, canary) {
+				if strings.Contains(text, s) {
 					found[table+"."+cols[i]] = true
 				}
 			}

@@ -152,17 +152,15 @@ func goldenRun(t testing.TB, f *fixture) ledger.RunID {
 	_, err = s.StartAttempt(ctx, ledger.StartAttemptParams{ActionID: a2.ID, Actor: "engine"})
 	require.NoError(t, err)
 
-	// alice cancels; the engine accepts and moves to stopping.
+	// alice cancels: accepted, and the run stopping, in one write; then
+	// the engine takes it up.
 	f.clock.Advance(30 * time.Second)
 	_, err = s.RequestCancel(ctx, ledger.RequestCancelParams{RunID: run.ID, Principal: "alice", Reason: "wrong deck, see <b>notes</b>"})
 	require.NoError(t, err)
-	_, err = s.TransitionCancellation(ctx, ledger.CancellationTransition{RunID: run.ID, From: ledger.CancelRequested, To: ledger.CancelAccepted, Actor: "alice"})
-	require.NoError(t, err)
 	f.tick()
-	run, err = s.TransitionRun(ctx, ledger.RunTransition{ID: run.ID, From: ledger.RunRunning, To: ledger.RunStopping,
-		Actor: "engine", Data: map[string]any{"cause": "cancel accepted"}})
-	require.NoError(t, err)
 	c, err := s.TransitionCancellation(ctx, ledger.CancellationTransition{RunID: run.ID, From: ledger.CancelAccepted, To: ledger.CancelStopping, Actor: "engine"})
+	require.NoError(t, err)
+	run, err = s.FindRunByID(ctx, run.ID)
 	require.NoError(t, err)
 
 	// Recovery settles the interrupted attempt: the tool confirms the cancel.

@@ -158,6 +158,9 @@ pre { background: #f6f8fa; padding: .5rem; overflow-x: auto; white-space: pre-wr
 <tr><td>accepted</td><td>{{optTime .AcceptedAt}}</td></tr>
 <tr><td>stopping</td><td>{{optTime .StoppingAt}}</td></tr>
 <tr><td>stopped (confirmed)</td><td>{{optTime .StoppedAt}}</td></tr>
+{{- if .TooLateAt}}
+<tr><td>too late (the run ended first)</td><td>{{optTime .TooLateAt}}</td></tr>
+{{- end}}
 </table>
 {{- else}}
 <p>Nobody asked to cancel the run.</p>

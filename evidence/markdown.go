@@ -192,6 +192,9 @@ func (m *mdWriter) cancellation(r *Report) {
 	m.row("accepted", mdText(timePtrText(c.AcceptedAt)))
 	m.row("stopping", mdText(timePtrText(c.StoppingAt)))
 	m.row("stopped (confirmed)", mdText(timePtrText(c.StoppedAt)))
+	if c.TooLateAt != nil {
+		m.row("too late (the run ended first)", mdText(timePtrText(c.TooLateAt)))
+	}
 	m.p("\n")
 }
 

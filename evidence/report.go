@@ -96,7 +96,9 @@ type Approval struct {
 	DecidedAt    *time.Time           `json:"decided_at"`
 }
 
-// Cancellation is the run's cancellation: four facts, each with its time.
+// Cancellation is the run's cancellation: requested, accepted, stopping and
+// stopped (confirmed), each with its time; or too late, when the run ended
+// before the cancel took effect.
 type Cancellation struct {
 	ID          ledger.CancellationID    `json:"id"`
 	State       ledger.CancellationState `json:"state"`
@@ -106,6 +108,7 @@ type Cancellation struct {
 	AcceptedAt  *time.Time               `json:"accepted_at"`
 	StoppingAt  *time.Time               `json:"stopping_at"`
 	StoppedAt   *time.Time               `json:"stopped_at"`
+	TooLateAt   *time.Time               `json:"too_late_at"`
 }
 
 // Budget is the run's limits and usage. Durations are whole milliseconds.
@@ -384,7 +387,7 @@ func (b *builder) cancellation(run ledger.RunID) (*Cancellation, error) {
 	return &Cancellation{
 		ID: c.ID, State: c.State, RequestedBy: c.RequestedBy, Reason: nonEmpty(b.opts.Redactor.RedactString(c.Reason)),
 		RequestedAt: c.RequestedAt.UTC(), AcceptedAt: utcPtr(c.AcceptedAt), StoppingAt: utcPtr(c.StoppingAt),
-		StoppedAt: utcPtr(c.StoppedAt),
+		StoppedAt: utcPtr(c.StoppedAt), TooLateAt: utcPtr(c.TooLateAt),
 	}, nil
 }
 

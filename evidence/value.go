@@ -34,6 +34,7 @@ func (r *Report) value() (map[string]any, error) {
 			"id": text(c.ID), "state": text(c.State), "requested_by": text(c.RequestedBy), "reason": strPtrValue(c.Reason),
 			"requested_at": timeValue(c.RequestedAt), "accepted_at": timePtrValue(c.AcceptedAt),
 			"stopping_at": timePtrValue(c.StoppingAt), "stopped_at": timePtrValue(c.StoppedAt),
+			"too_late_at": timePtrValue(c.TooLateAt),
 		}
 	} else {
 		v["cancellation"] = nil

@@ -225,6 +225,9 @@ func approvalsQuery(db *gorm.DB, f ApprovalFilter) *gorm.DB {
 	if f.RunID != nil {
 		q = q.Where("run_id = ?", *f.RunID)
 	}
+	if f.AfterID != nil {
+		q = q.Where("id > ?", *f.AfterID)
+	}
 	if f.Limit > 0 {
 		q = q.Limit(f.Limit)
 	}

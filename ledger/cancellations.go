@@ -13,25 +13,33 @@ var cancellationTimeColumn = map[CancellationState]string{
 	CancelAccepted: "accepted_at",
 	CancelStopping: "stopping_at",
 	CancelStopped:  "stopped_at",
+	CancelTooLate:  "too_late_at",
 }
 
-// RequestCancel implements Store.
+// RequestCancel implements Store. The whole decision is this one write:
+// between reading the run and moving it nothing else can commit (the
+// transaction began IMMEDIATE), so a run that completes "at the same time"
+// either completed first (CodeConflict, nothing written) or finds itself
+// stopping and loses its guarded update.
 func (s *GormStore) RequestCancel(ctx context.Context, p RequestCancelParams) (RequestCancelResult, error) {
 	if p.Principal == "" {
 		return RequestCancelResult{}, Errorf(CodeInvalid, "request cancel: principal is required")
 	}
 	var out RequestCancelResult
 	err := s.inTx(ctx, "request cancel", func(tx *txn) error {
+		run, err := tx.findRun(p.RunID)
+		if err != nil {
+			return err
+		}
 		existing, err := tx.findCancellation(p.RunID)
 		switch {
 		case err == nil:
-			out = RequestCancelResult{Cancellation: existing}
-			return nil
-		case Code(err) != CodeNotFound:
+			// A repeat: the same cancellation, brought up to date if an
+			// older build or a crash left it half-done.
+			c, err := tx.settleCancellation(existing, run, p.Principal)
+			out = RequestCancelResult{Cancellation: c}
 			return err
-		}
-		run, err := tx.findRun(p.RunID)
-		if err != nil {
+		case Code(err) != CodeNotFound:
 			return err
 		}
 		if run.State.Terminal() {
@@ -48,10 +56,77 @@ func (s *GormStore) RequestCancel(ctx context.Context, p RequestCancelParams) (R
 			p.Principal, map[string]any{"reason": p.Reason})); err != nil {
 			return err
 		}
-		out = RequestCancelResult{Cancellation: row.toCancellation(), Created: true}
+		c, err := tx.settleCancellation(row.toCancellation(), run, p.Principal)
+		out = RequestCancelResult{Cancellation: c, Created: true}
+		return err
+	})
+	return out, err
+}
+
+// settleCancellation brings a cancellation into line with its run, in the
+// transaction that read both: on a run that ended, a cancellation not yet
+// confirmed is too late; on a live run, a requested one is accepted, and an
+// accepted or stopping one has its run stopping (from then on no attempt
+// starts, and the engine takes it from there). It returns the
+// cancellation as it now stands.
+func (tx *txn) settleCancellation(c *Cancellation, run *Run, actor string) (*Cancellation, error) {
+	if c.State.Terminal() {
+		return c, nil
+	}
+	if run.State.Terminal() {
+		return tx.transitionCancellation(CancellationTransition{RunID: run.ID, From: c.State, To: CancelTooLate, Actor: actor,
+			Data: map[string]any{"cause": "the run ended before the cancel took effect", "run_state": run.State,
+				"stop_reason": run.StopReason}})
+	}
+	if c.State == CancelRequested {
+		var err error
+		if c, err = tx.transitionCancellation(CancellationTransition{RunID: run.ID, From: CancelRequested, To: CancelAccepted,
+			Actor: actor}); err != nil {
+			return nil, err
+		}
+	}
+	if run.State != RunStopping {
+		if err := tx.transitionRun(RunTransition{ID: run.ID, From: run.State, To: RunStopping, Actor: actor,
+			Data: map[string]any{"cause": "cancel accepted", "cancellation": c.ID}}); err != nil {
+			return nil, err
+		}
+	}
+	return c, nil
+}
+
+// SettleCancellations implements Store.
+func (s *GormStore) SettleCancellations(ctx context.Context) ([]*Cancellation, error) {
+	var out []*Cancellation
+	err := s.inTx(ctx, "settle cancellations", func(tx *txn) error {
+		var rows []cancellationRow
+		if err := unsettledCancellations(tx.db).Find(&rows).Error; err != nil {
+			return err
+		}
+		for i := range rows {
+			c := rows[i].toCancellation()
+			run, err := tx.findRun(c.RunID)
+			if err != nil {
+				return err
+			}
+			if !run.State.Terminal() && c.State != CancelRequested && run.State == RunStopping {
+				continue // in line already: the engine is stopping the run
+			}
+			got, err := tx.settleCancellation(c, run, "recovery")
+			if err != nil {
+				return err
+			}
+			out = append(out, got)
+		}
 		return nil
 	})
 	return out, err
+}
+
+// unsettledCancellations selects the cancellations not yet stopped or too
+// late. The partial index cancellations_unsettled holds only those, so
+// this reads the few unsettled rows, not the table.
+func unsettledCancellations(db *gorm.DB) *gorm.DB {
+	return db.Model(&cancellationRow{}).Where("state IN ('requested', 'accepted', 'stopping')").Order("id")
 }
 
 // TransitionCancellation implements Store.
@@ -61,35 +136,55 @@ func (s *GormStore) TransitionCancellation(ctx context.Context, p CancellationTr
 	}
 	var out *Cancellation
 	err := s.inTx(ctx, "transition cancellation", func(tx *txn) error {
-		if p.To == CancelStopped {
-			if err := tx.checkNothingInFlight(p.RunID); err != nil {
-				return err
-			}
-		}
-		res := tx.db.Model(&cancellationRow{}).Where("run_id = ? AND state = ?", p.RunID, p.From).Updates(map[string]any{
-			"state": p.To, cancellationTimeColumn[p.To]: micros(tx.now), "version": gorm.Expr("version + 1"),
-		})
-		if res.Error != nil {
-			return res.Error
-		}
-		if res.RowsAffected == 0 {
-			c, err := tx.findCancellation(p.RunID)
-			if err != nil {
-				return err
-			}
-			return Errorf(CodeConflict, "cancellation of run %s is %s, not %s", p.RunID, c.State, p.From)
-		}
-		c, err := tx.findCancellation(p.RunID)
-		if err != nil {
-			return err
-		}
-		if _, err := tx.appendEvent(transitionEvent(p.RunID, "cancellation", string(c.ID), p.From, p.To, p.Actor, nil)); err != nil {
-			return err
-		}
-		out = c
-		return nil
+		var err error
+		out, err = tx.transitionCancellation(p)
+		return err
 	})
 	return out, err
+}
+
+// transitionCancellation is the one place a cancellation's state changes.
+// Confirming it needs nothing in flight; calling it too late needs a run
+// that has ended.
+func (tx *txn) transitionCancellation(p CancellationTransition) (*Cancellation, error) {
+	if err := ValidateCancellationTransition(p.From, p.To); err != nil {
+		return nil, err
+	}
+	switch p.To {
+	case CancelStopped:
+		if err := tx.checkNothingInFlight(p.RunID); err != nil {
+			return nil, err
+		}
+	case CancelTooLate:
+		run, err := tx.findRun(p.RunID)
+		if err != nil {
+			return nil, err
+		}
+		if !run.State.Terminal() {
+			return nil, Errorf(CodeConflict, "cancellation of run %s cannot be too late: the run is %s", p.RunID, run.State)
+		}
+	}
+	res := tx.db.Model(&cancellationRow{}).Where("run_id = ? AND state = ?", p.RunID, p.From).Updates(map[string]any{
+		"state": p.To, cancellationTimeColumn[p.To]: micros(tx.now), "version": gorm.Expr("version + 1"),
+	})
+	if res.Error != nil {
+		return nil, res.Error
+	}
+	if res.RowsAffected == 0 {
+		c, err := tx.findCancellation(p.RunID)
+		if err != nil {
+			return nil, err
+		}
+		return nil, Errorf(CodeConflict, "cancellation of run %s is %s, not %s", p.RunID, c.State, p.From)
+	}
+	c, err := tx.findCancellation(p.RunID)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := tx.appendEvent(transitionEvent(p.RunID, "cancellation", string(c.ID), p.From, p.To, p.Actor, p.Data)); err != nil {
+		return nil, err
+	}
+	return c, nil
 }
 
 // checkNothingInFlight is the condition for confirming a cancellation
@@ -114,14 +209,14 @@ func (tx *txn) findCancellation(run RunID) (*Cancellation, error) {
 }
 
 var findCancellationSQL = writeStmt(`SELECT id, run_id, tenant, state, requested_by, reason, version, requested_at,
-	accepted_at, stopping_at, stopped_at FROM cancellations WHERE run_id = ?`)
+	accepted_at, stopping_at, stopped_at, too_late_at FROM cancellations WHERE run_id = ?`)
 
 // scanCancellation scans the answer of findCancellationSQL.
 func scanCancellation(rows *sql.Rows, err error, run RunID) (*Cancellation, error) {
 	var r cancellationRow
 	err = scanOne(rows, err, "cancellation of run "+string(run), func(rows *sql.Rows) error {
 		return rows.Scan(&r.ID, &r.RunID, &r.Tenant, &r.State, &r.RequestedBy, &r.Reason, &r.Version, &r.RequestedAt,
-			&r.AcceptedAt, &r.StoppingAt, &r.StoppedAt)
+			&r.AcceptedAt, &r.StoppingAt, &r.StoppedAt, &r.TooLateAt)
 	})
 	if err != nil {
 		return nil, err

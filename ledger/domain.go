@@ -121,6 +121,9 @@ type Cancellation struct {
 	AcceptedAt  *time.Time        `json:"accepted_at,omitempty"`
 	StoppingAt  *time.Time        `json:"stopping_at,omitempty"`
 	StoppedAt   *time.Time        `json:"stopped_at,omitempty"`
+	// TooLateAt is when the cancellation was found too late: its run had
+	// ended before the cancel took effect.
+	TooLateAt *time.Time `json:"too_late_at,omitempty"`
 }
 
 // ObservationSource names where tool-side evidence came from.

@@ -421,11 +421,13 @@ func TestAttempts(t *testing.T) {
 		require.NoError(t, err)
 		require.False(t, again.Created)
 		require.Equal(t, res.Cancellation.ID, again.Cancellation.ID)
-		_, err = b.Store.TransitionCancellation(ctx, ledger.CancellationTransition{RunID: run.ID, From: ledger.CancelRequested, To: ledger.CancelAccepted})
+		require.Equal(t, ledger.CancelAccepted, res.Cancellation.State, "accepted in the same write")
+		got, err := b.Store.FindRunByID(ctx, run.ID)
 		require.NoError(t, err)
+		require.Equal(t, ledger.RunStopping, got.State, "and the run moved with it")
 		_, err = b.Store.StartAttempt(ctx, ledger.StartAttemptParams{ActionID: a.ID})
 		require.ErrorIs(t, err, ledger.ErrConflict)
-		require.Contains(t, err.Error(), "cancellation accepted")
+		require.Contains(t, err.Error(), "stopping")
 	})
 
 	t.Run("cancel of a terminal run is refused", func(t *testing.T) {

@@ -963,13 +963,18 @@ func propCheckRun(t *rapid.T, op string, prev, cur *propRunSnap) {
 	case c == nil:
 		require.Nil(t, p, at("cancellation disappeared"))
 	case p == nil:
-		require.Equal(t, ledger.CancelRequested, c.State, at("cancellation was born %s", c.State))
+		// Requested and accepted in the one write that moves the run.
+		require.Equal(t, ledger.CancelAccepted, c.State, at("cancellation was born %s", c.State))
+		require.Equal(t, ledger.RunStopping, cur.Run.State, at("cancellation born with its run %s", cur.Run.State))
 	default:
 		require.Equal(t, p.ID, c.ID, at("cancellation replaced"))
 		require.GreaterOrEqual(t, c.Version, p.Version, at("cancellation version went down"))
 		if c.State != p.State {
 			require.NoError(t, ledger.ValidateCancellationTransition(p.State, c.State), at("cancellation moved off its table"))
 			require.Greater(t, c.Version, p.Version, at("cancellation changed state without a new version"))
+		}
+		if c.State == ledger.CancelTooLate {
+			require.True(t, cur.Run.State.Terminal(), at("cancellation too late on a run that is %s", cur.Run.State))
 		}
 	}
 }

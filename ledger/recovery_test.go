@@ -271,8 +271,6 @@ func TestFindRecoveryFacts(t *testing.T) {
 	a2 := b.Action(t, run2.ID, "step-1", ledger.ActionApproved).Action
 	_, err = b.Store.RequestCancel(ctx, ledger.RequestCancelParams{RunID: run2.ID, Principal: "alice"})
 	require.NoError(t, err)
-	_, err = b.Store.TransitionCancellation(ctx, ledger.CancellationTransition{RunID: run2.ID, From: ledger.CancelRequested, To: ledger.CancelAccepted})
-	require.NoError(t, err)
 
 	// Run 3: terminal; run 4: its action settled. Neither is recovery's.
 	run3 := b.RunningRun(t, "k3", ledger.BudgetLimits{})

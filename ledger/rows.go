@@ -117,6 +117,7 @@ type cancellationRow struct {
 	AcceptedAt  *int64
 	StoppingAt  *int64
 	StoppedAt   *int64
+	TooLateAt   *int64
 }
 
 func (cancellationRow) TableName() string { return "cancellations" }
@@ -300,6 +301,7 @@ func (r *cancellationRow) toCancellation() *Cancellation {
 		AcceptedAt:  timePtr(r.AcceptedAt),
 		StoppingAt:  timePtr(r.StoppingAt),
 		StoppedAt:   timePtr(r.StoppedAt),
+		TooLateAt:   timePtr(r.TooLateAt),
 	}
 }
 

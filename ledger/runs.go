@@ -116,6 +116,9 @@ func (s *GormStore) SubmitRun(ctx context.Context, p SubmitRunParams) (SubmitRun
 	if !ValidIdempotencyKey(p.IdempotencyKey) {
 		return SubmitRunResult{}, Errorf(CodeInvalid, "submit run: idempotency key must be 1–255 printable ASCII characters")
 	}
+	if p.MaxPendingApprovals < 0 {
+		return SubmitRunResult{}, Errorf(CodeInvalid, "submit run: the pending approvals cap cannot be negative")
+	}
 	input, err := Canonicalize(p.Input)
 	if err != nil {
 		return SubmitRunResult{}, fmt.Errorf("submit run: input: %w", err)
@@ -127,7 +130,8 @@ func (s *GormStore) SubmitRun(ctx context.Context, p SubmitRunParams) (SubmitRun
 	var out SubmitRunResult
 	err = s.inTx(ctx, "submit run", func(tx *txn) error {
 		var existing runRow
-		err := tx.db.Where("tenant = ? AND idempotency_key = ?", p.Tenant, p.IdempotencyKey).Take(&existing).Error
+		err := tx.db.Where("tenant = ? AND submitted_by = ? AND idempotency_key = ?", p.Tenant, p.Principal, p.IdempotencyKey).
+			Take(&existing).Error
 		switch {
 		case err == nil:
 			if existing.RequestDigest != string(digest) {
@@ -137,6 +141,9 @@ func (s *GormStore) SubmitRun(ctx context.Context, p SubmitRunParams) (SubmitRun
 			out = SubmitRunResult{Run: run, Replayed: true}
 			return err
 		case !errors.Is(err, gorm.ErrRecordNotFound):
+			return err
+		}
+		if err := tx.checkPendingCap(p.Tenant, p.MaxPendingApprovals); err != nil {
 			return err
 		}
 		row := runRow{
@@ -170,6 +177,32 @@ func (s *GormStore) SubmitRun(ctx context.Context, p SubmitRunParams) (SubmitRun
 	})
 	return out, err
 }
+
+// checkPendingCap refuses a new run of a tenant whose pending approvals and
+// queued or running runs (each may ask for one at its next step) have
+// reached the cap; 0 is no cap. Counting those runs keeps a burst of
+// submits from outrunning the cap before the engine opens their
+// approvals. It counts no further than the cap, so a flood costs the
+// cap's size at most, on the tenant's (tenant, state, id) indexes.
+func (tx *txn) checkPendingCap(tenant string, capN int) error {
+	if capN <= 0 {
+		return nil
+	}
+	var waiting int
+	rows, err := tx.query(pendingCapSQL, tenant, string(ApprovalPending), capN, tenant, string(RunQueued), string(RunRunning), capN)
+	if err := scanOne(rows, err, "pending approvals", func(rows *sql.Rows) error { return rows.Scan(&waiting) }); err != nil {
+		return err
+	}
+	if waiting >= capN {
+		return Errorf(CodeBudgetExceeded, "tenant %s has %d approvals pending or runs that may ask for one, its cap: no new run until people decide some",
+			tenant, capN)
+	}
+	return nil
+}
+
+var pendingCapSQL = writeStmt(`SELECT
+	(SELECT COUNT(*) FROM (SELECT 1 FROM approvals WHERE tenant = ? AND state = ? LIMIT ?)) +
+	(SELECT COUNT(*) FROM (SELECT 1 FROM runs WHERE tenant = ? AND state IN (?, ?) LIMIT ?))`)
 
 // TransitionRun implements Store.
 func (s *GormStore) TransitionRun(ctx context.Context, p RunTransition) (*Run, error) {

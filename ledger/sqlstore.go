@@ -245,7 +245,20 @@ type migration struct {
 	version int
 	name    string
 	sql     string
+	// foreignKeysOff: the file's first line is foreignKeysOffDirective.
+	foreignKeysOff bool
 }
+
+// foreignKeysOffDirective, as the first line of a migration, runs it with
+// foreign keys off: what SQLite's way of changing a table's constraints
+// needs (create the new table, copy, drop the old one, rename) when other
+// tables refer to it, since dropping it with foreign keys on would delete
+// through them or fail. PRAGMA foreign_keys cannot change inside a
+// transaction, so the runner turns it off on the writer's connection
+// before it begins, checks every reference with PRAGMA foreign_key_check
+// before it commits (a dangling one rolls the migration back), and turns it
+// on again whatever happened.
+const foreignKeysOffDirective = "-- ledger:foreign_keys=off"
 
 // loadMigrations returns the embedded migrations, parsed and checked once
 // (readiness probes ask for the schema version on every request).
@@ -268,7 +281,9 @@ func parseMigrations() ([]migration, error) {
 		if err != nil {
 			return nil, err
 		}
-		ms = append(ms, migration{version: v, name: e.Name(), sql: string(body)})
+		first, _, _ := strings.Cut(string(body), "\n")
+		ms = append(ms, migration{version: v, name: e.Name(), sql: string(body),
+			foreignKeysOff: strings.TrimSpace(first) == foreignKeysOffDirective})
 	}
 	slices.SortFunc(ms, func(a, b migration) int { return a.version - b.version })
 	for i, m := range ms {
@@ -325,8 +340,28 @@ func (s *GormStore) migrate(ctx context.Context) error {
 	return nil
 }
 
-func applyMigration(ctx context.Context, db *sql.DB, m migration, now time.Time) error {
-	tx, err := db.BeginTx(ctx, nil)
+// applyMigration applies m in one transaction together with its row in
+// schema_migrations, on one connection of db (the writer's only one), with
+// foreign keys off around the transaction if m asks for it.
+func applyMigration(ctx context.Context, db *sql.DB, m migration, now time.Time) (err error) {
+	conn, err := db.Conn(ctx)
+	if err != nil {
+		return err
+	}
+	defer func() { err = errors.Join(err, conn.Close()) }()
+	if m.foreignKeysOff {
+		if _, err := conn.ExecContext(ctx, `PRAGMA foreign_keys = OFF`); err != nil {
+			return err
+		}
+		defer func() {
+			// On this connection whatever happened, even on a cancelled
+			// ctx: the pool keeps it, and every later write relies on it.
+			if _, onErr := conn.ExecContext(context.WithoutCancel(ctx), `PRAGMA foreign_keys = ON`); onErr != nil {
+				err = errors.Join(err, fmt.Errorf("turn foreign keys on again: %w", onErr))
+			}
+		}()
+	}
+	tx, err := conn.BeginTx(ctx, nil)
 	if err != nil {
 		return err
 	}
@@ -334,11 +369,38 @@ func applyMigration(ctx context.Context, db *sql.DB, m migration, now time.Time)
 	if _, err := tx.ExecContext(ctx, m.sql); err != nil {
 		return err
 	}
+	if m.foreignKeysOff {
+		if err := checkForeignKeys(ctx, tx); err != nil {
+			return err
+		}
+	}
 	if _, err := tx.ExecContext(ctx, `INSERT INTO schema_migrations (version, name, applied_at) VALUES (?, ?, ?)`,
 		m.version, m.name, now.UnixMicro()); err != nil {
 		return err
 	}
 	return tx.Commit()
+}
+
+// checkForeignKeys fails if any row of the database refers to a row that
+// does not exist, naming the first.
+func checkForeignKeys(ctx context.Context, tx *sql.Tx) error {
+	rows, err := tx.QueryContext(ctx, `PRAGMA foreign_key_check`)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = rows.Close() }()
+	if rows.Next() {
+		var (
+			table, parent string
+			rowid         sql.NullInt64
+			fk            int
+		)
+		if err := rows.Scan(&table, &rowid, &parent, &fk); err != nil {
+			return err
+		}
+		return fmt.Errorf("foreign key check: row %d of %s refers to a missing row of %s", rowid.Int64, table, parent)
+	}
+	return rows.Err()
 }
 
 // CurrentSchemaVersion returns the schema version recorded in the database.

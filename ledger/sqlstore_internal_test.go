@@ -3,6 +3,7 @@ package ledger
 import (
 	"context"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -56,6 +57,15 @@ func TestRunReadsUseIndexes(t *testing.T) {
 			var rows []approvalRow
 			return approvalsQuery(db, ApprovalFilter{RunID: &run}).Find(&rows)
 		},
+		"a page of a tenant's pending approvals": func(db *gorm.DB) *gorm.DB {
+			var rows []approvalRow
+			tenant, state, after := "acme", ApprovalPending, ApprovalID("apr_x")
+			return approvalsQuery(db, ApprovalFilter{Tenant: &tenant, State: &state, AfterID: &after, Limit: 51}).Find(&rows)
+		},
+		"unsettled cancellations": func(db *gorm.DB) *gorm.DB {
+			var rows []cancellationRow
+			return unsettledCancellations(db).Find(&rows)
+		},
 	}
 	for name, read := range reads {
 		t.Run(name, func(t *testing.T) {
@@ -73,7 +83,48 @@ func TestRunReadsUseIndexes(t *testing.T) {
 			require.NoError(t, rows.Err())
 			for _, step := range plan {
 				require.NotRegexp(t, `^SCAN (observations|approvals)\b`, step, "plan of %s: %q", query, plan)
+				// The partial index holds only unsettled rows: scanning it
+				// is the point.
+				require.NotRegexp(t, `^SCAN cancellations$`, step, "plan of %s: %q", query, plan)
+				if name != "observations of a run" {
+					require.NotContains(t, step, "TEMP B-TREE", "plan of %s: %q", query, plan)
+				}
 			}
 		})
 	}
+}
+
+// TestMigrationForeignKeysOff checks the runner's way of running a
+// migration with foreign keys off: a dangling reference it would leave
+// rolls it back, and the writer's connection has foreign keys on again.
+func TestMigrationForeignKeysOff(t *testing.T) {
+	ctx := context.Background()
+	s, err := Open(ctx, Config{Path: filepath.Join(t.TempDir(), "ledger.db")})
+	require.NoError(t, err)
+	defer s.Close()
+	ms, err := loadMigrations()
+	require.NoError(t, err)
+	for _, m := range ms {
+		if strings.HasSuffix(m.name, "_request_identity_and_too_late.sql") {
+			require.True(t, m.foreignKeysOff, "the migration that rebuilds runs asks for it")
+		}
+		if m.version == 1 {
+			require.False(t, m.foreignKeysOff, "without the directive, foreign keys stay on")
+		}
+	}
+
+	sqlDB, err := s.w.DB()
+	require.NoError(t, err)
+	dangling := migration{version: len(ms) + 1, name: "dangling.sql", foreignKeysOff: true,
+		sql: foreignKeysOffDirective + "\nINSERT INTO budgets (run_id) VALUES ('run_gone');"}
+	err = applyMigration(ctx, sqlDB, dangling, s.now())
+	require.ErrorContains(t, err, "row 1 of budgets refers to a missing row of runs")
+	var n int
+	require.NoError(t, s.w.WithContext(ctx).Raw(`SELECT COUNT(*) FROM budgets`).Scan(&n).Error)
+	require.Zero(t, n, "rolled back")
+	require.NoError(t, s.w.WithContext(ctx).Raw(`SELECT COUNT(*) FROM schema_migrations WHERE name = 'dangling.sql'`).Scan(&n).Error)
+	require.Zero(t, n, "not recorded")
+	var fk string
+	require.NoError(t, s.w.WithContext(ctx).Raw("PRAGMA foreign_keys").Row().Scan(&fk))
+	require.Equal(t, "1", fk, "foreign keys on again")
 }

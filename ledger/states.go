@@ -82,12 +82,17 @@ const (
 // separate fact with its own time; none of them says anything about effects.
 type CancellationState string
 
-// Cancellation states.
+// Cancellation states. TooLate is ours, beyond the four-step lifecycle: the
+// run ended (completed, stopped or failed) before the cancel took effect,
+// so the cancellation will never be confirmed. Since a cancel moves its run
+// to stopping in the same write, only an older build left such rows; the
+// recovery scan (and a repeated cancel) settles them.
 const (
 	CancelRequested CancellationState = "requested"
 	CancelAccepted  CancellationState = "accepted"
 	CancelStopping  CancellationState = "stopping"
 	CancelStopped   CancellationState = "stopped"
+	CancelTooLate   CancellationState = "too_late"
 )
 
 // StopReason says why a terminal run ended. Exactly one per terminal run.
@@ -150,9 +155,9 @@ var approvalTransitions = transitions[ApprovalState]{
 }
 
 var cancellationTransitions = transitions[CancellationState]{
-	CancelRequested: {CancelAccepted},
-	CancelAccepted:  {CancelStopping},
-	CancelStopping:  {CancelStopped},
+	CancelRequested: {CancelAccepted, CancelTooLate},
+	CancelAccepted:  {CancelStopping, CancelTooLate},
+	CancelStopping:  {CancelStopped, CancelTooLate},
 }
 
 // stopReasonState says which terminal state each stop reason belongs to.
@@ -208,9 +213,15 @@ func (s ApprovalState) Valid() bool {
 	return validState(approvalTransitions, s, ApprovalGranted, ApprovalDenied, ApprovalExpired, ApprovalInvalidated)
 }
 
+// Terminal reports whether no transition leaves s (stopped, too_late).
+func (s CancellationState) Terminal() bool {
+	_, ok := cancellationTransitions[s]
+	return !ok && s.Valid()
+}
+
 // Valid reports whether s is a known cancellation state.
 func (s CancellationState) Valid() bool {
-	return validState(cancellationTransitions, s, CancelStopped)
+	return validState(cancellationTransitions, s, CancelStopped, CancelTooLate)
 }
 
 // Valid reports whether r is a known stop reason.
@@ -316,7 +327,7 @@ func ApprovalStates() []ApprovalState {
 
 // CancellationStates lists every cancellation state.
 func CancellationStates() []CancellationState {
-	return []CancellationState{CancelRequested, CancelAccepted, CancelStopping, CancelStopped}
+	return []CancellationState{CancelRequested, CancelAccepted, CancelStopping, CancelStopped, CancelTooLate}
 }
 
 // StopReasons lists every stop reason.

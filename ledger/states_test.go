@@ -126,6 +126,7 @@ func TestApprovalTransitions(t *testing.T) {
 }
 
 func TestCancellationTransitions(t *testing.T) {
-	want := legal("requested>accepted", "accepted>stopping", "stopping>stopped")
+	want := legal("requested>accepted", "accepted>stopping", "stopping>stopped",
+		"requested>too_late", "accepted>too_late", "stopping>too_late")
 	checkAllPairs(t, ledger.CancellationStates(), want, ledger.ValidateCancellationTransition)
 }

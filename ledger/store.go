@@ -17,10 +17,14 @@ import (
 // state does not allow the request (a lost race, a reused idempotency key, a
 // digest mismatch), CodeApprovalRequired and CodeBudgetExceeded as named.
 type Store interface {
-	// SubmitRun creates a run for (tenant, idempotency key) or returns the
-	// existing one. Same key and same request digest: the existing run with
-	// Replayed set. Same key and another digest: CodeConflict, nothing changes.
-	// Concurrent submits of one key produce exactly one run.
+	// SubmitRun creates a run for the request identity (tenant, principal,
+	// idempotency key) or returns the existing one. Same identity and same
+	// request digest: the existing run with Replayed set. Same identity and
+	// another digest: CodeConflict, nothing changes. Another principal's
+	// key is another identity. Concurrent submits of one identity produce
+	// exactly one run. With p.MaxPendingApprovals set, a new run (not a
+	// replay) is CodeBudgetExceeded while the tenant has that many pending
+	// approvals and queued or running runs together.
 	SubmitRun(ctx context.Context, p SubmitRunParams) (SubmitRunResult, error)
 	// TransitionRun moves a run from p.From to p.To. CodeConflict if the run
 	// is no longer in p.From.
@@ -92,13 +96,25 @@ type Store interface {
 	// FindApprovals lists approvals matching the filter in id order.
 	FindApprovals(ctx context.Context, f ApprovalFilter) ([]*Approval, error)
 
-	// RequestCancel records a cancellation request for a run, once; a
-	// second request returns the first with Created false. CodeConflict
-	// if the run is terminal.
+	// RequestCancel cancels a run in one transaction: the cancellation is
+	// recorded as requested, accepted at once (from then on StartAttempt
+	// refuses every attempt of the run), and the run moves to stopping,
+	// each with its event. A repeat returns the same cancellation with
+	// Created false, whatever its state, settling it first if it was left
+	// half-done (see SettleCancellations). CodeConflict, and nothing
+	// written, if the run ended without a cancellation; CodeNotFound if the
+	// run is unknown.
 	RequestCancel(ctx context.Context, p RequestCancelParams) (RequestCancelResult, error)
+	// SettleCancellations, in one transaction, brings into line every
+	// cancellation an older build or a crash left half-done, and returns
+	// them: on a run that ended before it was confirmed, it becomes
+	// too_late; on a live run, a requested one is accepted and the run
+	// moved to stopping. The recovery scan calls it at start-up.
+	SettleCancellations(ctx context.Context) ([]*Cancellation, error)
 	// TransitionCancellation moves a run's cancellation one step. Confirming
 	// it (stopping → stopped) is CodeConflict while an attempt of the run is
-	// still started with an unknown effect.
+	// still started with an unknown effect; too_late is CodeConflict while
+	// the run has not ended.
 	TransitionCancellation(ctx context.Context, p CancellationTransition) (*Cancellation, error)
 	// FindCancellation returns a run's cancellation. CodeNotFound if none.
 	FindCancellation(ctx context.Context, run RunID) (*Cancellation, error)
@@ -149,6 +165,11 @@ type SubmitRunParams struct {
 	Agent          string
 	Input          json.RawMessage
 	Budgets        BudgetLimits
+	// MaxPendingApprovals, if positive, refuses a new run of a tenant that
+	// has this many approvals pending and runs queued or running, together
+	// (such a run may ask for one at its next step): CodeBudgetExceeded.
+	// 0: no cap.
+	MaxPendingApprovals int
 }
 
 // SubmitRunResult is the run and whether it already existed.
@@ -324,6 +345,7 @@ type ApprovalFilter struct {
 	State    *ApprovalState
 	ActionID *ActionID
 	RunID    *RunID
+	AfterID  *ApprovalID // cursor: ids strictly after this one
 	Limit    int
 }
 
@@ -345,6 +367,7 @@ type CancellationTransition struct {
 	RunID    RunID
 	From, To CancellationState
 	Actor    string
+	Data     any // recorded in the event
 }
 
 // AddUsageParams adds usage to a run's budget.

@@ -340,10 +340,21 @@ func TestStoreCancellationTransitions(t *testing.T) {
 			t.Run(fmt.Sprintf("%s>%s", from, to), func(t *testing.T) {
 				n++
 				run := b.RunningRun(t, fmt.Sprintf("run-%d", n), ledger.BudgetLimits{})
-				res, err := b.Store.RequestCancel(ctx, ledger.RequestCancelParams{RunID: run.ID, Principal: "alice", Reason: "enough"})
-				require.NoError(t, err)
-				require.True(t, res.Created)
-				for _, e := range pathTo(ledger.CancellationStates(), ledger.CancelRequested, from, legal) {
+				start := ledger.CancelAccepted
+				if from == ledger.CancelRequested {
+					// Only an older build left a cancellation requested.
+					start = ledger.CancelRequested
+					b.LegacyCancellation(t, run.ID, ledger.CancelRequested)
+				} else {
+					res, err := b.Store.RequestCancel(ctx, ledger.RequestCancelParams{RunID: run.ID, Principal: "alice", Reason: "enough"})
+					require.NoError(t, err)
+					require.True(t, res.Created)
+					require.Equal(t, start, res.Cancellation.State)
+				}
+				if from == ledger.CancelTooLate || to == ledger.CancelTooLate {
+					endRun(t, b, run.ID) // too late means the run ended first
+				}
+				for _, e := range pathTo(ledger.CancellationStates(), start, from, legal) {
 					_, err := b.Store.TransitionCancellation(ctx, ledger.CancellationTransition{RunID: run.ID, From: e[0], To: e[1]})
 					require.NoError(t, err)
 				}
@@ -358,16 +369,33 @@ func TestStoreCancellationTransitions(t *testing.T) {
 				require.NoError(t, err)
 				require.Equal(t, to, c.State)
 				// Each fact keeps its own time.
-				require.NotNil(t, c.AcceptedAt)
+				if from != ledger.CancelRequested || to != ledger.CancelTooLate {
+					require.NotNil(t, c.AcceptedAt)
+				}
 				if to == ledger.CancelStopping || to == ledger.CancelStopped {
 					require.NotNil(t, c.StoppingAt)
 				}
 				if to == ledger.CancelStopped {
 					require.NotNil(t, c.StoppedAt)
 				}
+				if to == ledger.CancelTooLate {
+					require.NotNil(t, c.TooLateAt)
+				} else {
+					require.Nil(t, c.TooLateAt)
+				}
 			})
 		}
 	}
+	t.Run("ErrConflict too late while the run is live", func(t *testing.T) {
+		run := b.RunningRun(t, "live", ledger.BudgetLimits{})
+		_, err := b.Store.RequestCancel(ctx, ledger.RequestCancelParams{RunID: run.ID, Principal: "alice"})
+		require.NoError(t, err)
+		_, err = b.Store.TransitionCancellation(ctx, ledger.CancellationTransition{RunID: run.ID, From: ledger.CancelAccepted, To: ledger.CancelTooLate})
+		require.ErrorIs(t, err, ledger.ErrConflict)
+		got, err := b.Store.FindCancellation(ctx, run.ID)
+		require.NoError(t, err)
+		require.Equal(t, ledger.CancelAccepted, got.State)
+	})
 }
 
 func ptr[T any](v T) *T { return &v }

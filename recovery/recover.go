@@ -346,12 +346,20 @@ func plan(w *ledger.RecordRecoveryParams, run *ledger.Run, f Facts, d Decision) 
 type ScanReport struct {
 	Actions   int          `json:"actions"`
 	Decisions map[Kind]int `json:"decisions"`
-	Errors    []string     `json:"errors,omitempty"`
+	// Cancellations lists the cancellations the scan settled
+	// (Store.SettleCancellations): too_late on a run that had ended,
+	// accepted on a live one.
+	Cancellations []*ledger.Cancellation `json:"cancellations,omitempty"`
+	Errors        []string               `json:"errors,omitempty"`
 }
 
 // Scan recovers every action of a non-terminal run that is approved,
 // running or uncertain: at start-up, before the engine takes work, and on
-// `ledger recover`. The facts are read in pages of runs, each page in one
+// `ledger recover`. First it settles the cancellations an older build or a
+// crash left half-done (Store.SettleCancellations), so that a run whose
+// cancel was accepted is stopping before its actions are decided, and a
+// cancellation of a run that ended before it took effect is too_late
+// instead of waiting forever. The facts are read in pages of runs, each page in one
 // read (Store.FindRecoveryFacts); runs are recovered Config.ScanWorkers at
 // a time (the actions of one run one after another, in order), each
 // action's pass written in one transaction, so that the group commit
@@ -359,6 +367,11 @@ type ScanReport struct {
 // and the scan goes on with the others; a cancelled ctx stops it.
 func (r *Recoverer) Scan(ctx context.Context) (ScanReport, error) {
 	rep := ScanReport{Decisions: map[Kind]int{}}
+	settled, err := r.cfg.Store.SettleCancellations(ctx)
+	if err != nil {
+		return rep, fmt.Errorf("recovery scan: settle cancellations: %w", err)
+	}
+	rep.Cancellations = settled
 	var (
 		mu   sync.Mutex
 		wg   sync.WaitGroup
@@ -399,7 +412,7 @@ func (r *Recoverer) Scan(ctx context.Context) (ScanReport, error) {
 			}
 		})
 	}
-	err := r.dispatch(ctx, next)
+	err = r.dispatch(ctx, next)
 	close(next)
 	wg.Wait()
 	if cerr := ctx.Err(); cerr != nil {

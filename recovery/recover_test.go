@@ -413,3 +413,52 @@ func TestRecoverCountsTheInterruptedAttempt(t *testing.T) {
 		})
 	}
 }
+
+// TestScanSettlesCancellations makes the rows the old three-write cancel
+// left when a run completed between its writes (a cancellation accepted,
+// or only requested, on a completed run), and a crash's (requested on a
+// live run), and checks that a scan settles each with its event.
+func TestScanSettlesCancellations(t *testing.T) {
+	ctx := context.Background()
+	b := ledgertest.OpenStore(t)
+	completed := func(key string) *ledger.Run {
+		run := b.RunningRun(t, key, ledger.BudgetLimits{})
+		_, err := b.Store.TransitionRun(ctx, ledger.RunTransition{ID: run.ID, From: ledger.RunRunning, To: ledger.RunCompleted,
+			StopReason: ledger.StopCompleted, Actor: "engine"})
+		require.NoError(t, err)
+		return run
+	}
+	accepted, requested := completed("accepted"), completed("requested")
+	b.LegacyCancellation(t, accepted.ID, ledger.CancelAccepted)
+	b.LegacyCancellation(t, requested.ID, ledger.CancelRequested)
+	live := b.RunningRun(t, "live", ledger.BudgetLimits{})
+	b.LegacyCancellation(t, live.ID, ledger.CancelRequested)
+
+	r := recovery.New(recovery.Config{Store: b.Store, Now: b.Clock.Now,
+		Probes: func(string, string) (recovery.Probe, bool) { return recovery.Probe{}, false }})
+	rep, err := r.Scan(ctx)
+	require.NoError(t, err)
+	require.Len(t, rep.Cancellations, 3)
+	for _, tc := range []struct {
+		run   *ledger.Run
+		state ledger.CancellationState
+		runIs ledger.RunState
+	}{
+		{accepted, ledger.CancelTooLate, ledger.RunCompleted},
+		{requested, ledger.CancelTooLate, ledger.RunCompleted},
+		{live, ledger.CancelAccepted, ledger.RunStopping},
+	} {
+		c, err := b.Store.FindCancellation(ctx, tc.run.ID)
+		require.NoError(t, err)
+		require.Equal(t, tc.state, c.State, tc.run.IdempotencyKey)
+		got, err := b.Store.FindRunByID(ctx, tc.run.ID)
+		require.NoError(t, err)
+		require.Equal(t, tc.runIs, got.State, tc.run.IdempotencyKey)
+		chain, err := b.Store.VerifyChain(ctx, tc.run.ID)
+		require.NoError(t, err)
+		require.True(t, chain.OK, "%+v", chain)
+	}
+	again, err := r.Scan(ctx)
+	require.NoError(t, err)
+	require.Empty(t, again.Cancellations, "settled once")
+}

@@ -30,6 +30,12 @@ type ResolveParams struct {
 	ActionID  ledger.ActionID
 	Outcome   Outcome
 	Note      string
+	// RedactFunc, if set, hides secrets in Note once it has passed its
+	// checks, before it is stored: a person's free text may hold one, and
+	// the observation and event that keep it cannot be edited later.
+	// Engine.Resolve sets it to the engine's keyed redactor; nil keeps the
+	// note as given.
+	RedactFunc func(string) string
 }
 
 // MaxNoteLength bounds a resolution note, in characters.
@@ -61,6 +67,9 @@ func Resolve(ctx context.Context, store ledger.Store, p ResolveParams) (*ledger.
 	}
 	if len([]rune(p.Note)) > MaxNoteLength {
 		return nil, ledger.Errorf(ledger.CodeInvalid, "resolve: note is longer than %d characters", MaxNoteLength)
+	}
+	if p.RedactFunc != nil {
+		p.Note = p.RedactFunc(p.Note)
 	}
 	a, err := store.FindActionByID(ctx, p.ActionID)
 	switch {

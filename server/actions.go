@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"net/http"
+	"regexp"
 	"strconv"
 	"unicode/utf8"
 
@@ -60,9 +61,14 @@ func (s *Server) getAction(c echo.Context) error {
 	return sendJSON(c, http.StatusOK, v)
 }
 
-// listApprovals is GET /v1/approvals?state=pending: the tenant's approvals
-// in one state (pending if absent), oldest first. The Store cannot page
-// approvals, so the list is whole.
+// approvalCursorPattern is an approval id as a cursor, as cursorPattern is
+// for runs.
+var approvalCursorPattern = regexp.MustCompile(`^apr_[0-9A-Za-z]{1,64}$`)
+
+// listApprovals is GET /v1/approvals?state=&cursor=&limit=: the tenant's
+// approvals in one state (pending if absent), oldest first, a page at a
+// time as GET /v1/runs pages runs: limit 1 to MaxPageSize (DefaultPageSize
+// if absent), next_cursor naming where the next page starts.
 func (s *Server) listApprovals(c echo.Context) error {
 	id, err := needRole(c, RoleApprover, RoleAuditor)
 	if err != nil {
@@ -75,11 +81,28 @@ func (s *Server) listApprovals(c echo.Context) error {
 			return badQuery("state", "unknown approval state "+strconv.Quote(v))
 		}
 	}
-	aprs, err := s.store.FindApprovals(c.Request().Context(), ledger.ApprovalFilter{Tenant: &id.Tenant, State: &st})
+	f := ledger.ApprovalFilter{Tenant: &id.Tenant, State: &st}
+	if v := c.QueryParam("cursor"); v != "" {
+		if !approvalCursorPattern.MatchString(v) {
+			return badQuery("cursor", "malformed cursor")
+		}
+		after := ledger.ApprovalID(v)
+		f.AfterID = &after
+	}
+	limit, err := pageLimit(c)
 	if err != nil {
 		return err
 	}
-	out := ApprovalList{Approvals: make([]Approval, 0, len(aprs))}
+	f.Limit = limit + 1
+	aprs, err := s.store.FindApprovals(c.Request().Context(), f)
+	if err != nil {
+		return err
+	}
+	out := ApprovalList{Approvals: make([]Approval, 0, min(len(aprs), limit))}
+	if len(aprs) > limit {
+		aprs = aprs[:limit]
+		out.NextCursor = string(aprs[limit-1].ID)
+	}
 	for _, a := range aprs {
 		out.Approvals = append(out.Approvals, approvalView(a))
 	}
@@ -149,12 +172,13 @@ func (s *Server) resolve(c echo.Context) error {
 		return err
 	}
 	ctx := c.Request().Context()
-	a, err := recovery.Resolve(ctx, s.store, recovery.ResolveParams{Tenant: id.Tenant, Principal: id.Principal,
+	// The engine redacts the note before it is stored, and notifies its
+	// pool.
+	a, err := s.engine.Resolve(ctx, recovery.ResolveParams{Tenant: id.Tenant, Principal: id.Principal,
 		ActionID: ledger.ActionID(actionID), Outcome: recovery.Outcome(req.Outcome), Note: req.Note})
 	if err != nil {
 		return err
 	}
-	s.engine.Notify()
 	v, err := s.loadAction(ctx, a)
 	if err != nil {
 		return err

@@ -145,13 +145,19 @@ type Approval struct {
 	DecidedAt    *time.Time           `json:"decided_at,omitempty"`
 }
 
-// ApprovalList is GET /v1/approvals.
+// ApprovalList is GET /v1/approvals: a page, and the cursor of the next one
+// ("" at the end).
 type ApprovalList struct {
-	Approvals []Approval `json:"approvals"`
+	Approvals  []Approval `json:"approvals"`
+	NextCursor string     `json:"next_cursor,omitempty"`
 }
 
-// Cancellation shows the four facts of a cancellation, each with its time.
+// Cancellation shows the facts of a cancellation, each with its time:
+// requested, accepted, stopping and stopped (confirmed); or too_late, when
+// the run ended before the cancel took effect.
 type Cancellation struct {
+	// ID is the same for every repeat of a run's cancel.
+	ID          ledger.CancellationID    `json:"id"`
 	State       ledger.CancellationState `json:"state"`
 	RequestedBy string                   `json:"requested_by"`
 	Reason      string                   `json:"reason,omitempty"`
@@ -159,6 +165,7 @@ type Cancellation struct {
 	AcceptedAt  *time.Time               `json:"accepted_at,omitempty"`
 	StoppingAt  *time.Time               `json:"stopping_at,omitempty"`
 	StoppedAt   *time.Time               `json:"stopped_at,omitempty"`
+	TooLateAt   *time.Time               `json:"too_late_at,omitempty"`
 }
 
 // CancelRequest is the optional body of POST /v1/runs/{run_id}/cancel.

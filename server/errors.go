@@ -31,6 +31,9 @@ const (
 	CodeRouteNotFound         = "route_not_found"         // 404: no such path
 	CodeNotReady              = "not_ready"               // 503: the store is unreachable or its schema is not current
 	CodeRateLimited           = "rate_limited"            // 429 + Retry-After: over the principal's (or a bad-token client address's) rate limit
+	// CodeTooManyPendingApprovals is 429 + Retry-After: the tenant's pending
+	// approvals and live runs reached Config.MaxPendingApprovals.
+	CodeTooManyPendingApprovals = "too_many_pending_approvals"
 )
 
 // problemTypeBase prefixes every problem's code to make its type URI.
@@ -66,6 +69,7 @@ var problems = map[string]problemSpec{
 	CodeRouteNotFound:                     {http.StatusNotFound, "Route not found"},
 	CodeNotReady:                          {http.StatusServiceUnavailable, "Not ready"},
 	CodeRateLimited:                       {http.StatusTooManyRequests, "Too many requests"},
+	CodeTooManyPendingApprovals:           {http.StatusTooManyRequests, "Too many pending approvals"},
 }
 
 // StatusOf returns the HTTP status the API answers with for a problem code:

@@ -23,6 +23,7 @@ import (
 	"github.com/actionledger/ledger/ledger"
 	"github.com/actionledger/ledger/ledger/ledgertest"
 	"github.com/actionledger/ledger/recovery"
+	"github.com/actionledger/ledger/redact"
 	"github.com/actionledger/ledger/server"
 	"github.com/actionledger/ledger/server/servertest"
 	"github.com/actionledger/ledger/simulator"
@@ -56,7 +57,12 @@ type options struct {
 	// hooks wires the store's commits and the engine's tool calls and
 	// recovery decisions to the server's metrics, as serve does.
 	hooks bool
+	fault func(engine.FaultPoint) // the engine's FaultFunc
 }
+
+// testRedactionKey is the one redaction key of an env, as a process has
+// one: what the engine stores and what the server shows share markers.
+var testRedactionKey = []byte("server-test-redaction-key-0123456789")
 
 // env is the whole service on real SQLite files behind an httptest
 // server: the ledger with a fake clock, the simulator's own effect store,
@@ -67,6 +73,7 @@ type env struct {
 	effects   *simulator.EffectStore
 	approvals *approval.Service
 	engine    *engine.Engine
+	redactor  *redact.Redactor
 	srv       *server.Server
 	validator *servertest.Validator
 	ts        *httptest.Server // serves srv through validator
@@ -101,6 +108,8 @@ func newEnv(t testing.TB, o options) *env {
 	for _, tool := range agent.Tools {
 		tools[tool.Descriptor().Name] = tool.Descriptor()
 	}
+	redactor, err := redact.NewRedactor(testRedactionKey)
+	require.NoError(t, err)
 	policy, err := approval.NewPolicy(nil, approval.Defaults{})
 	require.NoError(t, err)
 	svc := approval.NewService(lb.Store, policy, func(n string) (contracts.ToolDescriptor, bool) {
@@ -108,7 +117,7 @@ func newEnv(t testing.TB, o options) *env {
 		return d, ok
 	}, approval.Options{RelaxSeparationOfDuties: o.dev})
 	ecfg := engine.Config{Store: lb.Store, Approvals: svc, Agents: []engine.Agent{agent},
-		Now: lb.Clock.Now, PollInterval: 10 * time.Millisecond}
+		Now: lb.Clock.Now, PollInterval: 10 * time.Millisecond, FaultFunc: o.fault, Redactor: redactor}
 	if o.hooks {
 		ecfg.OnToolCall = func(c engine.ToolCallStats) {
 			if m := metrics.Load(); m != nil {
@@ -125,8 +134,8 @@ func newEnv(t testing.TB, o options) *env {
 	require.NoError(t, err)
 	t.Cleanup(eng.Stop)
 
-	e := &env{Bundle: lb, effects: effects, approvals: svc, engine: eng, tokens: map[string]string{}}
-	cfg := server.Config{Store: lb.Store, Engine: eng, Approvals: svc}
+	e := &env{Bundle: lb, effects: effects, approvals: svc, engine: eng, redactor: redactor, tokens: map[string]string{}}
+	cfg := server.Config{Store: lb.Store, Engine: eng, Approvals: svc, Redaction: redactor}
 	if !o.dev {
 		cfg.Tokens = e.writeTokens(t)
 	}

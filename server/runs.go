@@ -37,13 +37,19 @@ const MaxCancelReasonLength = 1000
 // submitRun is POST /v1/runs. The checks run in this order: role (403),
 // Idempotency-Key (400), media type, size and JSON (415, 413, 400), the
 // run_submission schema (400), the agent (400), then the key's in-flight
-// mark (409) and the store (422 for a key reused with another body).
+// mark (409) and the store (422 for a key reused with another body, 429
+// for the pending-approvals cap).
 //
 // The answer is built only from facts fixed at acceptance, so a replay
-// (same tenant, key and request digest) gets the first answer byte for
-// byte, with Idempotent-Replayed: true. Keys are per tenant, not per
-// principal: a replay by another principal of the tenant gets the same
-// answer, as the ledger's request identity says.
+// (same tenant, principal, key and request digest) gets the first answer
+// byte for byte, with Idempotent-Replayed: true. The request identity is
+// (tenant, principal, key): another principal's key is another identity,
+// so reusing it makes a new run and reveals nothing of the other's.
+//
+// With Config.MaxPendingApprovals set, a new run of a tenant whose pending
+// approvals and live runs (queued, running) have reached the cap is
+// refused with 429 too_many_pending_approvals and Retry-After; a replay is
+// still answered.
 func (s *Server) submitRun(c echo.Context) error {
 	id, err := needRole(c, RoleSubmitter)
 	if err != nil {
@@ -68,7 +74,7 @@ func (s *Server) submitRun(c echo.Context) error {
 		return &apiError{code: string(ledger.CodeInvalid), detail: "unknown agent",
 			fields: []FieldError{{Location: "/agent", Message: "no agent " + strconv.Quote(req.Agent) + " is registered"}}}
 	}
-	release, ok := s.markInFlight(id.Tenant, key)
+	release, ok := s.markInFlight(id.Tenant, id.Principal, key)
 	if !ok {
 		s.metrics.conflicts.WithLabelValues("in_progress").Inc()
 		return &apiError{code: CodeRequestInProgress, detail: "a request with this Idempotency-Key is still being processed",
@@ -80,12 +86,15 @@ func (s *Server) submitRun(c echo.Context) error {
 	}
 	res, err := s.store.SubmitRun(c.Request().Context(), ledger.SubmitRunParams{
 		Tenant: id.Tenant, IdempotencyKey: key, Principal: id.Principal, Agent: req.Agent, Input: req.Input,
-		Budgets: budgetLimits(req.Budgets),
+		Budgets: budgetLimits(req.Budgets), MaxPendingApprovals: s.maxPending,
 	})
 	switch {
 	case ledger.Code(err) == ledger.CodeConflict:
 		s.metrics.conflicts.WithLabelValues("reused").Inc()
 		return &apiError{code: CodeIdempotencyKeyReused, detail: "this Idempotency-Key was already used with a different body", err: err}
+	case ledger.Code(err) == ledger.CodeBudgetExceeded:
+		return &apiError{code: CodeTooManyPendingApprovals, err: err, header: retryAfter(PendingApprovalsRetryAfter),
+			detail: "the tenant has " + strconv.Itoa(s.maxPending) + " approvals pending or runs that may ask for one, its cap: decide some, then submit again"}
 	case err != nil:
 		return err
 	}
@@ -151,12 +160,14 @@ func budgetLimits(b *SubmitBudgets) ledger.BudgetLimits {
 	}
 }
 
-// markInFlight marks (tenant, key) as being processed by this server, or
-// reports that it already is. The ledger alone guarantees one run per key
-// across processes; the mark only lets a concurrent retry hear 409 with
-// Retry-After instead of waiting on the store's write lock.
-func (s *Server) markInFlight(tenant, key string) (release func(), ok bool) {
-	k := inflightKey{tenant: tenant, key: key}
+// markInFlight marks the request identity (tenant, principal, key) as
+// being processed by this server, or reports that it already is. The
+// ledger alone guarantees one run per identity across processes; the mark
+// only lets a concurrent retry hear 409 with Retry-After instead of
+// waiting on the store's write lock. It keys on the same identity as the
+// ledger, so another principal's submit with the same key is not held up.
+func (s *Server) markInFlight(tenant, principal, key string) (release func(), ok bool) {
+	k := inflightKey{tenant: tenant, principal: principal, key: key}
 	s.inflightMu.Lock()
 	defer s.inflightMu.Unlock()
 	if _, busy := s.inflight[k]; busy {
@@ -173,6 +184,20 @@ func (s *Server) markInFlight(tenant, key string) (release func(), ok bool) {
 // cursorPattern is a run id as a cursor: the prefix and an alphanumeric
 // rest. Cursors are opaque to clients; this only refuses garbage.
 var cursorPattern = regexp.MustCompile(`^run_[0-9A-Za-z]{1,64}$`)
+
+// pageLimit reads the limit of a list: 1 to MaxPageSize, DefaultPageSize
+// when absent.
+func pageLimit(c echo.Context) (int, error) {
+	v := c.QueryParam("limit")
+	if v == "" {
+		return DefaultPageSize, nil
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 1 || n > MaxPageSize {
+		return 0, badQuery("limit", "limit must be an integer from 1 to "+strconv.Itoa(MaxPageSize))
+	}
+	return n, nil
+}
 
 // listRuns is GET /v1/runs?state=&cursor=&limit=: the tenant's runs in id
 // (creation) order, a page at a time; a principal that is only a submitter
@@ -197,13 +222,9 @@ func (s *Server) listRuns(c echo.Context) error {
 		after := ledger.RunID(v)
 		f.AfterID = &after
 	}
-	limit := DefaultPageSize
-	if v := c.QueryParam("limit"); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 || n > MaxPageSize {
-			return badQuery("limit", "limit must be an integer from 1 to "+strconv.Itoa(MaxPageSize))
-		}
-		limit = n
+	limit, err := pageLimit(c)
+	if err != nil {
+		return err
 	}
 	runs, err := s.findVisibleRuns(c.Request().Context(), id, f, limit+1)
 	if err != nil {
@@ -277,8 +298,12 @@ func (s *Server) getRun(c echo.Context) error {
 
 // cancelRun is POST /v1/runs/{run_id}/cancel with an optional body
 // {"reason": "…"}: a submitter cancels its own runs, an admin any of the
-// tenant's. 202 with the cancellation as it stands (accepted: no new
-// attempt starts); 409 if the run already ended.
+// tenant's. The decision is the store's one write (engine.Cancel): 202
+// with the cancellation as it stands (accepted: no new attempt starts),
+// and the same 202 with the same cancellation for every repeat, also once
+// it is stopped or too_late and the run has ended; 409 only if the run
+// ended without a cancellation, and then nothing is stored. The reason is
+// redacted before it is stored.
 func (s *Server) cancelRun(c echo.Context) error {
 	id, err := needRole(c, RoleSubmitter)
 	if err != nil {
@@ -306,14 +331,11 @@ func (s *Server) cancelRun(c echo.Context) error {
 	if !id.Has(RoleAdmin) && r.SubmittedBy != id.Principal {
 		return forbidden("only the principal who submitted a run, or an admin, may cancel it")
 	}
-	if r.State.Terminal() {
-		return problemf(string(ledger.CodeConflict), "run %s already ended (%s)", r.ID, r.State)
-	}
-	cn, err := s.engine.Cancel(ctx, engine.CancelParams{RunID: r.ID, Principal: id.Principal, Reason: req.Reason})
+	res, err := s.engine.Cancel(ctx, engine.CancelParams{RunID: r.ID, Principal: id.Principal, Reason: req.Reason})
 	if err != nil {
 		return err
 	}
-	return sendJSON(c, http.StatusAccepted, cancellationView(cn))
+	return sendJSON(c, http.StatusAccepted, cancellationView(res.Cancellation))
 }
 
 // timeline is GET /v1/runs/{run_id}/timeline: the run's events, their data

@@ -25,6 +25,16 @@ import (
 // DefaultMaxBodyBytes bounds request bodies when Config.MaxBodyBytes is 0.
 const DefaultMaxBodyBytes int64 = 1 << 20
 
+// DefaultMaxPendingApprovals is ledger serve's default cap on a tenant's
+// pending approvals and live runs (Config.MaxPendingApprovals): far above
+// what people decide in a day, far below a flood.
+const DefaultMaxPendingApprovals = 1000
+
+// PendingApprovalsRetryAfter is the Retry-After, in seconds, of a submit
+// refused by the pending approvals cap: people decide in minutes, not
+// milliseconds.
+const PendingApprovalsRetryAfter = 30
+
 // Config builds a Server.
 type Config struct {
 	// Store is the ledger. Required.
@@ -82,6 +92,14 @@ type Config struct {
 	// Redactor hides secrets in arguments and event data; nil means a
 	// KeyedRedactor with Redaction over the engine's tool descriptors.
 	Redactor Redactor
+	// MaxPendingApprovals caps, per tenant, the approvals waiting for a
+	// person together with the runs that may still ask for one (queued or
+	// running): a submit beyond it is 429 too_many_pending_approvals with
+	// Retry-After. Counting those runs too keeps a burst of submits from
+	// outrunning the cap before their approvals open.
+	// 0 means no cap; ledger serve's --max-pending-approvals defaults to
+	// DefaultMaxPendingApprovals.
+	MaxPendingApprovals int
 
 	// beforeSubmit, if set, runs after a submit is marked in flight and
 	// before it reaches the store. Tests set it (export_test.go) to hold a
@@ -110,6 +128,7 @@ type Server struct {
 	routes    map[string]bool // route templates, to bound the metrics' route label
 
 	beforeSubmit func()
+	maxPending   int
 
 	// limits holds each identity's bucket, authFailures each client
 	// address's bucket of 401s; both nil without a rate limit.
@@ -120,7 +139,7 @@ type Server struct {
 }
 
 // inflightKey is a request identity being processed by this server.
-type inflightKey struct{ tenant, key string }
+type inflightKey struct{ tenant, principal, key string }
 
 // New checks cfg and builds the server with its routes.
 func New(cfg Config) (*Server, error) {
@@ -136,6 +155,9 @@ func New(cfg Config) (*Server, error) {
 	if cfg.MaxBodyBytes == 0 {
 		cfg.MaxBodyBytes = DefaultMaxBodyBytes
 	}
+	if cfg.MaxPendingApprovals < 0 {
+		return nil, errors.New("server: MaxPendingApprovals cannot be negative")
+	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -148,6 +170,7 @@ func New(cfg Config) (*Server, error) {
 		store: cfg.Store, engine: cfg.Engine, approvals: cfg.Approvals,
 		log: cfg.Logger, maxBody: cfg.MaxBodyBytes, now: cfg.Now, ready: cfg.ReadyFunc,
 		redactor: cfg.Redactor, beforeSubmit: cfg.beforeSubmit, inflight: map[inflightKey]struct{}{},
+		maxPending: cfg.MaxPendingApprovals,
 	}
 	s.tokens.Store(cfg.Tokens)
 	if s.ready == nil {

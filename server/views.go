@@ -43,8 +43,8 @@ func cancellationView(c *ledger.Cancellation) *Cancellation {
 	if c == nil {
 		return nil
 	}
-	return &Cancellation{State: c.State, RequestedBy: c.RequestedBy, Reason: c.Reason, RequestedAt: c.RequestedAt,
-		AcceptedAt: c.AcceptedAt, StoppingAt: c.StoppingAt, StoppedAt: c.StoppedAt}
+	return &Cancellation{ID: c.ID, State: c.State, RequestedBy: c.RequestedBy, Reason: c.Reason, RequestedAt: c.RequestedAt,
+		AcceptedAt: c.AcceptedAt, StoppingAt: c.StoppingAt, StoppedAt: c.StoppedAt, TooLateAt: c.TooLateAt}
 }
 
 // actionView builds an action with its redacted arguments and the given

@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"strconv"
 	"text/tabwriter"
 
 	"github.com/actionledger/ledger/server"
@@ -27,23 +28,29 @@ func newApprovalsCmd() *cobra.Command {
 
 func newApprovalsListCmd() *cobra.Command {
 	var (
-		o     clientOptions
-		state string
-		field string
+		o      clientOptions
+		state  string
+		field  string
+		limit  int
+		cursor string
 	)
 	cmd := &cobra.Command{
-		Use:   "list [--state pending]",
-		Short: "List approvals of the tenant (GET /v1/approvals)",
+		Use:   "list [--state pending] [--limit N] [--cursor C]",
+		Short: "List approvals of the tenant, oldest first (GET /v1/approvals)",
 		Long: `List approvals, by default the pending ones, with the action each one is for,
 its run, its tool, the full action digest to pass to "ledger approve --digest", when
-it expires, and the start of the action's arguments on one line. The table looks up
-each action (GET /v1/actions/ACTION) for its tool and arguments, since an approval
-names neither; "ledger actions show ACTION" shows the arguments in full.
---json prints the server's list as it is; --field prints one field of each approval.`,
+it expires, and the start of the action's arguments on one line, a page at a time:
+when more approvals remain, the last line gives the --cursor of the next page. The
+table looks up each action (GET /v1/actions/ACTION) for its tool and arguments, since
+an approval names neither; "ledger actions show ACTION" shows the arguments in full.
+--json prints the server's page as it is; --field prints one field of each approval.`,
 		Args: usageArgs(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := checkOutputFlags(o, field); err != nil {
 				return err
+			}
+			if limit < 0 {
+				return usagef("--limit must not be negative")
 			}
 			c, err := o.newClient()
 			if err != nil {
@@ -52,6 +59,12 @@ names neither; "ledger actions show ACTION" shows the arguments in full.
 			q := url.Values{}
 			if state != "" {
 				q.Set("state", state)
+			}
+			if limit > 0 {
+				q.Set("limit", strconv.Itoa(limit))
+			}
+			if cursor != "" {
+				q.Set("cursor", cursor)
 			}
 			var list server.ApprovalList
 			raw, err := c.getJSON(cmd.Context(), "/v1/approvals", q, &list)
@@ -75,6 +88,8 @@ names neither; "ledger actions show ACTION" shows the arguments in full.
   ledger approvals list --json`,
 	}
 	cmd.Flags().StringVar(&state, "state", "pending", "approval state to list")
+	cmd.Flags().IntVar(&limit, "limit", 0, "at most this many approvals (0: the server's page size)")
+	cmd.Flags().StringVar(&cursor, "cursor", "", "the next_cursor of the previous page")
 	addClientFlags(cmd, &o)
 	addFieldFlag(cmd, &field)
 	return asUsage(cmd)
@@ -110,7 +125,7 @@ func approvalActions(ctx context.Context, c *client, approvals []server.Approval
 const approvalArgumentsWidth = 60
 
 func printApprovals(w io.Writer, list server.ApprovalList, actions map[string]server.Action) error {
-	if len(list.Approvals) == 0 {
+	if len(list.Approvals) == 0 && list.NextCursor == "" {
 		_, err := fmt.Fprintln(w, "no approvals")
 		return err
 	}
@@ -126,6 +141,11 @@ func printApprovals(w io.Writer, list server.ApprovalList, actions map[string]se
 	}
 	if err := tw.Flush(); err != nil {
 		return err
+	}
+	if list.NextCursor != "" {
+		if _, err := fmt.Fprintf(w, "\nmore: --cursor %s\n", list.NextCursor); err != nil {
+			return err
+		}
 	}
 	_, err := fmt.Fprintln(w, "\nthe arguments in full: ledger actions show ACTION")
 	return err

@@ -17,8 +17,9 @@ func (svc *service) recover(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("recovery scan: %w", err)
 	}
-	if rep.Actions > 0 || len(rep.Errors) > 0 {
-		svc.log.InfoContext(ctx, "recovery scan", "actions", rep.Actions, "decisions", rep.Decisions, "errors", len(rep.Errors))
+	if rep.Actions > 0 || len(rep.Errors) > 0 || len(rep.Cancellations) > 0 {
+		svc.log.InfoContext(ctx, "recovery scan", "actions", rep.Actions, "decisions", rep.Decisions,
+			"cancellations_settled", len(rep.Cancellations), "errors", len(rep.Errors))
 	}
 	return nil
 }
@@ -33,8 +34,9 @@ func newRecoverCmd() *cobra.Command {
 		Short: "Decide, record and act on every interrupted action of the database",
 		Long: `Run the recovery scan on a database file: every approved, running or uncertain action of
 a live run gets one decision from the recovery table (continue, reconcile, stop or review),
-recorded with its rationale as an event, and acted on. Run it while no server uses the file;
-` + "`ledger serve`" + ` runs the same scan at start-up.`,
+recorded with its rationale as an event, and acted on. First it settles cancellations an older
+version left half-done (too_late on a run that ended first). Run it while no server uses the
+file; ` + "`ledger serve`" + ` runs the same scan at start-up.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx := cmd.Context()
@@ -70,6 +72,9 @@ func printScan(cmd *cobra.Command, rep recovery.ScanReport, asJSON bool) error {
 	sort.Strings(kinds)
 	for _, k := range kinds {
 		fmt.Fprintf(out, "  %-10s %d\n", k, rep.Decisions[recovery.Kind(k)])
+	}
+	for _, c := range rep.Cancellations {
+		fmt.Fprintf(out, "  cancellation %s of %s: %s\n", c.ID, c.RunID, c.State)
 	}
 	for _, e := range rep.Errors {
 		fmt.Fprintf(out, "  error: %s\n", e)

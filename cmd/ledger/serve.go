@@ -45,6 +45,7 @@ type serveOptions struct {
 	shutdownTimeout time.Duration
 	rateLimit       float64
 	rateBurst       int
+	maxPending      int
 }
 
 func newServeCmd() *cobra.Command {
@@ -99,6 +100,8 @@ stores and exits 0. Logs are structured (slog), JSON on stderr by default.`,
 	f.DurationVar(&o.shutdownTimeout, "shutdown-timeout", 15*time.Second, "how long to wait for requests in flight on shutdown")
 	f.Float64Var(&o.rateLimit, "rate-limit", server.DefaultRateLimit, "requests a second each principal may send, on average (0: no limit)")
 	f.IntVar(&o.rateBurst, "rate-burst", server.DefaultRateBurst, "requests each principal may send at once")
+	f.IntVar(&o.maxPending, "max-pending-approvals", server.DefaultMaxPendingApprovals,
+		"per tenant: refuse new runs (429) while this many approvals are pending or runs queued or running; 0 means no cap")
 	return asUsage(cmd)
 }
 
@@ -135,6 +138,9 @@ func runServe(ctx context.Context, o *serveOptions, stderr io.Writer) (err error
 	}
 	if o.rateBurst < 1 {
 		return usagef("--rate-burst must be at least 1")
+	}
+	if o.maxPending < 0 {
+		return usagef("--max-pending-approvals cannot be negative (0 means no cap)")
 	}
 	if _, _, err := net.SplitHostPort(o.addr); err != nil {
 		return usagef("--addr %q: want HOST:PORT: %v", o.addr, err)
@@ -211,17 +217,18 @@ func runServe(ctx context.Context, o *serveOptions, stderr io.Writer) (err error
 		}
 	}()
 	srv, err := server.New(server.Config{
-		Store:        svc.store,
-		Engine:       svc.engine,
-		Approvals:    svc.approvals,
-		Tokens:       tokens,
-		Logger:       log,
-		MaxBodyBytes: o.maxBodyBytes,
-		RateLimit:    o.rateLimit,
-		RateBurst:    o.rateBurst,
-		Now:          time.Now,
-		Redaction:    svc.redactor,
-		Version:      Version,
+		Store:               svc.store,
+		Engine:              svc.engine,
+		Approvals:           svc.approvals,
+		Tokens:              tokens,
+		Logger:              log,
+		MaxBodyBytes:        o.maxBodyBytes,
+		RateLimit:           o.rateLimit,
+		RateBurst:           o.rateBurst,
+		Now:                 time.Now,
+		Redaction:           svc.redactor,
+		Version:             Version,
+		MaxPendingApprovals: o.maxPending,
 	})
 	if err != nil {
 		return fmt.Errorf("build server: %w", err)

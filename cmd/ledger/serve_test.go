@@ -199,6 +199,27 @@ func TestServe(t *testing.T) {
 		require.NotContains(t, logs.String(), token, "tokens are never logged")
 	})
 
+	t.Run("PendingApprovalsCap", func(t *testing.T) {
+		url, _, stop := startServe(t, "--db", filepath.Join(t.TempDir(), "ledger.db"), "--addr", "127.0.0.1:0",
+			"--max-pending-approvals", "1")
+		submit := func(key string) *http.Response {
+			req, err := http.NewRequest(http.MethodPost, url+"/v1/runs",
+				strings.NewReader(`{"agent":"practice-cards","input":{"title":"Go","markdown":"# Go\n\n## Maps\n\nHash tables.\n"}}`))
+			require.NoError(t, err)
+			req.Header.Set("Content-Type", "application/json")
+			req.Header.Set("Idempotency-Key", key)
+			res, err := http.DefaultClient.Do(req)
+			require.NoError(t, err)
+			require.NoError(t, res.Body.Close())
+			return res
+		}
+		require.Equal(t, http.StatusCreated, submit("first").StatusCode)
+		res := submit("second")
+		require.Equal(t, http.StatusTooManyRequests, res.StatusCode, "the flag reaches the server")
+		require.Equal(t, "30", res.Header.Get("Retry-After"))
+		require.NoError(t, stop())
+	})
+
 	t.Run("TextLogs", func(t *testing.T) {
 		url, logs, stop := startServe(t, "--db", filepath.Join(t.TempDir(), "ledger.db"), "--addr", "localhost:0", "--log-format", "text")
 		require.Contains(t, logs.String(), `level=WARN msg="DEV MODE: no tokens file;`)
@@ -235,6 +256,7 @@ func TestServe(t *testing.T) {
 			"rate limit not a number": {"--rate-limit", "NaN"},
 			"zero burst":              {"--rate-burst", "0"},
 			"positional":              {"extra"},
+			"negative cap":            {"--max-pending-approvals", "-1"},
 		} {
 			t.Run(name, func(t *testing.T) {
 				_, _, err := runCLI(t, nil, append([]string{"serve", "--db", db}, args...)...)

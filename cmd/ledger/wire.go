@@ -75,14 +75,9 @@ func openService(ctx context.Context, cfg serviceConfig) (*service, error) {
 		return nil, errors.Join(err, rt.Close())
 	}
 	agent := simulator.PracticeCardsAgent(effects, cfg.Simulator)
-	// The engine needs the approval service for gates, and the service
-	// needs the engine's tool registry for rules: it asks the engine, which
-	// exists before the first decision.
-	rt.approvals = approval.NewService(store, policy, func(name string) (contracts.ToolDescriptor, bool) {
-		return rt.engine.Tool(name)
-	}, approval.Options{RelaxSeparationOfDuties: cfg.DevMode})
-	// The engine redacts tool output and errors before they are stored,
-	// with the same key evidence exports use, so markers correlate.
+	// The engine redacts tool output and errors, and the engine and the
+	// approval service redact people's reasons and notes, before they are
+	// stored, with the same key evidence exports use, so markers correlate.
 	key, generated, err := redactionKey("")
 	if err != nil {
 		return nil, errors.Join(err, rt.Close())
@@ -95,6 +90,12 @@ func openService(ctx context.Context, cfg serviceConfig) (*service, error) {
 		return nil, errors.Join(err, rt.Close())
 	}
 	rt.redactor = redactor
+	// The engine needs the approval service for gates, and the service
+	// needs the engine's tool registry for rules: it asks the engine, which
+	// exists before the first decision.
+	rt.approvals = approval.NewService(store, policy, func(name string) (contracts.ToolDescriptor, bool) {
+		return rt.engine.Tool(name)
+	}, approval.Options{RelaxSeparationOfDuties: cfg.DevMode, Redactor: redactor})
 	var engineStore ledger.Store = store
 	if cfg.WrapStore != nil {
 		engineStore = cfg.WrapStore(store)

@@ -22,7 +22,7 @@ var allowed = map[string][]string{
 	"redact":            {},
 	"ledger":            {"contracts"},
 	"ledger/ledgertest": {"ledger", "contracts"},
-	"approval":          {"ledger", "contracts"},
+	"approval":          {"ledger", "contracts", "redact"},
 	"budget":            {"ledger", "contracts"},
 	"evidence":          {"ledger", "contracts", "redact"},
 	"recovery":          {"ledger", "contracts"},

@@ -5,6 +5,7 @@ package ledgertest
 
 import (
 	"context"
+	"database/sql"
 	"encoding/json"
 	"fmt"
 	"path/filepath"
@@ -131,4 +132,36 @@ func (b *Bundle) Action(tb testing.TB, run ledger.RunID, key string, gate ledger
 		tb.Fatalf("create action: %v", err)
 	}
 	return res
+}
+
+// LegacyCancellation writes, with raw SQL beside the Store, the row an
+// older build could leave behind: a cancellation of run in state (requested,
+// accepted or stopping) whatever the run's state, with no event, as when
+// its three separate writes were interrupted or raced by the run's end. It
+// returns the cancellation's id.
+func (b *Bundle) LegacyCancellation(tb testing.TB, run ledger.RunID, state ledger.CancellationState) ledger.CancellationID {
+	tb.Helper()
+	db, err := sql.Open("sqlite3", "file:"+b.Path+"?_busy_timeout=5000&_foreign_keys=on")
+	if err != nil {
+		tb.Fatalf("open %s: %v", b.Path, err)
+	}
+	defer db.Close()
+	id := ledger.NewULIDFunc(b.Clock.Now)(ledger.PrefixCancellation)
+	at := b.Clock.Now().UnixMicro()
+	var accepted, stopping *int64
+	switch state {
+	case ledger.CancelRequested:
+	case ledger.CancelAccepted:
+		accepted = &at
+	case ledger.CancelStopping:
+		accepted, stopping = &at, &at
+	default:
+		tb.Fatalf("legacy cancellation: %s is not a state an older build left behind", state)
+	}
+	if _, err := db.Exec(`INSERT INTO cancellations (id, run_id, tenant, state, requested_by, reason, version, requested_at, accepted_at, stopping_at)
+		SELECT ?, id, tenant, ?, 'alice', 'stop it', 1, ?, ?, ? FROM runs WHERE id = ?`,
+		id, string(state), at, accepted, stopping, string(run)); err != nil {
+		tb.Fatalf("legacy cancellation of %s: %v", run, err)
+	}
+	return ledger.CancellationID(id)
 }
