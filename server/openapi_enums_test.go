@@ -49,7 +49,9 @@ func TestOpenAPIDocumentsCancelAndPaging(t *testing.T) {
 	require.Contains(t, doc.Components.Schemas["ApprovalList"].Properties, "next_cursor")
 	var params []string
 	for _, p := range doc.Paths["/v1/approvals"]["get"].Parameters {
-		params = append(params, p.Name)
+		if p.Name != "" { // a $ref: the X-Request-ID header every operation takes
+			params = append(params, p.Name)
+		}
 	}
 	require.ElementsMatch(t, []string{"state", "cursor", "limit"}, params)
 

@@ -142,11 +142,12 @@ func printApprovals(w io.Writer, list server.ApprovalList, actions map[string]se
 	if err := tw.Flush(); err != nil {
 		return err
 	}
-	if list.NextCursor != "" {
-		if _, err := fmt.Fprintf(w, "\nmore: --cursor %s\n", list.NextCursor); err != nil {
-			return err
-		}
+	if _, err := fmt.Fprintln(w, "\nthe arguments in full: ledger actions show ACTION"); err != nil {
+		return err
 	}
-	_, err := fmt.Fprintln(w, "\nthe arguments in full: ledger actions show ACTION")
-	return err
+	if list.NextCursor != "" {
+		_, err := fmt.Fprintf(w, "\nmore: --cursor %s\n", list.NextCursor)
+		return err
+	}
+	return nil
 }
