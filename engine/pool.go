@@ -20,8 +20,9 @@ type pool struct {
 
 // Start launches the worker pool; it runs until ctx is done or Stop is
 // called. A run is advanced by at most one worker of this process at a time.
-// Several processes on one database would each advance the same run: run one
-// `ledger serve` per database until runs are leased (PostgreSQL, later).
+// Several processes on one database would each advance the same run: the
+// CLI takes an exclusive lock per database (cmd/ledger/lock.go) until runs
+// are leased in the store.
 func (e *Engine) Start(ctx context.Context) {
 	ctx, cancel := context.WithCancel(ctx)
 	p := &pool{cancel: cancel, done: make(chan struct{}), wake: make(chan struct{}, 1)}

@@ -105,14 +105,14 @@ func (s *failingStore) FinishAttempt(ctx context.Context, p ledger.FinishAttempt
 }
 
 // openLocalService opens the service on a database file for the local
-// commands (recover, worker), with whatever fault plan and simulator
+// command named (recover, worker), with whatever fault plan and simulator
 // settings the process's environment holds.
-func openLocalService(ctx context.Context, dbPath string) (*service, error) {
+func openLocalService(ctx context.Context, command, dbPath string) (*service, error) {
 	f, err := faultsFromEnv()
 	if err != nil {
 		return nil, err
 	}
-	return openService(ctx, serviceConfig{DBPath: dbPath, Simulator: f.Simulator, FaultFunc: f.Func,
+	return openService(ctx, serviceConfig{Command: command, DBPath: dbPath, Simulator: f.Simulator, FaultFunc: f.Func,
 		WrapStore: f.WrapStore, Logger: discardLogger()})
 }
 

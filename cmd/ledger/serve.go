@@ -60,7 +60,10 @@ The simulator's write tool keeps its side effects beside the database, in
 On SIGTERM or SIGINT serve stops accepting connections, waits up to
 --shutdown-timeout for requests in flight, stops the workers (an attempt interrupted
 mid-call stays started; the recovery scan of the next start settles it), closes the
-stores and exits 0. Logs are structured (slog), JSON on stderr by default.`,
+stores and exits 0. Logs are structured (slog), JSON on stderr by default.
+
+One ledger process per database: serve holds <db>.lock while it runs; if another
+ledger process holds it, serve exits with status 7 and names that process.`,
 		Args: usageArgs(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, _ []string) error { return runServe(cmd.Context(), &o, cmd.ErrOrStderr()) },
 	}
@@ -154,7 +157,7 @@ func runServe(ctx context.Context, o *serveOptions, stderr io.Writer) (err error
 			c.WithLabelValues(string(d.Kind)).Inc()
 		}
 	}
-	svc, err := openService(ctx, serviceConfig{DBPath: o.dbPath, Rules: rules, DevMode: devMode, Simulator: faults.Simulator,
+	svc, err := openService(ctx, serviceConfig{Command: "serve", DBPath: o.dbPath, Rules: rules, DevMode: devMode, Simulator: faults.Simulator,
 		FaultFunc: faults.Func, WrapStore: faults.WrapStore, Logger: log, OnDecision: onDecision})
 	if err != nil {
 		return err

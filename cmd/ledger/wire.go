@@ -25,6 +25,8 @@ type service struct {
 	approvals *approval.Service
 	engine    *engine.Engine
 	log       *slog.Logger
+	// lock is the database's lock (lock.go), held until Close.
+	lock *dbLock
 	// redactor hides secrets in what is stored and shown, with
 	// LEDGER_REDACTION_KEY when set.
 	redactor *redact.Redactor
@@ -32,6 +34,8 @@ type service struct {
 
 // serviceConfig says where things live and how they behave.
 type serviceConfig struct {
+	// Command names the command in the database's lock file ("serve").
+	Command     string
 	DBPath      string
 	EffectsPath string // "" means <DBPath>.effects.db
 	Simulator   simulator.Config
@@ -54,15 +58,22 @@ func openService(ctx context.Context, cfg serviceConfig) (*service, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, nil))
 	}
-	store, err := ledger.Open(ctx, ledger.Config{Path: cfg.DBPath})
+	// One process per database, before anything reads or writes it: a
+	// second one would take this one's calls in flight for interrupted
+	// ones (lock.go).
+	lock, err := lockDatabase(cfg.DBPath, cfg.Command, cfg.Logger)
 	if err != nil {
 		return nil, err
 	}
+	store, err := ledger.Open(ctx, ledger.Config{Path: cfg.DBPath})
+	if err != nil {
+		return nil, errors.Join(err, lock.Release())
+	}
 	effects, err := simulator.OpenEffectStore(ctx, cfg.EffectsPath, nil)
 	if err != nil {
-		return nil, errors.Join(err, store.Close())
+		return nil, errors.Join(err, store.Close(), lock.Release())
 	}
-	rt := &service{store: store, effects: effects, log: cfg.Logger}
+	rt := &service{store: store, effects: effects, log: cfg.Logger, lock: lock}
 	policy, err := approval.NewPolicy(cfg.Rules, approval.Defaults{})
 	if err != nil {
 		return nil, errors.Join(err, rt.Close())
@@ -100,10 +111,12 @@ func openService(ctx context.Context, cfg serviceConfig) (*service, error) {
 	return rt, nil
 }
 
-// Close stops the engine's workers and closes both stores.
+// Close stops the engine's workers, closes both stores, then releases the
+// database's lock.
 func (rt *service) Close() error {
 	if rt.engine != nil {
 		rt.engine.Stop()
 	}
-	return errors.Join(rt.effects.Close(), rt.store.Close())
+	err := errors.Join(rt.effects.Close(), rt.store.Close())
+	return errors.Join(err, rt.lock.Release())
 }
