@@ -30,10 +30,13 @@ const (
 // process kills itself (action kill, the default) or arms a store failure
 // (action store_error): the engine's next write of an attempt's outcome
 // fails as a broken disk would make it, and the process carries on.
+// {"action": "store_full", "while_file": PATH} needs no point: every write
+// fails while PATH exists (faults_store.go).
 type faultPlan struct {
-	Point  engine.FaultPoint `json:"point"`
-	Hit    int               `json:"hit,omitempty"`
-	Action string            `json:"action,omitempty"`
+	Point     engine.FaultPoint `json:"point"`
+	Hit       int               `json:"hit,omitempty"`
+	Action    string            `json:"action,omitempty"`
+	WhileFile string            `json:"while_file,omitempty"`
 }
 
 // faults is what the environment asks of this process.
@@ -42,6 +45,9 @@ type faults struct {
 	Simulator simulator.Config
 	// WrapStore, if set, wraps the engine's store (store_error plans).
 	WrapStore func(ledger.Store) ledger.Store
+	// WrapWrites, if set, wraps the store of every writer of the process
+	// (store_full plans).
+	WrapWrites func(*ledger.GormStore) ledger.Store
 }
 
 // faultsFromEnv reads the fault plan and simulator configuration of the
@@ -64,6 +70,9 @@ func faultsFromEnv() (faults, error) {
 	if err := dec.Decode(&plan); err != nil {
 		return f, fmt.Errorf("%s: %w", envFaultPlan, err)
 	}
+	if plan.Action == actionStoreFull {
+		return storeFullFaults(f, plan)
+	}
 	if !slices.Contains(engine.AllFaultPoints(), plan.Point) {
 		return f, fmt.Errorf("%s: unknown point %q (one of %v)", envFaultPlan, plan.Point, engine.AllFaultPoints())
 	}
@@ -78,7 +87,7 @@ func faultsFromEnv() (faults, error) {
 		act = func() { armed.Store(true) }
 		f.WrapStore = func(s ledger.Store) ledger.Store { return &failingStore{Store: s, armed: &armed} }
 	default:
-		return f, fmt.Errorf("%s: unknown action %q (kill or store_error)", envFaultPlan, plan.Action)
+		return f, fmt.Errorf("%s: unknown action %q (kill, store_error or %s)", envFaultPlan, plan.Action, actionStoreFull)
 	}
 	var hits atomic.Int64
 	f.Func = func(p engine.FaultPoint) {
@@ -113,7 +122,7 @@ func openLocalService(ctx context.Context, command, dbPath string) (*service, er
 		return nil, err
 	}
 	return openService(ctx, serviceConfig{Command: command, DBPath: dbPath, Simulator: f.Simulator, FaultFunc: f.Func,
-		WrapStore: f.WrapStore, Logger: discardLogger()})
+		WrapStore: f.WrapStore, WrapWrites: f.WrapWrites, Logger: discardLogger()})
 }
 
 // killSelf ends the process at once, as a power cut or OOM kill would: no

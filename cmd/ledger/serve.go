@@ -158,7 +158,7 @@ func runServe(ctx context.Context, o *serveOptions, stderr io.Writer) (err error
 		}
 	}
 	svc, err := openService(ctx, serviceConfig{Command: "serve", DBPath: o.dbPath, Rules: rules, DevMode: devMode, Simulator: faults.Simulator,
-		FaultFunc: faults.Func, WrapStore: faults.WrapStore, Logger: log, OnDecision: onDecision})
+		FaultFunc: faults.Func, WrapStore: faults.WrapStore, WrapWrites: faults.WrapWrites, Logger: log, OnDecision: onDecision})
 	if err != nil {
 		return err
 	}
@@ -170,7 +170,7 @@ func runServe(ctx context.Context, o *serveOptions, stderr io.Writer) (err error
 		}
 	}()
 	srv, err := server.New(server.Config{
-		Store:        svc.store,
+		Store:        svc.base,
 		Engine:       svc.engine,
 		Approvals:    svc.approvals,
 		Tokens:       tokens,

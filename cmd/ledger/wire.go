@@ -20,7 +20,10 @@ import (
 // effect store, the approval service and the engine with the practice-cards
 // agent registered.
 type service struct {
-	store     *ledger.GormStore
+	store *ledger.GormStore
+	// base is the store every writer uses: store, or a fault plan's
+	// wrapper of it.
+	base      ledger.Store
 	effects   *simulator.EffectStore
 	approvals *approval.Service
 	engine    *engine.Engine
@@ -47,6 +50,9 @@ type serviceConfig struct {
 	FaultFunc func(engine.FaultPoint)
 	// WrapStore, if set, wraps the store the engine uses (fault plans).
 	WrapStore func(ledger.Store) ledger.Store
+	// WrapWrites, if set, wraps the store every writer uses: the engine,
+	// the approval service and the HTTP server (fault plans).
+	WrapWrites func(*ledger.GormStore) ledger.Store
 	// OnDecision sees every recovery decision (serve counts them).
 	OnDecision func(recovery.Decision)
 }
@@ -73,7 +79,10 @@ func openService(ctx context.Context, cfg serviceConfig) (*service, error) {
 	if err != nil {
 		return nil, errors.Join(err, store.Close(), lock.Release())
 	}
-	rt := &service{store: store, effects: effects, log: cfg.Logger, lock: lock}
+	rt := &service{store: store, base: store, effects: effects, log: cfg.Logger, lock: lock}
+	if cfg.WrapWrites != nil {
+		rt.base = cfg.WrapWrites(store)
+	}
 	policy, err := approval.NewPolicy(cfg.Rules, approval.Defaults{})
 	if err != nil {
 		return nil, errors.Join(err, rt.Close())
@@ -82,7 +91,11 @@ func openService(ctx context.Context, cfg serviceConfig) (*service, error) {
 	// The engine needs the approval service for gates, and the service
 	// needs the engine's tool registry for rules: it asks the engine, which
 	// exists before the first decision.
-	rt.approvals = approval.NewService(store, policy, func(name string) (contracts.ToolDescriptor, bool) {
+	// One StoreHealth for every writer (approvals, engine and, through
+	// the engine, the server): failures counted together, and writes seen
+	// to succeed again whoever writes first.
+	health := engine.NewStoreHealth(engine.StoreHealthConfig{Logger: cfg.Logger})
+	rt.approvals = approval.NewService(health.Watch(rt.base), policy, func(name string) (contracts.ToolDescriptor, bool) {
 		return rt.engine.Tool(name)
 	}, approval.Options{RelaxSeparationOfDuties: cfg.DevMode})
 	// The engine redacts tool output and errors before they are stored,
@@ -99,12 +112,12 @@ func openService(ctx context.Context, cfg serviceConfig) (*service, error) {
 		return nil, errors.Join(err, rt.Close())
 	}
 	rt.redactor = redactor
-	var engineStore ledger.Store = store
+	engineStore := rt.base
 	if cfg.WrapStore != nil {
 		engineStore = cfg.WrapStore(store)
 	}
 	rt.engine, err = engine.New(engine.Config{Store: engineStore, Approvals: rt.approvals, Agents: []engine.Agent{agent}, Logger: cfg.Logger, FaultFunc: cfg.FaultFunc,
-		OnDecision: cfg.OnDecision, Redactor: redactor})
+		OnDecision: cfg.OnDecision, Redactor: redactor, Health: health})
 	if err != nil {
 		return nil, errors.Join(fmt.Errorf("wire engine: %w", err), rt.Close())
 	}
