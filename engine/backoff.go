@@ -14,6 +14,7 @@ const (
 	defaultRetryMin    = 100 * time.Millisecond
 	defaultRetryMax    = 30 * time.Second
 	defaultLogInterval = 10 * time.Second
+	defaultHealthHold  = 2 * time.Second
 )
 
 // backoff spaces the retries of something that keeps failing: a run whose

@@ -222,20 +222,50 @@ func TestStoreHealth(t *testing.T) {
 		default:
 		}
 
+		// Calls that succeed without writing prove nothing either.
+		_, err = s.SubmitRun(ctx, ledger.SubmitRunParams{Tenant: "acme", IdempotencyKey: "k1", Principal: "alice",
+			Agent: "practice-cards", Input: []byte(`{"title":"t","markdown":"# a"}`)})
+		require.NoError(t, err, "a replay")
+		expired, err := s.ExpireApprovals(ctx)
+		require.NoError(t, err)
+		require.Empty(t, expired)
+		lb.Clock.Advance(3 * time.Second)
+		require.Error(t, h.Err(), "a replayed submit and an expiry pass with nothing due wrote nothing")
+
+		// A write succeeds, but the last failure is under Hold (2s) ago: a
+		// nearly full disk lets some writes through.
+		fill(true)
+		_, err = s.TransitionRun(ctx, ledger.RunTransition{ID: run.ID, From: ledger.RunQueued, To: ledger.RunRunning, Actor: "t"})
+		require.Error(t, err)
+		fill(false)
+		lb.Clock.Advance(time.Second)
+		run2 := lb.SubmitRun(t, "k2", ledger.BudgetLimits{})
 		_, err = s.TransitionRun(ctx, ledger.RunTransition{ID: run.ID, From: ledger.RunQueued, To: ledger.RunRunning, Actor: "t"})
 		require.NoError(t, err)
+		require.ErrorContains(t, h.Err(), "(3 failed)", "one write went through a second after a failure")
+		select {
+		case <-ok:
+			t.Fatal("recovered within Hold")
+		default:
+		}
+
+		// Two seconds without a failure, and a write succeeded: sound.
+		lb.Clock.Advance(time.Second)
 		require.NoError(t, h.Err())
 		<-ok // closed: whoever backs off resumes
-		require.EqualValues(t, 2, h.Errors()["transition_run"], "counts only grow")
+		_, err = s.TransitionRun(ctx, ledger.RunTransition{ID: run2.ID, From: ledger.RunQueued, To: ledger.RunRunning, Actor: "t"})
+		require.NoError(t, err)
+		require.NoError(t, h.Err())
+		require.EqualValues(t, 3, h.Errors()["transition_run"], "counts only grow")
 		require.Zero(t, h.Errors()["find_run_by_id"], "not found is no failure")
 
 		recs := lines.records(t)
-		require.Len(t, recs, 2)
+		require.Len(t, recs, 2, "%v", recs)
 		require.Equal(t, "store writes failing", recs[0]["msg"])
 		require.Equal(t, "transition_run", recs[0]["op"])
 		require.Equal(t, "store writes succeed again", recs[1]["msg"])
-		require.EqualValues(t, 2, recs[1]["failed"])
-		require.Equal(t, "1s", recs[1]["after"])
+		require.EqualValues(t, 3, recs[1]["failed"])
+		require.Equal(t, "6s", recs[1]["after"])
 	})
 
 	t.Run("ReadFailuresCountedNotFailing", func(t *testing.T) {

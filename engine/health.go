@@ -12,32 +12,40 @@ import (
 	"github.com/actionledger/ledger/ledger"
 )
 
-// StoreHealth watches what the ledger store answers the calls of every
-// store it watches (Watch): it counts the store's failures by operation,
-// and knows whether writes fail now — from the first failed write until a
-// write succeeds — so /readyz can say so and a full disk is seen.
+// StoreHealth watches the answers of the ledger stores it wraps (Watch):
+// it counts the store's failures by operation, and knows whether writes
+// fail now, so /readyz can say so and a full disk is seen. Writes fail from the first failed write until a write succeeds
+// with no write failed for Hold: a disk that is nearly full lets some
+// writes through (SQLite reuses its WAL after a checkpoint), and one lucky
+// write must not make the store look sound.
 //
 // A failure is an error the store could not help: CodeInternal (I/O, a
 // full disk, a corrupt file) or CodeUnsupportedVersion. The domain's own
 // answers (a lost race is CodeConflict, an unknown id CodeNotFound, and the
 // other codes) mean the database answered: they are not failures, and,
-// since they may be answered without writing, not successes either.
-// Errors of a cancelled context are neither.
+// since they may be answered without writing, not successes either. Nor
+// is a call that succeeds without writing: a replayed submit, a duplicate
+// action, an existing cancellation, an expiry pass with nothing due, a
+// recovery that records no decision. Errors of a cancelled context are
+// neither.
 type StoreHealth struct {
 	now  func() time.Time
 	log  *slog.Logger
 	logs *failureLog
+	hold time.Duration
 
 	counts  map[string]*atomic.Uint64 // by op; every op is present
 	failing atomic.Bool
 
 	mu       sync.Mutex
 	since    time.Time // first failed write of this episode
+	last     time.Time // last failed write
+	okAfter  bool      // a write succeeded after the last failed one
 	failures int64     // failed writes in this episode
 	first    error     // the first of them
 	lastOK   time.Time // when "succeed again" was last logged
 	// ok is closed when this episode ends: whoever backs off waits on it
-	// too, to resume as soon as any writer succeeds.
+	// too, to resume as soon as writes succeed again.
 	ok chan struct{}
 }
 
@@ -51,6 +59,9 @@ type StoreHealthConfig struct {
 	// LogInterval is the most often either line is logged; a failure that
 	// repeats within it is counted in the next line. 0 means 10s.
 	LogInterval time.Duration
+	// Hold is how long writes must have stopped failing before one that
+	// succeeds ends the failing; 0 means 2s.
+	Hold time.Duration
 }
 
 // NewStoreHealth returns a StoreHealth with nothing failing.
@@ -64,8 +75,11 @@ func NewStoreHealth(cfg StoreHealthConfig) *StoreHealth {
 	if cfg.LogInterval <= 0 {
 		cfg.LogInterval = defaultLogInterval
 	}
+	if cfg.Hold <= 0 {
+		cfg.Hold = defaultHealthHold
+	}
 	h := &StoreHealth{now: cfg.Now, log: cfg.Logger, logs: newFailureLog(cfg.Logger, cfg.Now, cfg.LogInterval),
-		counts: map[string]*atomic.Uint64{}}
+		hold: cfg.Hold, counts: map[string]*atomic.Uint64{}}
 	for _, op := range append(storeWrites[:], storeReads[:]...) {
 		h.counts[op] = new(atomic.Uint64)
 	}
@@ -92,9 +106,10 @@ func (h *StoreHealth) Err() error {
 	if !h.failing.Load() {
 		return nil
 	}
+	h.settle(context.Background())
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if h.first == nil {
+	if !h.failing.Load() {
 		return nil
 	}
 	return fmt.Errorf("store writes failing since %s (%d failed): %w", h.since.UTC().Format(time.RFC3339), h.failures, h.first)
@@ -123,21 +138,27 @@ func IsStoreFailure(err error) bool {
 	return false
 }
 
-// write notes the outcome of a write.
-func (h *StoreHealth) write(ctx context.Context, op string, err error) {
+// write notes the outcome of a write; wrote says whether a call that
+// succeeded wrote anything.
+func (h *StoreHealth) write(ctx context.Context, op string, err error, wrote bool) {
 	switch {
-	case err == nil:
+	case err == nil && wrote:
 		if h.failing.Load() {
-			h.recovered(ctx)
+			h.mu.Lock()
+			h.okAfter = true
+			h.mu.Unlock()
+			h.settle(ctx)
 		}
 	case IsStoreFailure(err):
 		h.counts[op].Add(1)
+		now := h.now()
 		h.mu.Lock()
 		if !h.failing.Load() {
-			h.since, h.failures, h.first, h.ok = h.now(), 0, err, make(chan struct{})
+			h.since, h.failures, h.first, h.ok = now, 0, err, make(chan struct{})
 			h.failing.Store(true)
 		}
 		h.failures++
+		h.last, h.okAfter = now, false
 		h.mu.Unlock()
 		h.logs.Error(ctx, "store writes failing", err, "op", op)
 	}
@@ -152,16 +173,17 @@ func (h *StoreHealth) read(op string, err error) {
 	}
 }
 
-// recovered ends a failing episode: a write succeeded.
-func (h *StoreHealth) recovered(ctx context.Context) {
+// settle ends a failing episode once a write has succeeded and none has
+// failed for Hold.
+func (h *StoreHealth) settle(ctx context.Context) {
 	h.mu.Lock()
-	if !h.failing.Load() {
+	now := h.now()
+	if !h.failing.Load() || !h.okAfter || now.Sub(h.last) < h.hold {
 		h.mu.Unlock()
 		return
 	}
 	h.failing.Store(false)
 	close(h.ok)
-	now := h.now()
 	n, took := h.failures, now.Sub(h.since)
 	quiet := now.Sub(h.lastOK) >= h.logs.every
 	if quiet {
@@ -187,9 +209,14 @@ func (h *StoreHealth) recoveredC() <-chan struct{} {
 	return h.ok
 }
 
-// flush writes the failure counts that are due (the pool calls it on each
-// pass).
-func (h *StoreHealth) flush(ctx context.Context) { h.logs.Flush(ctx) }
+// flush writes the failure counts that are due, and ends a failing episode
+// whose Hold is over (the pool calls it on each pass).
+func (h *StoreHealth) flush(ctx context.Context) {
+	h.logs.Flush(ctx)
+	if h.failing.Load() {
+		h.settle(ctx)
+	}
+}
 
 // Watch returns s with every call's outcome noted in h. Watching a store h
 // already watches returns it unchanged, so nothing is counted twice.
@@ -211,85 +238,85 @@ type watchedStore struct {
 
 func (s *watchedStore) SubmitRun(ctx context.Context, p ledger.SubmitRunParams) (ledger.SubmitRunResult, error) {
 	r, err := s.Store.SubmitRun(ctx, p)
-	s.h.write(ctx, "submit_run", err)
+	s.h.write(ctx, "submit_run", err, !r.Replayed)
 	return r, err
 }
 
 func (s *watchedStore) TransitionRun(ctx context.Context, p ledger.RunTransition) (*ledger.Run, error) {
 	r, err := s.Store.TransitionRun(ctx, p)
-	s.h.write(ctx, "transition_run", err)
+	s.h.write(ctx, "transition_run", err, true)
 	return r, err
 }
 
 func (s *watchedStore) CreateAction(ctx context.Context, p ledger.CreateActionParams) (ledger.CreateActionResult, error) {
 	r, err := s.Store.CreateAction(ctx, p)
-	s.h.write(ctx, "create_action", err)
+	s.h.write(ctx, "create_action", err, !r.Duplicate)
 	return r, err
 }
 
 func (s *watchedStore) TransitionAction(ctx context.Context, p ledger.ActionTransition) (*ledger.Action, error) {
 	r, err := s.Store.TransitionAction(ctx, p)
-	s.h.write(ctx, "transition_action", err)
+	s.h.write(ctx, "transition_action", err, true)
 	return r, err
 }
 
 func (s *watchedStore) StartAttempt(ctx context.Context, p ledger.StartAttemptParams) (*ledger.Attempt, error) {
 	r, err := s.Store.StartAttempt(ctx, p)
-	s.h.write(ctx, "start_attempt", err)
+	s.h.write(ctx, "start_attempt", err, true)
 	return r, err
 }
 
 func (s *watchedStore) FinishAttempt(ctx context.Context, p ledger.FinishAttemptParams) (ledger.FinishAttemptResult, error) {
 	r, err := s.Store.FinishAttempt(ctx, p)
-	s.h.write(ctx, "finish_attempt", err)
+	s.h.write(ctx, "finish_attempt", err, true)
 	return r, err
 }
 
 func (s *watchedStore) RecordObservation(ctx context.Context, p ledger.RecordObservationParams) (*ledger.Observation, *ledger.Attempt, error) {
 	o, a, err := s.Store.RecordObservation(ctx, p)
-	s.h.write(ctx, "record_observation", err)
+	s.h.write(ctx, "record_observation", err, true)
 	return o, a, err
 }
 
 func (s *watchedStore) SettleReview(ctx context.Context, p ledger.SettleReviewParams) (*ledger.Action, error) {
 	r, err := s.Store.SettleReview(ctx, p)
-	s.h.write(ctx, "settle_review", err)
+	s.h.write(ctx, "settle_review", err, true)
 	return r, err
 }
 
 func (s *watchedStore) DecideApproval(ctx context.Context, p ledger.DecideApprovalParams) (ledger.DecideApprovalResult, error) {
 	r, err := s.Store.DecideApproval(ctx, p)
-	s.h.write(ctx, "decide_approval", err)
+	s.h.write(ctx, "decide_approval", err, true)
 	return r, err
 }
 
 func (s *watchedStore) ExpireApprovals(ctx context.Context) ([]*ledger.Approval, error) {
 	r, err := s.Store.ExpireApprovals(ctx)
-	s.h.write(ctx, "expire_approvals", err)
+	s.h.write(ctx, "expire_approvals", err, len(r) > 0)
 	return r, err
 }
 
 func (s *watchedStore) RequestCancel(ctx context.Context, p ledger.RequestCancelParams) (ledger.RequestCancelResult, error) {
 	r, err := s.Store.RequestCancel(ctx, p)
-	s.h.write(ctx, "request_cancel", err)
+	s.h.write(ctx, "request_cancel", err, r.Created)
 	return r, err
 }
 
 func (s *watchedStore) TransitionCancellation(ctx context.Context, p ledger.CancellationTransition) (*ledger.Cancellation, error) {
 	r, err := s.Store.TransitionCancellation(ctx, p)
-	s.h.write(ctx, "transition_cancellation", err)
+	s.h.write(ctx, "transition_cancellation", err, true)
 	return r, err
 }
 
 func (s *watchedStore) AddUsage(ctx context.Context, p ledger.AddUsageParams) (*ledger.Budget, error) {
 	r, err := s.Store.AddUsage(ctx, p)
-	s.h.write(ctx, "add_usage", err)
+	s.h.write(ctx, "add_usage", err, true)
 	return r, err
 }
 
 func (s *watchedStore) RecordRecovery(ctx context.Context, p ledger.RecordRecoveryParams) (ledger.RecordRecoveryResult, error) {
 	r, err := s.Store.RecordRecovery(ctx, p)
-	s.h.write(ctx, "record_recovery", err)
+	s.h.write(ctx, "record_recovery", err, len(r.Decisions) > 0)
 	return r, err
 }
 

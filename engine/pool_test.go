@@ -175,14 +175,15 @@ func TestPoolBackoff(t *testing.T) {
 
 	full.Store(false)
 	t.Run("SuccessStartsOver", func(t *testing.T) {
-		lb.Clock.Advance(time.Second)
+		lb.Clock.Advance(2 * time.Second)
 		wait, wakeable, ids := pass()
 		require.True(t, wakeable)
 		require.Equal(t, 250*time.Millisecond, wait)
-		require.NoError(t, eng.Health().Err(), "expiring approvals wrote")
+		require.Error(t, eng.Health().Err(), "an expiry pass with nothing due proves no write")
 		require.Equal(t, []ledger.RunID{id}, ids)
 		turn(id)
 		require.Zero(t, eng.Failures(id))
+		require.NoError(t, eng.Health().Err(), "the run's writes succeeded")
 		run, err := lb.Store.FindRunByID(ctx, id)
 		require.NoError(t, err)
 		require.Equal(t, ledger.RunAwaitingApproval, run.State, "nothing was lost: the run goes on")

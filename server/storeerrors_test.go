@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
@@ -29,7 +30,7 @@ func (s fullDisk) SubmitRun(ctx context.Context, p ledger.SubmitRunParams) (ledg
 
 // TestStoreErrors: a write of the HTTP handlers that the store cannot make
 // is a 500, counted in ledger_store_errors_total{op}, and /readyz is 503
-// until a write succeeds again.
+// until a write succeeds with none failed for two seconds.
 func TestStoreErrors(t *testing.T) {
 	full := &atomic.Bool{}
 	reg := prometheus.NewRegistry()
@@ -54,6 +55,8 @@ func TestStoreErrors(t *testing.T) {
 
 	full.Store(false)
 	e.submit(t, "alice", "k1") // the same key: nothing of the failed try remains
-	require.Equal(t, http.StatusOK, e.get(t, "", "/readyz").Status, "a write succeeded: ready again")
+	requireProblem(t, e.get(t, "", "/readyz"), http.StatusServiceUnavailable, server.CodeNotReady)
+	e.Clock.Advance(2 * time.Second)
+	require.Equal(t, http.StatusOK, e.get(t, "", "/readyz").Status, "a write succeeded and none failed for 2s: ready again")
 	require.Contains(t, string(e.get(t, "", "/metrics").Body), metric("submit_run")+"1", "a counter, never reset")
 }

@@ -89,6 +89,7 @@ func TestStoreFull(t *testing.T) {
 	require.Less(t, during, 20, "error lines logged in 3 s while every write fails (the workers must back off):\n%s", lastLines(logs.String(), 20))
 	require.Contains(t, logs.String(), `"msg":"store writes failing"`)
 	errs := api.storeErrors()
+	require.Contains(t, errs, "finish_attempt", "ledger_store_errors_total is exported")
 	require.Greater(t, sum(errs), failed, "the workers kept trying meanwhile: %v", errs)
 
 	// Not ready while writes fail; the failures are counted by operation.
@@ -221,7 +222,6 @@ func (a *storeFullAPI) storeErrors() map[string]float64 {
 		out[op] = v
 	}
 	require.NoError(a.t, sc.Err())
-	require.NotEmpty(a.t, out, "ledger_store_errors_total is exported")
 	return out
 }
 
