@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"os"
@@ -21,28 +22,90 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// TestStoreFull is the full disk of issue 11 through the real binary: a
-// serve whose every store write fails while a file exists (fault plan
-// store_full). While the disk is full the workers back off instead of
-// spinning (a bound on error log lines the old code broke by orders of
-// magnitude), /readyz answers 503 and ledger_store_errors_total counts the
-// failures; a submit is refused with 500 and acknowledged nowhere. Once the
-// disk is freed, /readyz is 200 again and every acknowledged run completes
-// with exactly one effect in the tool's own store.
+// storeFullSim holds each first call of the write tool for a second, so
+// the calls the approvals start are still running when the disk fills: the
+// tool acts (or fails to), and recording the outcome fails.
+const storeFullSim = `{"tools": {"cards.write": {"guarantees": {"query": true, "dedup": false, "cancel": false}, ` +
+	`"faults": [{"kind": "slow", "calls": [1], "delay_ms": 1000}]}}}`
+
+// fullDisk is a way to fill and free the disk under a running serve.
+type fullDisk struct {
+	cmd        *exec.Cmd // serve, not started yet
+	fill, free func(t *testing.T)
+	// effects returns a path the effect store can be read at.
+	effects func(t *testing.T) string
+}
+
+// TestStoreFull is the full disk of issue 11 through the real binary.
+// While the disk is full the workers back off instead of spinning (a bound
+// on error log lines the old code broke by orders of magnitude), /readyz
+// answers 503 and ledger_store_errors_total counts the failures; a submit
+// is refused with 500 and acknowledged nowhere. Once the disk is freed,
+// /readyz is 200 again and every acknowledged run completes with exactly
+// one effect in the tool's own store.
 func TestStoreFull(t *testing.T) {
 	bin := ledgerBinary(t)
-	dir := t.TempDir()
-	db := filepath.Join(dir, "ledger.db")
-	flag := filepath.Join(dir, "disk-full")
-	// Each first call of the write tool takes a second, so the calls the
-	// approvals below start are still running when the disk fills: the
-	// tool acts, and recording its outcome fails.
-	sim := `{"tools": {"cards.write": {"guarantees": {"query": true, "dedup": false, "cancel": false}, ` +
-		`"faults": [{"kind": "slow", "calls": [1], "delay_ms": 1000}]}}}`
-	cmd := exec.Command(bin, "serve", "--db", db, "--addr", "127.0.0.1:0")
-	cmd.Dir = dir
-	cmd.Env = append(cleanEnv(), envSimulatorConfig+"="+sim,
-		envFaultPlan+`={"action": "store_full", "while_file": "`+flag+`"}`)
+	// FaultPlan: every store write of serve fails while a file exists
+	// (fault plan store_full).
+	t.Run("FaultPlan", func(t *testing.T) {
+		dir := t.TempDir()
+		db := filepath.Join(dir, "ledger.db")
+		flag := filepath.Join(dir, "disk-full")
+		cmd := exec.Command(bin, "serve", "--db", db, "--addr", "127.0.0.1:0")
+		cmd.Dir = dir
+		cmd.Env = append(cleanEnv(), envSimulatorConfig+"="+storeFullSim,
+			envFaultPlan+`={"action": "store_full", "while_file": "`+flag+`"}`)
+		testStoreFull(t, fullDisk{cmd: cmd,
+			fill:    func(t *testing.T) { require.NoError(t, os.WriteFile(flag, nil, 0o644)) },
+			free:    func(t *testing.T) { require.NoError(t, os.Remove(flag)) },
+			effects: func(*testing.T) string { return db + ".effects.db" },
+		})
+	})
+	// RealDisk: serve's database (and the tool's effect store) on an 8 MiB
+	// tmpfs of its own mount namespace, filled by a file to the last byte.
+	t.Run("RealDisk", func(t *testing.T) {
+		probe := exec.Command("unshare", "-rm", "sh", "-c", `mount -t tmpfs -o size=1m tmpfs "$0"`, t.TempDir())
+		if out, err := probe.CombinedOutput(); err != nil {
+			t.Skipf("needs unshare(1) and a tmpfs mount in a user namespace: %v %s", err, out)
+		}
+		dir := t.TempDir()
+		cmd := exec.Command("unshare", "-rm", "sh", "-c",
+			`mount -t tmpfs -o size=8m tmpfs "$0" && exec "$1" serve --db "$0/ledger.db" --addr 127.0.0.1:0`, dir, bin)
+		cmd.Env = append(cleanEnv(), envSimulatorConfig+"="+storeFullSim)
+		// The tmpfs is seen through the process's root (unshare execs, so
+		// the pid is serve's).
+		root := func() string { return fmt.Sprintf("/proc/%d/root%s", cmd.Process.Pid, dir) }
+		testStoreFull(t, fullDisk{cmd: cmd,
+			fill: func(t *testing.T) {
+				f, err := os.Create(filepath.Join(root(), "filler"))
+				require.NoError(t, err)
+				_, err = io.Copy(f, zeros{})
+				require.ErrorIs(t, err, syscall.ENOSPC, "the filler fills the disk")
+				require.NoError(t, f.Close())
+			},
+			free: func(t *testing.T) { require.NoError(t, os.Remove(filepath.Join(root(), "filler"))) },
+			effects: func(t *testing.T) string {
+				// Read a copy: SQLite does not find the WAL's content
+				// through /proc/PID/root.
+				out := t.TempDir()
+				for _, suffix := range []string{"", "-wal", "-shm"} {
+					data, err := os.ReadFile(filepath.Join(root(), "ledger.db.effects.db"+suffix))
+					require.NoError(t, err)
+					require.NoError(t, os.WriteFile(filepath.Join(out, "effects.db"+suffix), data, 0o644))
+				}
+				return filepath.Join(out, "effects.db")
+			},
+		})
+	})
+}
+
+// zeros is an endless reader of zero bytes.
+type zeros struct{}
+
+func (zeros) Read(p []byte) (int, error) { clear(p); return len(p), nil }
+
+func testStoreFull(t *testing.T, disk fullDisk) {
+	cmd := disk.cmd
 	logs := &syncBuffer{}
 	cmd.Stdout, cmd.Stderr = logs, logs
 	require.NoError(t, cmd.Start())
@@ -78,7 +141,7 @@ func TestStoreFull(t *testing.T) {
 		a := lastAction(api.run(id))
 		require.Equal(t, http.StatusOK, api.post("/v1/actions/"+string(a.ID)+"/approve", server.DecisionRequest{ActionDigest: a.ActionDigest}, nil))
 	}
-	require.NoError(t, os.WriteFile(flag, nil, 0o644))
+	disk.fill(t)
 
 	// The failures begin; then nothing but the workers runs for 3 s (no
 	// request of ours, which would log too), and we count error lines.
@@ -102,7 +165,7 @@ func TestStoreFull(t *testing.T) {
 	require.Equal(t, http.StatusServiceUnavailable, api.status("/readyz"))
 
 	// Free the disk.
-	require.NoError(t, os.Remove(flag))
+	disk.free(t)
 	eventually(t, "readyz to be 200 again", func() bool { return api.status("/readyz") == http.StatusOK })
 	code, sr := api.submit("full-4")
 	require.Equal(t, http.StatusCreated, code, "the refused submit left nothing behind: its key is a new run")
@@ -116,7 +179,7 @@ func TestStoreFull(t *testing.T) {
 		eventually(t, "run "+string(id)+" to complete", func() bool { return api.run(id).State == ledger.RunCompleted })
 		keys[lastAction(api.run(id)).DedupKey] = true
 	}
-	out, _, err := runCLI(t, nil, "simulator", "effects", "--store", db+".effects.db", "--json")
+	out, _, err := runCLI(t, nil, "simulator", "effects", "--store", disk.effects(t), "--json")
 	require.NoError(t, err)
 	var effects []simulator.Effect
 	for line := range strings.Lines(strings.TrimSpace(out)) {
