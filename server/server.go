@@ -120,12 +120,14 @@ func New(cfg Config) (*Server, error) {
 		cfg.Now = time.Now
 	}
 	s := &Server{
-		// The handlers' store errors count, and decide readiness, with
-		// the engine's.
-		store: cfg.Engine.Health().Watch(cfg.Store), health: cfg.Engine.Health(), engine: cfg.Engine, approvals: cfg.Approvals, tokens: cfg.Tokens,
+		store: cfg.Store, engine: cfg.Engine, approvals: cfg.Approvals, tokens: cfg.Tokens,
 		log: cfg.Logger, maxBody: cfg.MaxBodyBytes, now: cfg.Now, ready: cfg.ReadyFunc,
 		redactor: cfg.Redactor, beforeSubmit: cfg.beforeSubmit, inflight: map[inflightKey]struct{}{},
 	}
+	// The handlers' store failures are counted, and decide readiness,
+	// with the engine's.
+	s.health = cfg.Engine.Health()
+	s.store = s.health.Watch(cfg.Store)
 	s.schema, _ = cfg.Store.(schemaVersioner)
 	if s.ready == nil {
 		s.ready = s.defaultReady

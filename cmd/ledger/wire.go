@@ -114,7 +114,7 @@ func openService(ctx context.Context, cfg serviceConfig) (*service, error) {
 	rt.redactor = redactor
 	engineStore := rt.base
 	if cfg.WrapStore != nil {
-		engineStore = cfg.WrapStore(store)
+		engineStore = cfg.WrapStore(engineStore)
 	}
 	rt.engine, err = engine.New(engine.Config{Store: engineStore, Approvals: rt.approvals, Agents: []engine.Agent{agent}, Logger: cfg.Logger, FaultFunc: cfg.FaultFunc,
 		OnDecision: cfg.OnDecision, Redactor: redactor, Health: health})
