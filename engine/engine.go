@@ -95,6 +95,21 @@ type Config struct {
 	// metrics). It runs on the worker that made the call: keep it quick.
 	OnToolCall func(ToolCallStats)
 	Logger     *slog.Logger
+	// Health watches the store's answers: failures counted by operation,
+	// and whether writes fail now (for /readyz). The engine watches Store
+	// with it; give the same Health to whatever else writes (the approval
+	// service's store, the server's) so they count and recover together.
+	// Nil means a new one with Now, Logger and LogInterval.
+	Health *StoreHealth
+	// RetryMin and RetryMax bound the backoff after failures: a run whose
+	// Advance failed (other than by a lost race) waits RetryMin, doubling
+	// with each failure in a row up to RetryMax, the upper half of each
+	// wait random; so does the pool when its own pass over the store
+	// fails. A success starts over. 0 means 100ms and 30s.
+	RetryMin, RetryMax time.Duration
+	// LogInterval is how often a failure that repeats is logged: once at
+	// first, then once per interval with a count. 0 means 10s.
+	LogInterval time.Duration
 }
 
 // ToolCallStats describe one call of a tool (Config.OnToolCall).
@@ -125,9 +140,16 @@ type Engine struct {
 
 	callsMu sync.Mutex
 	calls   map[ledger.RunID]func() // cancel functions of calls in flight
-	// notBefore holds runs recovery told to wait, until when; in memory
-	// only: a restart scans everything again anyway.
+	// notBefore holds runs recovery told to wait, or that failed, until
+	// when; in memory only: a restart scans everything again anyway.
 	notBefore map[ledger.RunID]time.Time
+	// failures counts the failed Advances in a row of each run, for its
+	// backoff.
+	failures map[ledger.RunID]int
+
+	health   *StoreHealth
+	backoff  backoff
+	failLogs *failureLog
 }
 
 type registeredAgent struct {
@@ -165,6 +187,22 @@ func New(cfg Config) (*Engine, error) {
 	if cfg.MaxAttemptsPerAction <= 0 {
 		cfg.MaxAttemptsPerAction = 5
 	}
+	if cfg.RetryMin <= 0 {
+		cfg.RetryMin = defaultRetryMin
+	}
+	if cfg.RetryMax <= 0 {
+		cfg.RetryMax = defaultRetryMax
+	}
+	if cfg.RetryMax < cfg.RetryMin {
+		return nil, errors.New("engine: RetryMax is shorter than RetryMin")
+	}
+	if cfg.LogInterval <= 0 {
+		cfg.LogInterval = defaultLogInterval
+	}
+	if cfg.Health == nil {
+		cfg.Health = NewStoreHealth(StoreHealthConfig{Now: cfg.Now, Logger: cfg.Logger, LogInterval: cfg.LogInterval})
+	}
+	cfg.Store = cfg.Health.Watch(cfg.Store)
 	if cfg.Redactor == nil {
 		key := make([]byte, 32)
 		if _, err := rand.Read(key); err != nil {
@@ -178,7 +216,9 @@ func New(cfg Config) (*Engine, error) {
 	}
 	e := &Engine{store: cfg.Store, approvals: cfg.Approvals, agents: map[string]*registeredAgent{},
 		now: cfg.Now, cfg: cfg, log: cfg.Logger, calls: map[ledger.RunID]func(){},
-		notBefore: map[ledger.RunID]time.Time{}, policy: cfg.Policy.WithDefaults()}
+		notBefore: map[ledger.RunID]time.Time{}, failures: map[ledger.RunID]int{}, policy: cfg.Policy.WithDefaults(),
+		health: cfg.Health, backoff: backoff{min: cfg.RetryMin, max: cfg.RetryMax},
+		failLogs: newFailureLog(cfg.Logger, cfg.Now, cfg.LogInterval)}
 	for _, a := range cfg.Agents {
 		if a.Name == "" || a.NewModel == nil {
 			return nil, errors.New("engine: an agent needs a name and a model")
@@ -253,6 +293,9 @@ func (e *Engine) retryVerdict(run *ledger.Run, a *ledger.Action, now time.Time) 
 func (e *Engine) Recover(ctx context.Context) (recovery.ScanReport, error) {
 	return e.recoverer.Scan(ctx)
 }
+
+// Health is the StoreHealth watching the engine's store.
+func (e *Engine) Health() *StoreHealth { return e.health }
 
 // HasAgent reports whether runs may name agent.
 func (e *Engine) HasAgent(name string) bool { _, ok := e.agents[name]; return ok }

@@ -29,7 +29,7 @@ const (
 	CodeNotImplemented        = "not_implemented"         // 501: the route exists, the feature does not yet
 	CodeMethodNotAllowed      = "method_not_allowed"      // 405: the path exists, not with this method
 	CodeRouteNotFound         = "route_not_found"         // 404: no such path
-	CodeNotReady              = "not_ready"               // 503: the store is unreachable or its schema is not current
+	CodeNotReady              = "not_ready"               // 503: the store is unreachable, its schema is not current or its writes fail
 	CodeRateLimited           = "rate_limited"            // 429 + Retry-After: over the principal's (or a bad-token client address's) rate limit
 	// CodeTooManyPendingApprovals is 429 + Retry-After: the tenant's pending
 	// approvals and live runs reached Config.MaxPendingApprovals.

@@ -83,7 +83,9 @@ type Config struct {
 	// ReadyFunc reports whether the server can serve (GET /readyz): the
 	// store is reachable and its migrations are current. Nil means a
 	// one-row FindRuns and, if the store can say (CurrentSchemaVersion),
-	// a schema version equal to ledger.SchemaVersion().
+	// a schema version equal to ledger.SchemaVersion(). Either way /readyz
+	// is also not ready while the store's writes fail (the engine's
+	// StoreHealth, which also watches Store for the handlers).
 	ReadyFunc func(ctx context.Context) error
 	// Redaction is the keyed redactor of evidence reports and of the
 	// default Redactor; nil means one with a random key of this process
@@ -111,6 +113,8 @@ type Config struct {
 // serves it.
 type Server struct {
 	store     ledger.Store
+	schema    schemaVersioner // the store's, if it can tell
+	health    *engine.StoreHealth
 	engine    *engine.Engine
 	approvals *approval.Service
 	// tokens is swapped whole by SetTokens; it is nil, for good, in dev mode.
@@ -173,6 +177,11 @@ func New(cfg Config) (*Server, error) {
 		maxPending: cfg.MaxPendingApprovals,
 	}
 	s.tokens.Store(cfg.Tokens)
+	// The handlers' store failures are counted, and decide readiness,
+	// with the engine's.
+	s.health = cfg.Engine.Health()
+	s.store = s.health.Watch(cfg.Store)
+	s.schema, _ = cfg.Store.(schemaVersioner)
 	if s.ready == nil {
 		s.ready = s.defaultReady
 	}
@@ -205,6 +214,9 @@ func New(cfg Config) (*Server, error) {
 		return nil, fmt.Errorf("server: register metrics: %w", err)
 	}
 	s.metrics = m
+	if err := s.reg.Register(storeErrorsCollector{health: s.health}); err != nil {
+		return nil, fmt.Errorf("server: register metrics: %w", err)
+	}
 	if s.openapi, err = openAPIDocument(); err != nil {
 		return nil, fmt.Errorf("server: %w", err)
 	}
@@ -376,7 +388,11 @@ func (s *Server) healthz(c echo.Context) error {
 }
 
 func (s *Server) readyz(c echo.Context) error {
-	if err := s.ready(c.Request().Context()); err != nil {
+	err := s.health.Err()
+	if err == nil {
+		err = s.ready(c.Request().Context())
+	}
+	if err != nil {
 		// The cause may name files and hosts: it goes to the log, not to
 		// an unauthenticated client.
 		s.log.WarnContext(c.Request().Context(), "not ready", "err", err)
@@ -397,7 +413,7 @@ func (s *Server) defaultReady(ctx context.Context) error {
 	if _, err := s.store.FindRuns(ctx, ledger.RunFilter{Limit: 1}); err != nil {
 		return fmt.Errorf("store unreachable: %w", err)
 	}
-	if sv, ok := s.store.(schemaVersioner); ok {
+	if sv := s.schema; sv != nil {
 		v, err := sv.CurrentSchemaVersion(ctx)
 		if err != nil {
 			return fmt.Errorf("store unreachable: %w", err)

@@ -25,7 +25,8 @@ func newDemoCmd() *cobra.Command {
 		Long: `Submit a practice-cards run from a shipped Markdown document, show the pending
 write action and its digest, approve it as a second principal, execute it, and print
 the run, its stop reason and the effect count read from the simulator's own store.
-Exits non-zero unless exactly one effect was recorded.`,
+Exits non-zero unless exactly one effect was recorded; with --keep, status 7 if another
+ledger process holds that directory's database.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			dir := keep
@@ -51,7 +52,7 @@ Exits non-zero unless exactly one effect was recorded.`,
 func runDemo(cmd *cobra.Command, dir string) error {
 	ctx := cmd.Context()
 	out := cmd.OutOrStdout()
-	rt, err := openService(ctx, serviceConfig{DBPath: filepath.Join(dir, "ledger.db"), Logger: discardLogger()})
+	rt, err := openService(ctx, serviceConfig{Command: "demo", DBPath: filepath.Join(dir, "ledger.db"), Logger: discardLogger()})
 	if err != nil {
 		return err
 	}

@@ -26,7 +26,7 @@ const (
 	envSimulatorConfig = "LEDGER_SIMULATOR_CONFIG"
 )
 
-// faultPlan is LEDGER_FAULT_PLAN, one of two kinds:
+// faultPlan is LEDGER_FAULT_PLAN, one of three kinds:
 //
 //   - at a point of an attempt: {"point": "after_tool_call", "hit": 1,
 //     "action": "kill"}. The hit-th time (default 1) the point is reached,
@@ -40,12 +40,15 @@ const (
 //     migrations at start-up not included), after the write's statements
 //     ran and before its commit (before_commit), or after the commit and
 //     before its caller is answered (after_commit).
+//   - a full disk: {"action": "store_full", "while_file": PATH}. Every
+//     write of the process fails while PATH exists (faults_store.go).
 type faultPlan struct {
-	Point  engine.FaultPoint `json:"point,omitempty"`
-	Hit    int               `json:"hit,omitempty"`
-	Action string            `json:"action,omitempty"`
-	Write  int64             `json:"write,omitempty"`
-	At     ledger.WritePoint `json:"at,omitempty"`
+	Point     engine.FaultPoint `json:"point,omitempty"`
+	Hit       int               `json:"hit,omitempty"`
+	Action    string            `json:"action,omitempty"`
+	Write     int64             `json:"write,omitempty"`
+	At        ledger.WritePoint `json:"at,omitempty"`
+	WhileFile string            `json:"while_file,omitempty"`
 }
 
 // faults is what the environment asks of this process.
@@ -56,6 +59,9 @@ type faults struct {
 	WrapStore func(ledger.Store) ledger.Store
 	// WriteFault, if set, is the ledger store's write hook (write plans).
 	WriteFault func(n int64, at ledger.WritePoint)
+	// WrapWrites, if set, wraps the store of every writer of the process
+	// (store_full plans).
+	WrapWrites func(*ledger.GormStore) ledger.Store
 }
 
 // faultsFromEnv reads the fault plan and simulator configuration of the
@@ -75,6 +81,9 @@ func faultsFromEnv() (faults, error) {
 	plan, err := parseFaultPlan([]byte(raw))
 	if err != nil {
 		return f, fmt.Errorf("%s: %w", envFaultPlan, err)
+	}
+	if plan.Action == actionStoreFull {
+		return storeFullFaults(f, plan), nil
 	}
 	if plan.Write > 0 {
 		f.WriteFault = func(n int64, at ledger.WritePoint) {
@@ -100,9 +109,9 @@ func faultsFromEnv() (faults, error) {
 }
 
 // parseFaultPlan decodes and checks a fault plan: one JSON object without
-// duplicate keys, unknown fields or trailing data, naming either a point
-// of an attempt or a store write. A plan at a point gets hit 1 and action
-// kill where it names none.
+// duplicate keys, unknown fields or trailing data, naming a point of an
+// attempt, a store write, or a full disk's flag file. A plan at a point
+// gets hit 1 and action kill where it names none.
 func parseFaultPlan(raw []byte) (faultPlan, error) {
 	var plan faultPlan
 	if err := ledger.CheckJSON(raw); err != nil {
@@ -114,6 +123,16 @@ func parseFaultPlan(raw []byte) (faultPlan, error) {
 		return plan, fmt.Errorf("fault plan: %w", err)
 	}
 	switch {
+	case plan.Action == actionStoreFull:
+		switch {
+		case plan.WhileFile == "":
+			return plan, fmt.Errorf("action %s needs while_file", actionStoreFull)
+		case plan.Point != "" || plan.Hit != 0 || plan.Write != 0 || plan.At != "":
+			return plan, fmt.Errorf("action %s takes no point, hit, write or at", actionStoreFull)
+		}
+		return plan, nil
+	case plan.WhileFile != "":
+		return plan, fmt.Errorf("while_file needs action %s", actionStoreFull)
 	case plan.Write != 0 || plan.At != "":
 		switch {
 		case plan.Point != "" || plan.Hit != 0:
@@ -134,7 +153,7 @@ func parseFaultPlan(raw []byte) (faultPlan, error) {
 	case plan.Hit < 0:
 		return plan, fmt.Errorf("hit %d: hits are counted from 1", plan.Hit)
 	case plan.Action != "" && plan.Action != "kill" && plan.Action != "store_error":
-		return plan, fmt.Errorf("unknown action %q (kill or store_error)", plan.Action)
+		return plan, fmt.Errorf("unknown action %q (kill, store_error or %s)", plan.Action, actionStoreFull)
 	}
 	if plan.Hit == 0 {
 		plan.Hit = 1
@@ -161,15 +180,15 @@ func (s *failingStore) FinishAttempt(ctx context.Context, p ledger.FinishAttempt
 }
 
 // openLocalService opens the service on a database file for the local
-// commands (recover, worker), with whatever fault plan and simulator
+// command named (recover, worker), with whatever fault plan and simulator
 // settings the process's environment holds.
-func openLocalService(ctx context.Context, dbPath string) (*service, error) {
+func openLocalService(ctx context.Context, command, dbPath string) (*service, error) {
 	f, err := faultsFromEnv()
 	if err != nil {
 		return nil, err
 	}
-	return openService(ctx, serviceConfig{DBPath: dbPath, Simulator: f.Simulator, FaultFunc: f.Func,
-		WrapStore: f.WrapStore, WriteFault: f.WriteFault, Logger: discardLogger()})
+	return openService(ctx, serviceConfig{Command: command, DBPath: dbPath, Simulator: f.Simulator, FaultFunc: f.Func,
+		WrapStore: f.WrapStore, WrapWrites: f.WrapWrites, WriteFault: f.WriteFault, Logger: discardLogger()})
 }
 
 // killSelf ends the process at once, as a power cut or OOM kill would: no

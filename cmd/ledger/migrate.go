@@ -3,6 +3,7 @@ package main
 import (
 	"encoding/json"
 	"fmt"
+	"log/slog"
 
 	"github.com/actionledger/ledger/ledger"
 	"github.com/spf13/cobra"
@@ -17,10 +18,17 @@ func newMigrateCmd() *cobra.Command {
 		Use:   "migrate",
 		Short: "Create or upgrade the ledger database and print its schema version",
 		Long: `Create the SQLite database if it does not exist and apply pending migrations.
-A database written by a newer ledger is refused (exit status 3) and left untouched.`,
+A database written by a newer ledger is refused (exit status 3) and left untouched; so is
+one another ledger process holds (exit status 7: stop the server first).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx := cmd.Context()
+			// migrate writes the schema: not under a running server.
+			lock, err := lockDatabase(dbPath, "migrate", slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), nil)))
+			if err != nil {
+				return err
+			}
+			defer lock.Release()
 			s, err := ledger.Open(ctx, ledger.Config{Path: dbPath})
 			if err != nil {
 				return err

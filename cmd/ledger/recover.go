@@ -35,12 +35,12 @@ func newRecoverCmd() *cobra.Command {
 		Long: `Run the recovery scan on a database file: every approved, running or uncertain action of
 a live run gets one decision from the recovery table (continue, reconcile, stop or review),
 recorded with its rationale as an event, and acted on. First it settles cancellations an older
-version left half-done (too_late on a run that ended first). Run it while no server uses the
-file; ` + "`ledger serve`" + ` runs the same scan at start-up.`,
+version left half-done (too_late on a run that ended first). ` + "`ledger serve`" + ` runs the same
+scan at start-up. Exits with status 7 while another ledger process holds the database (<db>.lock).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx := cmd.Context()
-			svc, err := openLocalService(ctx, dbPath)
+			svc, err := openLocalService(ctx, "recover", dbPath)
 			if err != nil {
 				return err
 			}

@@ -77,7 +77,10 @@ looked at. --rate-limit 0 turns both off. /healthz, /readyz, /metrics and
 On SIGTERM or SIGINT serve stops accepting connections, waits up to
 --shutdown-timeout for requests in flight, stops the workers (an attempt interrupted
 mid-call stays started; the recovery scan of the next start settles it), closes the
-stores and exits 0. Logs are structured (slog), JSON on stderr by default.`,
+stores and exits 0. Logs are structured (slog), JSON on stderr by default.
+
+One ledger process per database: serve holds <db>.lock while it runs; if another
+ledger process holds it, serve exits with status 7 and names that process.`,
 		Args: usageArgs(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if addr := os.Getenv(envAddr); addr != "" && !cmd.Flags().Changed("addr") {
@@ -189,8 +192,8 @@ func runServe(ctx context.Context, o *serveOptions, stderr io.Writer) (err error
 	// the server does (it needs the store and the engine); the recovery
 	// scan and the first request come after it.
 	var metrics atomic.Pointer[server.Metrics]
-	svc, err := openService(ctx, serviceConfig{DBPath: o.dbPath, Rules: rules, DevMode: devMode, Simulator: faults.Simulator,
-		FaultFunc: faults.Func, WrapStore: faults.WrapStore, WriteFault: faults.WriteFault, Logger: log,
+	svc, err := openService(ctx, serviceConfig{Command: "serve", DBPath: o.dbPath, Rules: rules, DevMode: devMode, Simulator: faults.Simulator,
+		FaultFunc: faults.Func, WrapStore: faults.WrapStore, WrapWrites: faults.WrapWrites, WriteFault: faults.WriteFault, Logger: log,
 		OnDecision: func(d recovery.Decision) {
 			if m := metrics.Load(); m != nil {
 				m.ObserveDecision(d)
@@ -217,7 +220,7 @@ func runServe(ctx context.Context, o *serveOptions, stderr io.Writer) (err error
 		}
 	}()
 	srv, err := server.New(server.Config{
-		Store:               svc.store,
+		Store:               svc.base,
 		Engine:              svc.engine,
 		Approvals:           svc.approvals,
 		Tokens:              tokens,

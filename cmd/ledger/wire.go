@@ -20,11 +20,16 @@ import (
 // effect store, the approval service and the engine with the practice-cards
 // agent registered.
 type service struct {
-	store     *ledger.GormStore
+	store *ledger.GormStore
+	// base is the store every writer uses: store, or a fault plan's
+	// wrapper of it.
+	base      ledger.Store
 	effects   *simulator.EffectStore
 	approvals *approval.Service
 	engine    *engine.Engine
 	log       *slog.Logger
+	// lock is the database's lock (lock.go), held until Close.
+	lock *dbLock
 	// redactor hides secrets in what is stored and shown, with
 	// LEDGER_REDACTION_KEY when set.
 	redactor *redact.Redactor
@@ -32,6 +37,8 @@ type service struct {
 
 // serviceConfig says where things live and how they behave.
 type serviceConfig struct {
+	// Command names the command in the database's lock file ("serve").
+	Command     string
 	DBPath      string
 	EffectsPath string // "" means <DBPath>.effects.db
 	Simulator   simulator.Config
@@ -46,6 +53,9 @@ type serviceConfig struct {
 	// WriteFault is the ledger store's write hook; set only from an
 	// explicit fault plan (faults.go).
 	WriteFault func(n int64, at ledger.WritePoint)
+	// WrapWrites, if set, wraps the store every writer uses: the engine,
+	// the approval service and the HTTP server (fault plans).
+	WrapWrites func(*ledger.GormStore) ledger.Store
 	// OnDecision sees every recovery decision (serve counts them).
 	OnDecision func(recovery.Decision)
 	// OnCommit sees every group commit of the store, OnToolCall every
@@ -61,20 +71,34 @@ func openService(ctx context.Context, cfg serviceConfig) (*service, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, nil))
 	}
-	store, err := ledger.Open(ctx, ledger.Config{Path: cfg.DBPath, OnCommit: cfg.OnCommit, WriteFaultFunc: cfg.WriteFault})
+	// One process per database, before anything reads or writes it: a
+	// second one would take this one's calls in flight for interrupted
+	// ones (lock.go).
+	lock, err := lockDatabase(cfg.DBPath, cfg.Command, cfg.Logger)
 	if err != nil {
 		return nil, err
 	}
+	store, err := ledger.Open(ctx, ledger.Config{Path: cfg.DBPath, OnCommit: cfg.OnCommit, WriteFaultFunc: cfg.WriteFault})
+	if err != nil {
+		return nil, errors.Join(err, lock.Release())
+	}
 	effects, err := simulator.OpenEffectStore(ctx, cfg.EffectsPath, nil)
 	if err != nil {
-		return nil, errors.Join(err, store.Close())
+		return nil, errors.Join(err, store.Close(), lock.Release())
 	}
-	rt := &service{store: store, effects: effects, log: cfg.Logger}
+	rt := &service{store: store, base: store, effects: effects, log: cfg.Logger, lock: lock}
+	if cfg.WrapWrites != nil {
+		rt.base = cfg.WrapWrites(store)
+	}
 	policy, err := approval.NewPolicy(cfg.Rules, approval.Defaults{})
 	if err != nil {
 		return nil, errors.Join(err, rt.Close())
 	}
 	agent := simulator.PracticeCardsAgent(effects, cfg.Simulator)
+	// One StoreHealth for every writer (approvals, engine and, through
+	// the engine, the server): failures counted together, and writes seen
+	// to succeed again whoever writes first.
+	health := engine.NewStoreHealth(engine.StoreHealthConfig{Logger: cfg.Logger})
 	// The engine redacts tool output and errors, and the engine and the
 	// approval service redact people's reasons and notes, before they are
 	// stored, with the same key evidence exports use, so markers correlate.
@@ -93,25 +117,27 @@ func openService(ctx context.Context, cfg serviceConfig) (*service, error) {
 	// The engine needs the approval service for gates, and the service
 	// needs the engine's tool registry for rules: it asks the engine, which
 	// exists before the first decision.
-	rt.approvals = approval.NewService(store, policy, func(name string) (contracts.ToolDescriptor, bool) {
+	rt.approvals = approval.NewService(health.Watch(rt.base), policy, func(name string) (contracts.ToolDescriptor, bool) {
 		return rt.engine.Tool(name)
 	}, approval.Options{RelaxSeparationOfDuties: cfg.DevMode, Redactor: redactor})
-	var engineStore ledger.Store = store
+	engineStore := rt.base
 	if cfg.WrapStore != nil {
-		engineStore = cfg.WrapStore(store)
+		engineStore = cfg.WrapStore(engineStore)
 	}
 	rt.engine, err = engine.New(engine.Config{Store: engineStore, Approvals: rt.approvals, Agents: []engine.Agent{agent}, Logger: cfg.Logger, FaultFunc: cfg.FaultFunc,
-		OnDecision: cfg.OnDecision, OnToolCall: cfg.OnToolCall, Redactor: redactor})
+		OnDecision: cfg.OnDecision, OnToolCall: cfg.OnToolCall, Redactor: redactor, Health: health})
 	if err != nil {
 		return nil, errors.Join(fmt.Errorf("wire engine: %w", err), rt.Close())
 	}
 	return rt, nil
 }
 
-// Close stops the engine's workers and closes both stores.
+// Close stops the engine's workers, closes both stores, then releases the
+// database's lock.
 func (rt *service) Close() error {
 	if rt.engine != nil {
 		rt.engine.Stop()
 	}
-	return errors.Join(rt.effects.Close(), rt.store.Close())
+	err := errors.Join(rt.effects.Close(), rt.store.Close())
+	return errors.Join(err, rt.lock.Release())
 }

@@ -16,11 +16,12 @@ func newWorkerCmd() *cobra.Command {
 		Short: "Advance runs on a database file without serving HTTP",
 		Long: `Run the recovery scan, then advance every runnable run (queued, running, stopping)
 until none is left (--until-idle) or until interrupted. Runs waiting for a person stay
-waiting. The crash tests and the fault matrix start this command with a fault plan.`,
+waiting. The crash tests and the fault matrix start this command with a fault plan.
+Exits with status 7 if another ledger process holds the database (<db>.lock).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx := cmd.Context()
-			svc, err := openLocalService(ctx, dbPath)
+			svc, err := openLocalService(ctx, "worker", dbPath)
 			if err != nil {
 				return err
 			}
