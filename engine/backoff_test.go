@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -157,39 +158,23 @@ func TestFailureLog(t *testing.T) {
 	})
 }
 
-// fullStore makes a real store's writes fail, as a full disk does, while
-// full is set; the store stays real.
-type fullStore struct {
-	ledger.Store
-	full *bool
-	mu   *sync.Mutex
-}
-
-func (s fullStore) isFull() error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if *s.full {
-		return ledger.Errorf(ledger.CodeInternal, "database or disk is full")
-	}
-	return nil
-}
-
-func (s fullStore) TransitionRun(ctx context.Context, p ledger.RunTransition) (*ledger.Run, error) {
-	if err := s.isFull(); err != nil {
-		return nil, err
-	}
-	return s.Store.TransitionRun(ctx, p)
-}
-
 func TestStoreHealth(t *testing.T) {
 	ctx := context.Background()
 	setup := func(t *testing.T) (*ledgertest.Bundle, *logLines, *StoreHealth, ledger.Store, func(bool)) {
-		lb := ledgertest.OpenStore(t)
+		// The store's writes fail as on a full disk while full is set: the
+		// store's own fault hook, so the store stays real.
+		var full atomic.Bool
+		lb := ledgertest.OpenStoreWith(t, func(c *ledger.Config) {
+			c.WriteFaultFunc = func(_ int64, at ledger.WritePoint) error {
+				if at == ledger.WriteBeforeCommit && full.Load() {
+					return errors.New("database or disk is full")
+				}
+				return nil
+			}
+		})
 		lines, log := newLogLines()
 		h := NewStoreHealth(StoreHealthConfig{Now: lb.Clock.Now, Logger: log})
-		full, mu := false, &sync.Mutex{}
-		s := h.Watch(fullStore{Store: lb.Store, full: &full, mu: mu})
-		return lb, lines, h, s, func(v bool) { mu.Lock(); full = v; mu.Unlock() }
+		return lb, lines, h, h.Watch(lb.Store), full.Store
 	}
 
 	t.Run("FailingUntilAWriteSucceeds", func(t *testing.T) {
@@ -200,7 +185,8 @@ func TestStoreHealth(t *testing.T) {
 		fill(true)
 		_, err := s.TransitionRun(ctx, ledger.RunTransition{ID: run.ID, From: ledger.RunQueued, To: ledger.RunRunning, Actor: "t"})
 		require.Error(t, err)
-		require.ErrorContains(t, h.Err(), "store writes failing since 2026-01-02T03:04:05Z (1 failed): database or disk is full")
+		require.ErrorContains(t, h.Err(), "store writes failing since 2026-01-02T03:04:05Z (1 failed): transition run: ")
+		require.ErrorContains(t, h.Err(), "database or disk is full")
 		ok := h.recoveredC()
 		require.NotNil(t, ok)
 		lb.Clock.Advance(time.Second)

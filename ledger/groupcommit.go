@@ -112,7 +112,9 @@ func (s *GormStore) runBatch(batch []*writeReq) {
 	err := s.w.WithContext(context.Background()).Transaction(func(db *gorm.DB) error {
 		if len(batch) == 1 {
 			errs[0] = s.runOne(batch[0], db)
-			s.writeFault(first, WriteBeforeCommit)
+			if ferr := s.writeFault(first, WriteBeforeCommit); errs[0] == nil {
+				errs[0] = ferr
+			}
 			return errs[0]
 		}
 		sqlTx, ok := db.Statement.ConnPool.(*sql.Tx)
@@ -131,7 +133,11 @@ func (s *GormStore) runBatch(batch []*writeReq) {
 			if err := sp(savepointSQL); err != nil {
 				return err
 			}
-			if errs[i] = s.runOne(r, db); errs[i] != nil {
+			errs[i] = s.runOne(r, db)
+			if ferr := s.writeFault(first+int64(i), WriteBeforeCommit); errs[i] == nil {
+				errs[i] = ferr
+			}
+			if errs[i] != nil {
 				if err := sp(rollbackToSavepointSQL); err != nil {
 					return err
 				}
@@ -139,12 +145,11 @@ func (s *GormStore) runBatch(batch []*writeReq) {
 			if err := sp(releaseSavepointSQL); err != nil {
 				return err
 			}
-			s.writeFault(first+int64(i), WriteBeforeCommit)
 		}
 		return nil
 	})
 	for i, r := range batch {
-		s.writeFault(first+int64(i), WriteAfterCommit)
+		_ = s.writeFault(first+int64(i), WriteAfterCommit) // it can only kill here
 		switch {
 		case errs[i] != nil:
 			r.done <- errs[i]

@@ -49,8 +49,12 @@ type Config struct {
 	// with the write's number n (1 for the first write this Store runs,
 	// counted in the order the writes run, failed ones included) at each
 	// WritePoint of the write, on the goroutine that runs its commit, so it
-	// may kill the process there. Nil, the default, costs nothing.
-	WriteFaultFunc func(n int64, at WritePoint)
+	// may kill the process there. An error it returns at
+	// WriteBeforeCommit fails that write alone, as a full disk would: its
+	// statements are rolled back and its caller gets the error as
+	// CodeInternal; at WriteAfterCommit the error is ignored. Nil, the
+	// default, costs nothing.
+	WriteFaultFunc func(n int64, at WritePoint) error
 	// OnCommit, if set, is told of every group commit once it has ended:
 	// how many writes it held and how long its transaction took, BEGIN to
 	// the end of COMMIT, on the clock Now (metrics). It runs on the
@@ -87,7 +91,7 @@ type GormStore struct {
 	wr       *writer // group commit (groupcommit.go)
 	// writeFaultFunc is Config.WriteFaultFunc; writes counts the writes
 	// run so far, under the writer lock (writefault.go).
-	writeFaultFunc func(n int64, at WritePoint)
+	writeFaultFunc func(n int64, at WritePoint) error
 	writes         int64
 	// ws are the write statements, prepared on the writer's connection;
 	// rs the read statements of the reader pool (stmts.go).

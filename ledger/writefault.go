@@ -27,9 +27,14 @@ func (s *GormStore) numberWrites(n int) int64 {
 	return first
 }
 
-// writeFault calls the fault plan's hook, if there is one, for write n at p.
-func (s *GormStore) writeFault(n int64, p WritePoint) {
-	if s.writeFaultFunc != nil {
-		s.writeFaultFunc(n, p)
+// writeFault calls the fault plan's hook, if there is one, for write n at
+// p, and returns the failure it asks for as the write's error.
+func (s *GormStore) writeFault(n int64, p WritePoint) error {
+	if s.writeFaultFunc == nil {
+		return nil
 	}
+	if err := s.writeFaultFunc(n, p); err != nil {
+		return Errorf(CodeInternal, "write %d: %w", n, err)
+	}
+	return nil
 }

@@ -21,15 +21,21 @@ type writeLog struct {
 	// being submitted is visible to another connection yet.
 	durable func() bool
 	seen    []bool
+	// fail, when set, is what the hook answers.
+	fail func(n int64, at ledger.WritePoint) error
 }
 
-func (l *writeLog) hook(n int64, at ledger.WritePoint) {
+func (l *writeLog) hook(n int64, at ledger.WritePoint) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.calls = append(l.calls, fmt.Sprintf("%d %s", n, at))
 	if l.durable != nil {
 		l.seen = append(l.seen, l.durable())
 	}
+	if l.fail != nil {
+		return l.fail(n, at)
+	}
+	return nil
 }
 
 func openWithHook(t *testing.T, l *writeLog) *ledger.GormStore {
@@ -106,6 +112,48 @@ func TestWriteFaultFunc(t *testing.T) {
 		require.Len(t, state, n)
 		for i := 1; i <= n; i++ {
 			require.Equal(t, "after", state[fmt.Sprint(i)], "write %d", i)
+		}
+	})
+
+	t.Run("ErrFailsTheWriteAlone", func(t *testing.T) {
+		// A failure asked for before the commit fails that write, as a
+		// full disk would, and none of the others sharing its commit; one
+		// asked for after the commit changes nothing.
+		ctx := context.Background()
+		l := &writeLog{fail: func(n int64, at ledger.WritePoint) error {
+			if n%2 == 0 || at == ledger.WriteAfterCommit {
+				return fmt.Errorf("disk full")
+			}
+			return nil
+		}}
+		s := openWithHook(t, l)
+		const n = 40
+		var (
+			wg     sync.WaitGroup
+			mu     sync.Mutex
+			failed int
+		)
+		for i := range n {
+			wg.Go(func() {
+				_, err := submit(ctx, s, fmt.Sprintf("k%d", i))
+				if err != nil {
+					require.Equal(t, ledger.CodeInternal, ledger.Code(err), "%v", err)
+					require.ErrorContains(t, err, "disk full")
+					mu.Lock()
+					failed++
+					mu.Unlock()
+				}
+			})
+		}
+		wg.Wait()
+		runs, err := s.FindRuns(ctx, ledger.RunFilter{Tenant: ptr("acme")})
+		require.NoError(t, err)
+		require.Equal(t, n/2, failed, "every even-numbered write failed")
+		require.Len(t, runs, n-failed, "exactly the writes answered without error are stored")
+		for _, r := range runs {
+			chain, err := s.VerifyChain(ctx, r.ID)
+			require.NoError(t, err)
+			require.True(t, chain.OK, "%+v", chain)
 		}
 	})
 

@@ -57,11 +57,9 @@ type faults struct {
 	Simulator simulator.Config
 	// WrapStore, if set, wraps the engine's store (store_error plans).
 	WrapStore func(ledger.Store) ledger.Store
-	// WriteFault, if set, is the ledger store's write hook (write plans).
-	WriteFault func(n int64, at ledger.WritePoint)
-	// WrapWrites, if set, wraps the store of every writer of the process
-	// (store_full plans).
-	WrapWrites func(*ledger.GormStore) ledger.Store
+	// WriteFault, if set, is the ledger store's write hook (write and
+	// store_full plans).
+	WriteFault func(n int64, at ledger.WritePoint) error
 }
 
 // faultsFromEnv reads the fault plan and simulator configuration of the
@@ -86,10 +84,11 @@ func faultsFromEnv() (faults, error) {
 		return storeFullFaults(f, plan), nil
 	}
 	if plan.Write > 0 {
-		f.WriteFault = func(n int64, at ledger.WritePoint) {
+		f.WriteFault = func(n int64, at ledger.WritePoint) error {
 			if n == plan.Write && at == plan.At {
 				killSelf()
 			}
+			return nil
 		}
 		return f, nil
 	}
@@ -188,7 +187,7 @@ func openLocalService(ctx context.Context, command, dbPath string) (*service, er
 		return nil, err
 	}
 	return openService(ctx, serviceConfig{Command: command, DBPath: dbPath, Simulator: f.Simulator, FaultFunc: f.Func,
-		WrapStore: f.WrapStore, WrapWrites: f.WrapWrites, WriteFault: f.WriteFault, Logger: discardLogger()})
+		WrapStore: f.WrapStore, WriteFault: f.WriteFault, Logger: discardLogger()})
 }
 
 // killSelf ends the process at once, as a power cut or OOM kill would: no

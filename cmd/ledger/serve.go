@@ -193,7 +193,7 @@ func runServe(ctx context.Context, o *serveOptions, stderr io.Writer) (err error
 	// scan and the first request come after it.
 	var metrics atomic.Pointer[server.Metrics]
 	svc, err := openService(ctx, serviceConfig{Command: "serve", DBPath: o.dbPath, Rules: rules, DevMode: devMode, Simulator: faults.Simulator,
-		FaultFunc: faults.Func, WrapStore: faults.WrapStore, WrapWrites: faults.WrapWrites, WriteFault: faults.WriteFault, Logger: log,
+		FaultFunc: faults.Func, WrapStore: faults.WrapStore, WriteFault: faults.WriteFault, Logger: log,
 		OnDecision: func(d recovery.Decision) {
 			if m := metrics.Load(); m != nil {
 				m.ObserveDecision(d)
@@ -220,7 +220,7 @@ func runServe(ctx context.Context, o *serveOptions, stderr io.Writer) (err error
 		}
 	}()
 	srv, err := server.New(server.Config{
-		Store:               svc.base,
+		Store:               svc.store,
 		Engine:              svc.engine,
 		Approvals:           svc.approvals,
 		Tokens:              tokens,

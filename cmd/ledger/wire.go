@@ -20,10 +20,7 @@ import (
 // effect store, the approval service and the engine with the practice-cards
 // agent registered.
 type service struct {
-	store *ledger.GormStore
-	// base is the store every writer uses: store, or a fault plan's
-	// wrapper of it.
-	base      ledger.Store
+	store     *ledger.GormStore
 	effects   *simulator.EffectStore
 	approvals *approval.Service
 	engine    *engine.Engine
@@ -52,10 +49,7 @@ type serviceConfig struct {
 	WrapStore func(ledger.Store) ledger.Store
 	// WriteFault is the ledger store's write hook; set only from an
 	// explicit fault plan (faults.go).
-	WriteFault func(n int64, at ledger.WritePoint)
-	// WrapWrites, if set, wraps the store every writer uses: the engine,
-	// the approval service and the HTTP server (fault plans).
-	WrapWrites func(*ledger.GormStore) ledger.Store
+	WriteFault func(n int64, at ledger.WritePoint) error
 	// OnDecision sees every recovery decision (serve counts them).
 	OnDecision func(recovery.Decision)
 	// OnCommit sees every group commit of the store, OnToolCall every
@@ -86,10 +80,7 @@ func openService(ctx context.Context, cfg serviceConfig) (*service, error) {
 	if err != nil {
 		return nil, errors.Join(err, store.Close(), lock.Release())
 	}
-	rt := &service{store: store, base: store, effects: effects, log: cfg.Logger, lock: lock}
-	if cfg.WrapWrites != nil {
-		rt.base = cfg.WrapWrites(store)
-	}
+	rt := &service{store: store, effects: effects, log: cfg.Logger, lock: lock}
 	policy, err := approval.NewPolicy(cfg.Rules, approval.Defaults{})
 	if err != nil {
 		return nil, errors.Join(err, rt.Close())
@@ -117,10 +108,10 @@ func openService(ctx context.Context, cfg serviceConfig) (*service, error) {
 	// The engine needs the approval service for gates, and the service
 	// needs the engine's tool registry for rules: it asks the engine, which
 	// exists before the first decision.
-	rt.approvals = approval.NewService(health.Watch(rt.base), policy, func(name string) (contracts.ToolDescriptor, bool) {
+	rt.approvals = approval.NewService(health.Watch(store), policy, func(name string) (contracts.ToolDescriptor, bool) {
 		return rt.engine.Tool(name)
 	}, approval.Options{RelaxSeparationOfDuties: cfg.DevMode, Redactor: redactor})
-	engineStore := rt.base
+	var engineStore ledger.Store = store
 	if cfg.WrapStore != nil {
 		engineStore = cfg.WrapStore(engineStore)
 	}
