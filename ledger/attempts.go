@@ -80,21 +80,40 @@ func (tx *txn) startAttemptOf(action *Action, run *Run, actor string) (*Attempt,
 		row.Version, row.StartedAt); err != nil {
 		return nil, err
 	}
-	if _, err := tx.exec(countAttemptSQL, string(run.ID)); err != nil {
+	budget, err := tx.spend(countAttemptSQL, string(run.ID))
+	if err != nil {
 		return nil, err
 	}
+	att, err := row.toAttempt()
+	if err != nil {
+		return nil, err
+	}
+	// The attempt's event also binds the budget it counted against.
 	if _, err := tx.appendEvent(transitionEvent(action.RunID, "attempt", row.ID, AttemptStatus(""), AttemptStarted, actor,
-		map[string]any{"action_id": action.ID, "attempt_no": no, "dedup_key": action.DedupKey})); err != nil {
+		map[string]any{"action_id": action.ID, "attempt_no": no, "dedup_key": action.DedupKey}).
+		bind(AttemptContentOf(att), budget.content())); err != nil {
 		return nil, err
 	}
-	return row.toAttempt()
+	return att, nil
+}
+
+// spend runs one of the statements that count an attempt against a run's
+// budget and returns the budget after it.
+func (tx *txn) spend(s *stmt, args ...any) (*budgetRow, error) {
+	var b budgetRow
+	rows, err := tx.query(s, args...)
+	if err := scanOne(rows, err, "budget", func(rows *sql.Rows) error { return rows.Scan(b.targets()...) }); err != nil {
+		return nil, err
+	}
+	return &b, nil
 }
 
 var (
 	cancelAcceptedSQL = writeStmt(`SELECT EXISTS (SELECT 1 FROM cancellations WHERE run_id = ? AND state <> ?)`)
 	insertAttemptSQL  = writeStmt(`INSERT INTO attempts (id, action_id, run_id, attempt_no, status, effect, version, started_at)
 	VALUES (?, ?, ?, ?, ?, ?, ?, ?)`)
-	countAttemptSQL = writeStmt(`UPDATE budgets SET attempts_used = attempts_used + 1, version = version + 1 WHERE run_id = ?`)
+	countAttemptSQL = writeStmt(`UPDATE budgets SET attempts_used = attempts_used + 1, version = version + 1 WHERE run_id = ?
+	RETURNING ` + budgetCols)
 )
 
 // checkAttemptBudget refuses another attempt when a persisted budget is
@@ -174,24 +193,32 @@ func (tx *txn) finishAttempt(att *Attempt, o attemptOutcome) (*actionRow, *Obser
 		}
 		return nil, nil, err
 	}
-	finished, err := tx.execOne(finishAttemptSQL, string(o.Status), rawPtr(o.Result), errJSON, micros(tx.now),
+	var finished attemptRow
+	rows, err := tx.query(finishAttemptSQL, string(o.Status), rawPtr(o.Result), errJSON, micros(tx.now),
 		string(att.ID), string(AttemptStarted))
+	err = scanOne(rows, err, "attempt "+string(att.ID), func(rows *sql.Rows) error { return scanAttempt(rows, &finished) })
+	if Code(err) == CodeNotFound {
+		return nil, nil, tx.staleAttempt(att.ID, AttemptStarted)
+	}
 	if err != nil {
 		return nil, nil, err
 	}
-	if !finished {
-		return nil, nil, tx.staleAttempt(att.ID, AttemptStarted)
+	done, err := finished.toAttempt()
+	if err != nil {
+		return nil, nil, err
 	}
 	// The attempt's time counts against the run's execution budget.
 	spent := tx.now.Sub(att.StartedAt).Microseconds()
-	if _, err := tx.exec(spendExecutionSQL, max(spent, 0), string(att.RunID)); err != nil {
+	budget, err := tx.spend(spendExecutionSQL, max(spent, 0), string(att.RunID))
+	if err != nil {
 		return nil, nil, err
 	}
 	data := map[string]any{"action_id": att.ActionID, "attempt_no": att.No, "duration_us": spent}
 	if o.Error != nil {
 		data["error"] = o.Error
 	}
-	if _, err := tx.appendEvent(transitionEvent(att.RunID, "attempt", string(att.ID), AttemptStarted, o.Status, o.Actor, data)); err != nil {
+	if _, err := tx.appendEvent(transitionEvent(att.RunID, "attempt", string(att.ID), AttemptStarted, o.Status, o.Actor, data).
+		bind(AttemptContentOf(done), budget.content())); err != nil {
 		return nil, nil, err
 	}
 	att.Status = o.Status
@@ -211,9 +238,9 @@ func (tx *txn) finishAttempt(att *Attempt, o attemptOutcome) (*actionRow, *Obser
 
 var (
 	finishAttemptSQL = writeStmt(`UPDATE attempts SET status = ?, result = ?, error = ?, finished_at = ?, version = version + 1
-	WHERE id = ? AND status = ?`)
+	WHERE id = ? AND status = ? RETURNING ` + attemptCols)
 	spendExecutionSQL = writeStmt(`UPDATE budgets SET execution_used_us = execution_used_us + ?, version = version + 1
-	WHERE run_id = ?`)
+	WHERE run_id = ? RETURNING ` + budgetCols)
 )
 
 // RecordObservation implements Store.
@@ -265,36 +292,44 @@ func (tx *txn) observe(att *Attempt, src ObservationSource, effect EffectFact, d
 		row.Detail, row.ObservedAt); err != nil {
 		return nil, err
 	}
+	obs := row.toObservation()
 	if _, err := tx.appendEvent(eventSpec{RunID: att.RunID, Type: "observation.recorded", EntityType: "observation",
-		EntityID: row.ID, Actor: actor, Data: map[string]any{"attempt_id": att.ID, "source": src, "effect": effect}}); err != nil {
+		EntityID: row.ID, Actor: actor, Data: map[string]any{"attempt_id": att.ID, "source": src, "effect": effect}}.
+		bind(ObservationContentOf(obs))); err != nil {
 		return nil, err
 	}
 	if effect != EffectUnknown && att.Effect == EffectUnknown {
 		if err := ValidateEffectTransition(att.Effect, effect); err != nil {
 			return nil, err
 		}
-		set, err := tx.execOne(setEffectSQL, string(effect), row.ID, string(att.ID), string(EffectUnknown))
+		var set attemptRow
+		rows, err := tx.query(setEffectSQL, string(effect), row.ID, string(att.ID), string(EffectUnknown))
+		err = scanOne(rows, err, "attempt "+string(att.ID), func(rows *sql.Rows) error { return scanAttempt(rows, &set) })
+		if Code(err) == CodeNotFound {
+			return nil, Errorf(CodeConflict, "attempt %s effect changed underneath", att.ID)
+		}
 		if err != nil {
 			return nil, err
 		}
-		if !set {
-			return nil, Errorf(CodeConflict, "attempt %s effect changed underneath", att.ID)
+		after, err := set.toAttempt()
+		if err != nil {
+			return nil, err
 		}
 		if _, err := tx.appendEvent(eventSpec{RunID: att.RunID, Type: "attempt.effect_" + string(effect), EntityType: "attempt",
 			EntityID: string(att.ID), From: string(EffectUnknown), To: string(effect), Actor: actor,
-			Data: map[string]any{"observation_id": row.ID, "source": src}}); err != nil {
+			Data: map[string]any{"observation_id": row.ID, "source": src}}.bind(AttemptContentOf(after))); err != nil {
 			return nil, err
 		}
 		att.Effect = effect
 	}
-	return row.toObservation(), nil
+	return obs, nil
 }
 
 var (
 	insertObservationSQL = writeStmt(`INSERT INTO observations (id, run_id, action_id, attempt_id, source, effect, detail,
 	observed_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)`)
 	setEffectSQL = writeStmt(`UPDATE attempts SET effect = ?, effect_observation_id = ?, version = version + 1
-	WHERE id = ? AND effect = ?`)
+	WHERE id = ? AND effect = ? RETURNING ` + attemptCols)
 )
 
 func (tx *txn) staleAttempt(id AttemptID, from AttemptStatus) error {

@@ -44,11 +44,12 @@ func (s *GormStore) RequestCancel(ctx context.Context, p RequestCancelParams) (R
 		if err := tx.db.Create(&row).Error; err != nil {
 			return err
 		}
+		c := row.toCancellation()
 		if _, err := tx.appendEvent(transitionEvent(run.ID, "cancellation", row.ID, CancellationState(""), CancelRequested,
-			p.Principal, map[string]any{"reason": p.Reason})); err != nil {
+			p.Principal, map[string]any{"reason": p.Reason}).bind(CancellationContentOf(c))); err != nil {
 			return err
 		}
-		out = RequestCancelResult{Cancellation: row.toCancellation(), Created: true}
+		out = RequestCancelResult{Cancellation: c, Created: true}
 		return nil
 	})
 	return out, err
@@ -83,7 +84,8 @@ func (s *GormStore) TransitionCancellation(ctx context.Context, p CancellationTr
 		if err != nil {
 			return err
 		}
-		if _, err := tx.appendEvent(transitionEvent(p.RunID, "cancellation", string(c.ID), p.From, p.To, p.Actor, nil)); err != nil {
+		if _, err := tx.appendEvent(transitionEvent(p.RunID, "cancellation", string(c.ID), p.From, p.To, p.Actor, nil).
+			bind(CancellationContentOf(c))); err != nil {
 			return err
 		}
 		out = c

@@ -2,6 +2,7 @@ package ledger
 
 import (
 	"context"
+	"crypto/ed25519"
 	"database/sql"
 	"embed"
 	"errors"
@@ -42,6 +43,9 @@ type Config struct {
 	Synchronous string
 	// ReadConns is the size of the read pool; 0 means 4.
 	ReadConns int
+	// SigningKey, if set, signs each run's chain head whenever a write
+	// moves it (signing.go). It stays in memory: never stored or logged.
+	SigningKey ed25519.PrivateKey
 }
 
 // GormStore is the Store on GORM and SQLite. It keeps one writer connection
@@ -57,6 +61,8 @@ type GormStore struct {
 	// rs the read statements of the reader pool (stmts.go).
 	ws []*sql.Stmt
 	rs *readStmts
+	// signer signs chain heads; nil without a signing key.
+	signer *signer
 }
 
 var _ Store = (*GormStore)(nil)
@@ -87,6 +93,10 @@ func Open(ctx context.Context, cfg Config) (*GormStore, error) {
 	if cfg.ReadConns == 0 {
 		cfg.ReadConns = 4
 	}
+	sign, err := newSigner(cfg.SigningKey)
+	if err != nil {
+		return nil, fmt.Errorf("open store: %w", err)
+	}
 	gcfg := func() *gorm.Config {
 		return &gorm.Config{
 			NowFunc:                now,
@@ -106,7 +116,7 @@ func Open(ctx context.Context, cfg Config) (*GormStore, error) {
 	if err != nil {
 		return nil, Errorf(CodeInternal, "open store %s: %w", cfg.Path, err)
 	}
-	s := &GormStore{w: w, now: now, newID: cfg.NewID}
+	s := &GormStore{w: w, now: now, newID: cfg.NewID, signer: sign}
 	if err := setPool(w, 1); err != nil {
 		return nil, err
 	}
@@ -325,8 +335,10 @@ type txn struct {
 	now   time.Time
 	newID NewIDFunc
 	// heads caches the chain heads this write moved; flushHeads writes
-	// them to the runs once the write is done (events.go).
-	heads map[RunID]*chainHead
+	// them to the runs once the write is done (events.go), signed by
+	// signer if there is one.
+	heads  map[RunID]*chainHead
+	signer *signer
 }
 
 // wrapErr gives err the op as context and makes sure it is an *Error; GORM
