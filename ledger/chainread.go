@@ -80,12 +80,19 @@ func scanEvents(ctx context.Context, rows *sql.Rows, want int64) ([]*Event, erro
 // budget, actions, attempts, approvals, cancellation, observations and
 // head signature into out; CodeNotFound if the run is unknown. Like
 // readChainEvents, the statements run without the caller's cancellation,
-// which is checked before each.
-func readRecord(db *gorm.DB, run RunID, out *Chain) error {
+// which is checked before each; a read that fails once the context is
+// done (database/sql closes the transaction's rows for it) fails with the
+// context's error.
+func readRecord(db *gorm.DB, run RunID, out *Chain) (err error) {
 	ctx := db.Statement.Context
 	if ctx == nil {
 		ctx = context.Background()
 	}
+	defer func() {
+		if cerr := ctx.Err(); err != nil && cerr != nil {
+			err = cerr
+		}
+	}()
 	q := db.WithContext(context.WithoutCancel(ctx))
 	rows := func(query string, args ...any) (*sql.Rows, error) {
 		if err := ctx.Err(); err != nil {

@@ -22,9 +22,10 @@ import (
 // the row it belongs to (an attempt's action, an approval's action, …) and
 // in the report's units (times as RFC 3339 in UTC, budget durations in
 // whole milliseconds). Documents and free text that a report may redact
-// (arguments, results, errors, details, reasons) enter the content as the
-// digest of their canonical JSON, so that a report which hides them can
-// still be checked: it shows the digest of what it hid. Left out, each
+// (arguments, results, errors, details, reasons) enter the content as
+// their tree digest (treedigest.go), so that a report which hides part of
+// one can still be checked: it gives the digests of the parts it hid, and
+// everything it shows is recomputed. Left out, each
 // with its reason: versions and counters the report does not show
 // (version, attempt_count, event_seq, event_hash), the run's input and
 // idempotency keys (not shown; the request digest in the run's first event
@@ -256,7 +257,7 @@ func AttemptContentOf(a *Attempt) AttemptContent {
 }
 
 // ErrorDigest is the digest of an attempt's error as its content holds it:
-// of the canonical JSON {"code", "message"}; "" for none.
+// the tree digest of the document {"code", "message"}; "" for none.
 func ErrorDigest(e *AttemptError) Digest {
 	if e == nil {
 		return ""
@@ -264,7 +265,8 @@ func ErrorDigest(e *AttemptError) Digest {
 	var o canonObject
 	o.str("code", e.Code)
 	o.str("message", e.Message)
-	return o.digest()
+	o.b.WriteByte('}')
+	return docDigest(o.b.Bytes())
 }
 
 // Key implements Content.
@@ -318,7 +320,8 @@ func ApprovalContentOf(a *Approval) ApprovalContent {
 }
 
 // TextDigest is the digest of a free-text field as content holds it: of
-// its canonical JSON string; "" for none (the empty string).
+// its canonical JSON string (its tree digest as a document); "" for none
+// (the empty string).
 func TextDigest(s string) Digest {
 	if s == "" {
 		return ""
@@ -433,30 +436,6 @@ func (c ObservationContent) Digest() Digest {
 }
 
 func (c ObservationContent) explain(*Event) string { return "" }
-
-// DocDigest is the digest of a document as content holds it: of its
-// canonical JSON; "" for none (empty or JSON null). Unlike the digests of
-// stored rows, it canonicalizes doc first: a report shows documents
-// re-indented.
-func DocDigest(doc json.RawMessage) (Digest, error) {
-	if len(doc) == 0 || string(bytes.TrimSpace(doc)) == "null" {
-		return "", nil
-	}
-	c, err := Canonicalize(doc)
-	if err != nil {
-		return "", err
-	}
-	return digestBytes(c), nil
-}
-
-// docDigest is DocDigest of a document the ledger stored, which is
-// canonical already.
-func docDigest(doc json.RawMessage) Digest {
-	if len(doc) == 0 || string(doc) == "null" {
-		return ""
-	}
-	return digestBytes(doc)
-}
 
 // stateHint explains a mismatch by the state the newest event of the row
 // moved it to, if that event is a transition of entity and the row's

@@ -215,6 +215,7 @@ type Event struct {
 	// the row's content after the write (content.go); nil if none.
 	Rows json.RawMessage `json:"rows,omitempty"`
 	// DataDigest stands in for Data in a format 2 hash when Data itself is
-	// not known (a report that redacted it); ignored when Data is set.
+	// not known (a report that redacted part of it): its tree digest
+	// (DocDigest); ignored when Data is set.
 	DataDigest Digest `json:"-"`
 }

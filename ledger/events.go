@@ -25,9 +25,10 @@ const EventFormat = 2
 // ComputeHash returns the hash the event should carry given its content and
 // its PrevHash: the sha256 of the RFC 8785 canonical JSON of every field
 // but Hash. In format 1 the data is one of those fields; in format 2 its
-// digest is ("data_digest"), with the format itself and the rows the event
-// binds ("rows"), so that the hash can be recomputed from a report that
-// redacted the data but shows its digest (DataDigest).
+// tree digest is ("data_digest", treedigest.go), with the format itself
+// and the rows the event binds ("rows"), so that the hash can be
+// recomputed from a report that redacted part of the data but gives the
+// digests of what it hid (DataDigest).
 //
 // It writes that JSON directly (keys in order, JCS string escaping)
 // instead of marshalling and re-parsing it, since it runs for every event
@@ -71,8 +72,13 @@ func (e *Event) ComputeHash() (string, error) {
 		field(false, "data")
 		b.Write(e.Data)
 	case v2 && len(e.Data) > 0:
+		w := treeWalker{doc: e.Data}
+		sum, err := w.root()
+		if err != nil {
+			return "", Errorf(CodeInvalid, "event %d hash: data: %w", e.Seq, err)
+		}
 		field(false, "data_digest")
-		jcsString(&b, string(digestBytes(e.Data)))
+		jcsString(&b, string(sumDigest(sum)))
 	case v2 && e.DataDigest != "":
 		field(false, "data_digest")
 		jcsString(&b, string(e.DataDigest))
