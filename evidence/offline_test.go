@@ -101,7 +101,10 @@ func TestVerifyReport(t *testing.T) {
 			"budget run_00000000000000000000000001 was changed after event 30 recorded it"},
 		{"deadline after", func(r map[string]any) { obj(r, "budget", "limits")["deadline_after_ms"] = 1 }, pub,
 			"budget: deadline_after_ms is not the deadline less the run's created_at"},
-		{"run state", func(r map[string]any) { obj(r, "run")["state"] = "completed"; obj(r, "run")["stop_reason"] = "completed" }, pub,
+		{"run state", func(r map[string]any) {
+			obj(r, "run")["state"] = "completed"
+			obj(r, "run")["stop_reason"] = "completed"
+		}, pub,
 			`run run_00000000000000000000000001 was changed after event 35 recorded it: state is "completed", but event 35 moved it to "stopped"`},
 		{"row removed", func(r map[string]any) { obj(r, "actions", 0)["approvals"] = []any{} }, pub,
 			"approval apr_00000000000000000000000008, which event 8 recorded, is missing"},
