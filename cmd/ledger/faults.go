@@ -106,14 +106,19 @@ func (s *failingStore) FinishAttempt(ctx context.Context, p ledger.FinishAttempt
 
 // openLocalService opens the service on a database file for the local
 // commands (recover, worker), with whatever fault plan and simulator
-// settings the process's environment holds.
-func openLocalService(ctx context.Context, dbPath string) (*service, error) {
+// settings the process's environment holds, and the signing key of
+// signingKeyFlag or $LEDGER_SIGNING_KEY_FILE if either names one.
+func openLocalService(ctx context.Context, dbPath, signingKeyFlag string) (*service, error) {
 	f, err := faultsFromEnv()
 	if err != nil {
 		return nil, err
 	}
+	key, err := signingKeyFrom(signingKeyFlag)
+	if err != nil {
+		return nil, err
+	}
 	return openService(ctx, serviceConfig{DBPath: dbPath, Simulator: f.Simulator, FaultFunc: f.Func,
-		WrapStore: f.WrapStore, Logger: discardLogger()})
+		WrapStore: f.WrapStore, Logger: discardLogger(), SigningKey: key})
 }
 
 // killSelf ends the process at once, as a power cut or OOM kill would: no

@@ -25,8 +25,8 @@ func (svc *service) recover(ctx context.Context) error {
 
 func newRecoverCmd() *cobra.Command {
 	var (
-		dbPath string
-		asJSON bool
+		dbPath, signingKey string
+		asJSON             bool
 	)
 	cmd := &cobra.Command{
 		Use:   "recover",
@@ -38,7 +38,7 @@ recorded with its rationale as an event, and acted on. Run it while no server us
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx := cmd.Context()
-			svc, err := openLocalService(ctx, dbPath)
+			svc, err := openLocalService(ctx, dbPath, signingKey)
 			if err != nil {
 				return err
 			}
@@ -52,6 +52,7 @@ recorded with its rationale as an event, and acted on. Run it while no server us
 	}
 	cmd.Flags().StringVar(&dbPath, "db", "./ledger.db", "path of the SQLite database")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	cmd.Flags().StringVar(&signingKey, "signing-key", "", "sign chain heads with this Ed25519 key file (env "+envSigningKeyFile+")")
 	return cmd
 }
 

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/ed25519"
 	"errors"
 	"fmt"
 	"io"
@@ -14,6 +15,7 @@ import (
 	"time"
 
 	"github.com/actionledger/ledger/contracts"
+	"github.com/actionledger/ledger/ledger"
 	"github.com/actionledger/ledger/recovery"
 	"github.com/actionledger/ledger/server"
 	"github.com/prometheus/client_golang/prometheus"
@@ -36,6 +38,7 @@ type serveOptions struct {
 	logLevel        string
 	maxBodyBytes    int64
 	shutdownTimeout time.Duration
+	signingKeyPath  string
 }
 
 func newServeCmd() *cobra.Command {
@@ -73,6 +76,7 @@ stores and exits 0. Logs are structured (slog), JSON on stderr by default.`,
 	f.StringVar(&o.logLevel, "log-level", "info", "log level: debug, info, warn or error")
 	f.Int64Var(&o.maxBodyBytes, "max-body-bytes", 1<<20, "largest request body accepted (413 above)")
 	f.DurationVar(&o.shutdownTimeout, "shutdown-timeout", 15*time.Second, "how long to wait for requests in flight on shutdown")
+	f.StringVar(&o.signingKeyPath, "signing-key", "", "sign each run's chain head with this Ed25519 key file (env "+envSigningKeyFile+"; make one with `ledger signing-key new`)")
 	return asUsage(cmd)
 }
 
@@ -146,6 +150,14 @@ func runServe(ctx context.Context, o *serveOptions, stderr io.Writer) (err error
 			"fault_plan", plan, "simulator_config", simCfg)
 	}
 
+	signingKey, err := signingKeyFrom(o.signingKeyPath)
+	if err != nil {
+		return err
+	}
+	if signingKey != nil {
+		log.Info("chain heads are signed", "key_id", ledger.SigningKeyID(signingKey.Public().(ed25519.PublicKey)))
+	}
+
 	// Recovery decisions are counted by the server's metrics, which exist
 	// only once the server does; the scan runs after both.
 	var decisions atomic.Pointer[prometheus.CounterVec]
@@ -155,7 +167,7 @@ func runServe(ctx context.Context, o *serveOptions, stderr io.Writer) (err error
 		}
 	}
 	svc, err := openService(ctx, serviceConfig{DBPath: o.dbPath, Rules: rules, DevMode: devMode, Simulator: faults.Simulator,
-		FaultFunc: faults.Func, WrapStore: faults.WrapStore, Logger: log, OnDecision: onDecision})
+		FaultFunc: faults.Func, WrapStore: faults.WrapStore, Logger: log, OnDecision: onDecision, SigningKey: signingKey})
 	if err != nil {
 		return err
 	}

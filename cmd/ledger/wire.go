@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/ed25519"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -45,6 +46,8 @@ type serviceConfig struct {
 	WrapStore func(ledger.Store) ledger.Store
 	// OnDecision sees every recovery decision (serve counts them).
 	OnDecision func(recovery.Decision)
+	// SigningKey, if set, signs each run's chain head (signingkey.go).
+	SigningKey ed25519.PrivateKey
 }
 
 func openService(ctx context.Context, cfg serviceConfig) (*service, error) {
@@ -54,7 +57,7 @@ func openService(ctx context.Context, cfg serviceConfig) (*service, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, nil))
 	}
-	store, err := ledger.Open(ctx, ledger.Config{Path: cfg.DBPath})
+	store, err := ledger.Open(ctx, ledger.Config{Path: cfg.DBPath, SigningKey: cfg.SigningKey})
 	if err != nil {
 		return nil, err
 	}

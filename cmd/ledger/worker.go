@@ -8,8 +8,8 @@ import (
 
 func newWorkerCmd() *cobra.Command {
 	var (
-		dbPath    string
-		untilIdle bool
+		dbPath, signingKey string
+		untilIdle          bool
 	)
 	cmd := &cobra.Command{
 		Use:   "worker",
@@ -20,7 +20,7 @@ waiting. The crash tests and the fault matrix start this command with a fault pl
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx := cmd.Context()
-			svc, err := openLocalService(ctx, dbPath)
+			svc, err := openLocalService(ctx, dbPath, signingKey)
 			if err != nil {
 				return err
 			}
@@ -65,5 +65,6 @@ waiting. The crash tests and the fault matrix start this command with a fault pl
 	}
 	cmd.Flags().StringVar(&dbPath, "db", "./ledger.db", "path of the SQLite database")
 	cmd.Flags().BoolVar(&untilIdle, "until-idle", false, "exit once no run can advance without a person")
+	cmd.Flags().StringVar(&signingKey, "signing-key", "", "sign chain heads with this Ed25519 key file (env "+envSigningKeyFile+")")
 	return cmd
 }
