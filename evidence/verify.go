@@ -36,8 +36,29 @@ import (
 
 // ErrUnverified is matched (errors.Is) by every error of ReadReport and
 // Verify about what a report holds: it is not a report, or it does not
-// verify.
+// verify. Those errors are *VerifyError.
 var ErrUnverified = errors.New("evidence: the report does not verify")
+
+// VerifyError says why a report does not verify.
+type VerifyError struct {
+	// RunID is the run of the report; "" if the file is not a report.
+	RunID  ledger.RunID
+	Reason string
+	Err    error // what the reason comes from, if anything
+}
+
+func (e *VerifyError) Error() string {
+	if e.RunID == "" {
+		return "evidence: " + e.Reason
+	}
+	return fmt.Sprintf("evidence: the report of run %s does not verify: %s", e.RunID, e.Reason)
+}
+
+// Unwrap returns the error the reason comes from.
+func (e *VerifyError) Unwrap() error { return e.Err }
+
+// Is matches ErrUnverified.
+func (e *VerifyError) Is(target error) bool { return target == ErrUnverified }
 
 // Verified is what Verify checked of a report that verifies.
 type Verified struct {
@@ -59,11 +80,11 @@ type Verified struct {
 // schema. Errors match ErrUnverified.
 func ReadReport(data []byte) (*Report, error) {
 	if err := contracts.Validate(contracts.SchemaReport, data); err != nil {
-		return nil, fmt.Errorf("%w: not a valid report: %w", ErrUnverified, err)
+		return nil, &VerifyError{Reason: "not a valid report: " + err.Error(), Err: err}
 	}
 	var r Report
 	if err := json.Unmarshal(data, &r); err != nil {
-		return nil, fmt.Errorf("%w: not a valid report: %w", ErrUnverified, err)
+		return nil, &VerifyError{Reason: "not a valid report: " + err.Error(), Err: err}
 	}
 	return &r, nil
 }
@@ -77,7 +98,7 @@ var markerText = regexp.MustCompile(`\[redacted:[0-9a-f]{8}\]`)
 func (r *Report) Verify(pub ed25519.PublicKey) (Verified, error) {
 	v := Verified{RunID: r.Run.ID, Events: len(r.Timeline)}
 	fail := func(format string, args ...any) (Verified, error) {
-		return v, fmt.Errorf("%w: run %s: %s", ErrUnverified, r.Run.ID, fmt.Sprintf(format, args...))
+		return v, &VerifyError{RunID: r.Run.ID, Reason: fmt.Sprintf(format, args...)}
 	}
 	if r.Chain.Events != len(r.Timeline) {
 		return fail("the report says the chain holds %d events, but its timeline shows %d", r.Chain.Events, len(r.Timeline))

@@ -193,20 +193,18 @@ func (tx *txn) finishAttempt(att *Attempt, o attemptOutcome) (*actionRow, *Obser
 		}
 		return nil, nil, err
 	}
-	var finished attemptRow
-	rows, err := tx.query(finishAttemptSQL, string(o.Status), rawPtr(o.Result), errJSON, micros(tx.now),
+	finished, err := tx.execOne(finishAttemptSQL, string(o.Status), rawPtr(o.Result), errJSON, micros(tx.now),
 		string(att.ID), string(AttemptStarted))
-	err = scanOne(rows, err, "attempt "+string(att.ID), func(rows *sql.Rows) error { return scanAttempt(rows, &finished) })
-	if Code(err) == CodeNotFound {
+	if err != nil {
+		return nil, nil, err
+	}
+	if !finished {
 		return nil, nil, tx.staleAttempt(att.ID, AttemptStarted)
 	}
-	if err != nil {
-		return nil, nil, err
-	}
-	done, err := finished.toAttempt()
-	if err != nil {
-		return nil, nil, err
-	}
+	// att was read in this transaction and the guarded UPDATE matched it,
+	// so the row now is att with the outcome: its content needs no read.
+	now := tx.now
+	att.Status, att.Result, att.Error, att.FinishedAt = o.Status, o.Result, o.Error, &now
 	// The attempt's time counts against the run's execution budget.
 	spent := tx.now.Sub(att.StartedAt).Microseconds()
 	budget, err := tx.spend(spendExecutionSQL, max(spent, 0), string(att.RunID))
@@ -218,10 +216,9 @@ func (tx *txn) finishAttempt(att *Attempt, o attemptOutcome) (*actionRow, *Obser
 		data["error"] = o.Error
 	}
 	if _, err := tx.appendEvent(transitionEvent(att.RunID, "attempt", string(att.ID), AttemptStarted, o.Status, o.Actor, data).
-		bind(AttemptContentOf(done), budget.content())); err != nil {
+		bind(AttemptContentOf(att), budget.content())); err != nil {
 		return nil, nil, err
 	}
-	att.Status = o.Status
 	var obs *Observation
 	if o.Observation != nil {
 		if obs, err = tx.observe(att, o.Observation.Source, o.Observation.Effect, o.Observation.Detail, o.Actor); err != nil {
@@ -238,7 +235,7 @@ func (tx *txn) finishAttempt(att *Attempt, o attemptOutcome) (*actionRow, *Obser
 
 var (
 	finishAttemptSQL = writeStmt(`UPDATE attempts SET status = ?, result = ?, error = ?, finished_at = ?, version = version + 1
-	WHERE id = ? AND status = ? RETURNING ` + attemptCols)
+	WHERE id = ? AND status = ?`)
 	spendExecutionSQL = writeStmt(`UPDATE budgets SET execution_used_us = execution_used_us + ?, version = version + 1
 	WHERE run_id = ? RETURNING ` + budgetCols)
 )
@@ -302,25 +299,21 @@ func (tx *txn) observe(att *Attempt, src ObservationSource, effect EffectFact, d
 		if err := ValidateEffectTransition(att.Effect, effect); err != nil {
 			return nil, err
 		}
-		var set attemptRow
-		rows, err := tx.query(setEffectSQL, string(effect), row.ID, string(att.ID), string(EffectUnknown))
-		err = scanOne(rows, err, "attempt "+string(att.ID), func(rows *sql.Rows) error { return scanAttempt(rows, &set) })
-		if Code(err) == CodeNotFound {
+		set, err := tx.execOne(setEffectSQL, string(effect), row.ID, string(att.ID), string(EffectUnknown))
+		if err != nil {
+			return nil, err
+		}
+		if !set {
 			return nil, Errorf(CodeConflict, "attempt %s effect changed underneath", att.ID)
 		}
-		if err != nil {
-			return nil, err
-		}
-		after, err := set.toAttempt()
-		if err != nil {
-			return nil, err
-		}
+		// As in finishAttempt, the row is att (as this write last read or
+		// wrote it) with the effect.
+		att.Effect, att.EffectObservation = effect, ObservationID(row.ID)
 		if _, err := tx.appendEvent(eventSpec{RunID: att.RunID, Type: "attempt.effect_" + string(effect), EntityType: "attempt",
 			EntityID: string(att.ID), From: string(EffectUnknown), To: string(effect), Actor: actor,
-			Data: map[string]any{"observation_id": row.ID, "source": src}}.bind(AttemptContentOf(after))); err != nil {
+			Data: map[string]any{"observation_id": row.ID, "source": src}}.bind(AttemptContentOf(att))); err != nil {
 			return nil, err
 		}
-		att.Effect = effect
 	}
 	return obs, nil
 }
@@ -329,7 +322,7 @@ var (
 	insertObservationSQL = writeStmt(`INSERT INTO observations (id, run_id, action_id, attempt_id, source, effect, detail,
 	observed_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)`)
 	setEffectSQL = writeStmt(`UPDATE attempts SET effect = ?, effect_observation_id = ?, version = version + 1
-	WHERE id = ? AND effect = ? RETURNING ` + attemptCols)
+	WHERE id = ? AND effect = ?`)
 )
 
 func (tx *txn) staleAttempt(id AttemptID, from AttemptStatus) error {

@@ -240,8 +240,10 @@ func (w *treeWalker) container(end byte) ([sha256.Size]byte, error) {
 		if w.hidden != nil {
 			w.path = w.path[:len(w.path)-1]
 		}
+		var hexText [2 * sha256.Size]byte
+		hex.Encode(hexText[:], child[:])
 		b.WriteString(`"sha256:`)
-		b.Write(hex.AppendEncode(b.AvailableBuffer(), child[:]))
+		b.Write(hexText[:])
 		b.WriteByte('"')
 		w.space()
 		if w.i >= len(w.doc) {
