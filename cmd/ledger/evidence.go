@@ -268,9 +268,9 @@ func verifyReport(cmd *cobra.Command, path string, pub ed25519.PublicKey) error 
 // rowsText says how many rows were checked, and how many of them the chain
 // cannot vouch for.
 func rowsText(rows, unbound int) string {
-	s := fmt.Sprintf("%d rows as their events recorded them", rows)
+	s := fmt.Sprintf("%d rows as their events recorded them", rows-unbound)
 	if unbound > 0 {
-		s += fmt.Sprintf(" (%d of them written before rows were bound, not covered)", unbound)
+		s += fmt.Sprintf(", %d written before rows were bound and not covered", unbound)
 	}
 	return s
 }
