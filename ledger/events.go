@@ -36,14 +36,21 @@ const EventFormat = 2
 // appendEvent stores them. TestEventHashIsJCS holds it to the general
 // path.
 func (e *Event) ComputeHash() (string, error) {
-	if len(e.Data) > 0 && !json.Valid(e.Data) {
-		return "", Errorf(CodeInvalid, "event %d hash: data is not JSON", e.Seq)
-	}
+	var w treeWalker
+	return e.computeHash(&w)
+}
+
+// computeHash is ComputeHash with the walker for the data's tree digest,
+// whose buffers a caller hashing many events reuses.
+func (e *Event) computeHash(w *treeWalker) (string, error) {
 	v2 := false
 	switch e.Format {
 	case 0, 1:
 		if len(e.Rows) > 0 {
 			return "", Errorf(CodeInvalid, "event %d hash: an event of format 1 binds no rows", e.Seq)
+		}
+		if len(e.Data) > 0 && !json.Valid(e.Data) {
+			return "", Errorf(CodeInvalid, "event %d hash: data is not JSON", e.Seq)
 		}
 	case EventFormat:
 		v2 = true
@@ -72,10 +79,10 @@ func (e *Event) ComputeHash() (string, error) {
 		field(false, "data")
 		b.Write(e.Data)
 	case v2 && len(e.Data) > 0:
-		w := treeWalker{doc: e.Data}
+		w.reset(e.Data) // the walk refuses what is not JSON
 		sum, err := w.root()
 		if err != nil {
-			return "", Errorf(CodeInvalid, "event %d hash: data: %w", e.Seq, err)
+			return "", Errorf(CodeInvalid, "event %d hash: data is not JSON: %w", e.Seq, err)
 		}
 		field(false, "data_digest")
 		jcsString(&b, string(sumDigest(sum)))
@@ -266,6 +273,7 @@ func VerifyEvents(run RunID, events []*Event, headSeq int64, headHash string) Ch
 	}
 	prev := ""
 	bound := false // an event of format 2 came before
+	var w treeWalker
 	for i, e := range events {
 		want := int64(i + 1)
 		switch {
@@ -278,7 +286,7 @@ func VerifyEvents(run RunID, events []*Event, headSeq int64, headHash string) Ch
 		case bound && e.Format < EventFormat:
 			return broken(want, "event %d has hash format %d after events of format %d", want, max(e.Format, 1), EventFormat)
 		}
-		h, err := e.ComputeHash()
+		h, err := e.computeHash(&w)
 		if err != nil {
 			return broken(want, "event %d cannot be hashed: %v", want, err)
 		}
@@ -348,16 +356,15 @@ func verifyRows(events []*Event, rows []Content, unbound *int) *rowBreak {
 			legacy[e.EntityType+"/"+e.EntityID], anyLegacy = true, true
 			continue
 		}
-		bound, err := parseRows(e.Rows)
+		err := eachRow(e.Rows, func(key RowKey, digest Digest) {
+			if b := bindings[key]; b != nil {
+				b.event, b.digest = e, digest
+			} else {
+				bindings[key] = &binding{event: e, digest: digest}
+			}
+		})
 		if err != nil {
 			return &rowBreak{seq: e.Seq, reason: fmt.Sprintf("event %d binds rows that cannot be read: %v", e.Seq, err)}
-		}
-		for _, r := range bound {
-			if b := bindings[r.key]; b != nil {
-				b.event, b.digest = e, r.digest
-			} else {
-				bindings[r.key] = &binding{event: e, digest: r.digest}
-			}
 		}
 	}
 	var first *rowBreak
@@ -506,51 +513,100 @@ func parseRows(raw []byte) ([]boundRow, error) {
 	return rows, nil
 }
 
+// eachRow calls fn with each row of raw (parseRows' text), in order:
+// encodeRows' text directly, anything else through parseRows.
+func eachRow(raw []byte, fn func(RowKey, Digest)) error {
+	if len(raw) == 0 {
+		return nil
+	}
+	if plainRows(raw, nil) {
+		plainRows(raw, fn)
+		return nil
+	}
+	rows, err := parseRows(raw)
+	if err != nil {
+		return err
+	}
+	for _, r := range rows {
+		fn(r.key, r.digest)
+	}
+	return nil
+}
+
 // parsePlainRows reads {"k":"v",…} whose strings are printable ASCII
 // without quotes or backslashes and whose values are digests, and reports
 // whether raw was that.
 func parsePlainRows(raw []byte) ([]boundRow, bool) {
-	if len(raw) < 2 || raw[0] != '{' || raw[len(raw)-1] != '}' {
+	if !plainRows(raw, nil) {
 		return nil, false
 	}
-	body := raw[1 : len(raw)-1]
 	var rows []boundRow
-	for len(body) > 0 {
-		k, rest, ok := plainString(body)
-		if !ok || len(rest) == 0 || rest[0] != ':' {
-			return nil, false
-		}
-		v, rest, ok := plainString(rest[1:])
-		if !ok || !Digest(v).Valid() {
-			return nil, false
-		}
-		rows = append(rows, boundRow{key: RowKey(k), digest: Digest(v)})
-		switch {
-		case len(rest) == 0:
-			return rows, true
-		case rest[0] != ',' || len(rest) == 1:
-			return nil, false
-		}
-		body = rest[1:]
-	}
+	plainRows(raw, func(k RowKey, d Digest) { rows = append(rows, boundRow{key: k, digest: d}) })
 	return rows, true
 }
 
+// plainRows reports whether raw is {"k":"v",…} whose strings are printable
+// ASCII without quotes or backslashes and whose values are digests, and if
+// fn is set calls it with each member (only call it so on raw it vouched
+// for: it stops at the first member that is not so).
+func plainRows(raw []byte, fn func(RowKey, Digest)) bool {
+	if len(raw) < 2 || raw[0] != '{' || raw[len(raw)-1] != '}' {
+		return false
+	}
+	body := raw[1 : len(raw)-1]
+	for len(body) > 0 {
+		k, rest, ok := plainString(body)
+		if !ok || len(rest) == 0 || rest[0] != ':' {
+			return false
+		}
+		v, rest, ok := plainString(rest[1:])
+		if !ok || !validDigest(v) {
+			return false
+		}
+		if fn != nil {
+			fn(RowKey(k), Digest(v))
+		}
+		switch {
+		case len(rest) == 0:
+			return true
+		case rest[0] != ',' || len(rest) == 1:
+			return false
+		}
+		body = rest[1:]
+	}
+	return true
+}
+
+// validDigest is Digest.Valid without a regular expression.
+func validDigest(s []byte) bool {
+	const prefix = "sha256:"
+	if len(s) != len(prefix)+64 || string(s[:len(prefix)]) != prefix {
+		return false
+	}
+	for _, c := range s[len(prefix):] {
+		if (c < '0' || c > '9') && (c < 'a' || c > 'f') {
+			return false
+		}
+	}
+	return true
+}
+
 // plainString reads the string at the start of b when it is printable
-// ASCII without quotes or backslashes, and returns it with the rest of b.
-func plainString(b []byte) (string, []byte, bool) {
+// ASCII without quotes or backslashes, and returns its bytes with the rest
+// of b.
+func plainString(b []byte) ([]byte, []byte, bool) {
 	if len(b) == 0 || b[0] != '"' {
-		return "", nil, false
+		return nil, nil, false
 	}
 	for i := 1; i < len(b); i++ {
 		switch c := b[i]; {
 		case c == '"':
-			return string(b[1:i]), b[i+1:], true
+			return b[1:i], b[i+1:], true
 		case c < 0x20 || c > 0x7e || c == '\\':
-			return "", nil, false
+			return nil, nil, false
 		}
 	}
-	return "", nil, false
+	return nil, nil, false
 }
 
 var (

@@ -100,6 +100,11 @@ type treeWalker struct {
 	seen   map[string]bool
 }
 
+// reset readies the walker for doc, keeping its buffers.
+func (w *treeWalker) reset(doc []byte) {
+	w.doc, w.i, w.depth = doc, 0, 0
+}
+
 func (w *treeWalker) root() ([sha256.Size]byte, error) {
 	sum, err := w.value()
 	if err != nil {
