@@ -80,10 +80,13 @@ func (tx *txn) startAttemptOf(action *Action, run *Run, actor string) (*Attempt,
 		row.Version, row.StartedAt); err != nil {
 		return nil, err
 	}
-	budget, err := tx.spend(countAttemptSQL, string(run.ID))
-	if err != nil {
+	if _, err := tx.exec(countAttemptSQL, string(run.ID)); err != nil {
 		return nil, err
 	}
+	// run's budget is as this write read it (or, in CreateAction, as its
+	// usage left it), so after the count it is that with one more attempt.
+	budget := run.Budget
+	budget.Used.Attempts++
 	att, err := row.toAttempt()
 	if err != nil {
 		return nil, err
@@ -91,7 +94,7 @@ func (tx *txn) startAttemptOf(action *Action, run *Run, actor string) (*Attempt,
 	// The attempt's event also binds the budget it counted against.
 	if _, err := tx.appendEvent(transitionEvent(action.RunID, "attempt", row.ID, AttemptStatus(""), AttemptStarted, actor,
 		map[string]any{"action_id": action.ID, "attempt_no": no, "dedup_key": action.DedupKey}).
-		bind(AttemptContentOf(att), budget.content())); err != nil {
+		bind(AttemptContentOf(att), BudgetContentOf(run.ID, budget))); err != nil {
 		return nil, err
 	}
 	return att, nil
@@ -112,8 +115,7 @@ var (
 	cancelAcceptedSQL = writeStmt(`SELECT EXISTS (SELECT 1 FROM cancellations WHERE run_id = ? AND state <> ?)`)
 	insertAttemptSQL  = writeStmt(`INSERT INTO attempts (id, action_id, run_id, attempt_no, status, effect, version, started_at)
 	VALUES (?, ?, ?, ?, ?, ?, ?, ?)`)
-	countAttemptSQL = writeStmt(`UPDATE budgets SET attempts_used = attempts_used + 1, version = version + 1 WHERE run_id = ?
-	RETURNING ` + budgetCols)
+	countAttemptSQL = writeStmt(`UPDATE budgets SET attempts_used = attempts_used + 1, version = version + 1 WHERE run_id = ?`)
 )
 
 // checkAttemptBudget refuses another attempt when a persisted budget is

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/gowebpki/jcs"
@@ -265,8 +266,9 @@ func ErrorDigest(e *AttemptError) Digest {
 	var o canonObject
 	o.str("code", e.Code)
 	o.str("message", e.Message)
-	o.b.WriteByte('}')
-	return docDigest(o.b.Bytes())
+	d := docDigest(o.close())
+	o.release()
+	return d
 }
 
 // Key implements Content.
@@ -449,27 +451,34 @@ func stateHint(last *Event, entity, state string) string {
 
 // canonObject writes a JSON object in RFC 8785 form; the caller adds the
 // keys in their sorted order (all of them ASCII, so byte order is JCS's
-// UTF-16 order).
+// UTF-16 order). Its buffer comes from a pool, since a digest is taken of
+// every row each write changes: digest (or release) gives it back.
 type canonObject struct {
-	b bytes.Buffer
+	b *bytes.Buffer
 	n int
 }
 
+// canonBuffers are canonObject's buffers.
+var canonBuffers = sync.Pool{New: func() any { b := new(bytes.Buffer); b.Grow(512); return b }}
+
 func (o *canonObject) key(k string) {
+	if o.b == nil {
+		o.b = canonBuffers.Get().(*bytes.Buffer)
+		o.b.Reset()
+	}
 	if o.n == 0 {
-		o.b.Grow(384)
 		o.b.WriteByte('{')
 	} else {
 		o.b.WriteByte(',')
 	}
 	o.n++
-	jcsString(&o.b, k)
+	jcsString(o.b, k)
 	o.b.WriteByte(':')
 }
 
 func (o *canonObject) str(k, v string) {
 	o.key(k)
-	jcsString(&o.b, v)
+	jcsString(o.b, v)
 }
 
 // strOrNull writes v, or null for "".
@@ -485,7 +494,8 @@ func (o *canonObject) strOrNull(k, v string) {
 func (o *canonObject) int(k string, v int64) {
 	o.key(k)
 	if v >= -1<<53 && v <= 1<<53 {
-		o.b.WriteString(strconv.FormatInt(v, 10))
+		var num [20]byte
+		o.b.Write(strconv.AppendInt(num[:0], v, 10))
 		return
 	}
 	n, err := jcs.NumberToJSON(float64(v)) // what RFC 8785 makes of a number past 2^53
@@ -510,10 +520,13 @@ func (o *canonObject) bool(k string, v bool) {
 }
 
 // time writes t as encoding/json does: RFC 3339 with the fraction only as
-// long as it needs, in UTC.
+// long as it needs, in UTC; the text needs no escaping.
 func (o *canonObject) time(k string, t time.Time) {
 	o.key(k)
-	jcsString(&o.b, t.UTC().Format(time.RFC3339Nano))
+	var text [40]byte
+	o.b.WriteByte('"')
+	o.b.Write(t.UTC().AppendFormat(text[:0], time.RFC3339Nano))
+	o.b.WriteByte('"')
 }
 
 func (o *canonObject) timeOrNull(k string, t *time.Time) {
@@ -525,10 +538,29 @@ func (o *canonObject) timeOrNull(k string, t *time.Time) {
 	o.time(k, *t)
 }
 
-func (o *canonObject) digest() Digest {
+// close ends the object and returns its text, valid until release.
+func (o *canonObject) close() []byte {
+	if o.b == nil {
+		o.b = canonBuffers.Get().(*bytes.Buffer)
+		o.b.Reset()
+	}
 	if o.n == 0 {
 		o.b.WriteByte('{')
 	}
 	o.b.WriteByte('}')
-	return digestBytes(o.b.Bytes())
+	return o.b.Bytes()
+}
+
+// release gives the buffer back.
+func (o *canonObject) release() {
+	if o.b != nil {
+		canonBuffers.Put(o.b)
+		o.b = nil
+	}
+}
+
+func (o *canonObject) digest() Digest {
+	d := digestBytes(o.close())
+	o.release()
+	return d
 }

@@ -36,8 +36,9 @@ const EventFormat = 2
 // appendEvent stores them. TestEventHashIsJCS holds it to the general
 // path.
 func (e *Event) ComputeHash() (string, error) {
-	var w treeWalker
-	return e.computeHash(&w)
+	w := walkers.Get().(*treeWalker)
+	defer walkers.Put(w)
+	return e.computeHash(w)
 }
 
 // computeHash is ComputeHash with the walker for the data's tree digest,

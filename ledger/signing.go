@@ -1,6 +1,7 @@
 package ledger
 
 import (
+	"bytes"
 	"crypto/ed25519"
 	"crypto/sha256"
 	"encoding/base64"
@@ -61,8 +62,9 @@ func (h *HeadSignature) Message() []byte {
 	o.str("run_id", string(h.RunID))
 	o.int("seq", h.Seq)
 	o.time("signed_at", h.SignedAt)
-	o.b.WriteByte('}')
-	return o.b.Bytes()
+	msg := bytes.Clone(o.close())
+	o.release()
+	return msg
 }
 
 // SignHead signs the head (seq, hash) of run's chain at the time at.

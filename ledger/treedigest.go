@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"strings"
+	"sync"
 )
 
 // Document digests. A document a report may redact in part (arguments,
@@ -71,13 +72,19 @@ func docDigest(doc json.RawMessage) Digest {
 	if len(doc) == 0 || string(doc) == "null" {
 		return ""
 	}
-	w := treeWalker{doc: doc}
+	w := walkers.Get().(*treeWalker)
+	defer walkers.Put(w)
+	w.reset(doc)
 	sum, err := w.root()
 	if err != nil {
 		return digestBytes(append([]byte("not json:"), doc...))
 	}
 	return sumDigest(sum)
 }
+
+// walkers keeps treeWalkers with their buffers for the digests each write
+// takes of the documents it binds.
+var walkers = sync.Pool{New: func() any { return new(treeWalker) }}
 
 func sumDigest(sum [sha256.Size]byte) Digest {
 	b := make([]byte, 0, len("sha256:")+2*sha256.Size)
@@ -100,7 +107,8 @@ type treeWalker struct {
 	seen   map[string]bool
 }
 
-// reset readies the walker for doc, keeping its buffers.
+// reset readies the walker for doc, keeping its buffers (a walker with
+// hidden nodes is never reused).
 func (w *treeWalker) reset(doc []byte) {
 	w.doc, w.i, w.depth = doc, 0, 0
 }
