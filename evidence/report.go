@@ -316,7 +316,7 @@ func (b *builder) build(id ledger.RunID) (*Report, error) {
 	if err := b.observations(rep, fc.Observations); err != nil {
 		return nil, err
 	}
-	if err := b.timeline(rep, fc.Events); err != nil {
+	if err := b.timeline(rep, fc.Events, fc.Report.OK); err != nil {
 		return nil, err
 	}
 	chain := fc.Report
@@ -500,8 +500,9 @@ type decisionData struct {
 
 // timeline redacts the events into rep.Timeline, sized for them at once,
 // and lifts the recovery decisions. The states and actors the events point
-// at are kept in one slab rather than allocated one by one.
-func (b *builder) timeline(rep *Report, events []*ledger.Event) error {
+// at are kept in one slab rather than allocated one by one. chainOK is the
+// verdict on events, whose rows it then need not check again.
+func (b *builder) timeline(rep *Report, events []*ledger.Event, chainOK bool) error {
 	r := b.opts.Redactor
 	rep.Timeline = slices.Grow(rep.Timeline, len(events))
 	texts := make([]string, 0, 3*len(events))
@@ -517,7 +518,8 @@ func (b *builder) timeline(rep *Report, events []*ledger.Event) error {
 		if err != nil {
 			return fmt.Errorf("event %d data: %w", e.Seq, err)
 		}
-		if len(e.Rows) > 0 && (e.Rows[0] != '{' || !json.Valid(e.Rows)) {
+		// A chain that verified has read every event's rows already.
+		if !chainOK && len(e.Rows) > 0 && (e.Rows[0] != '{' || !json.Valid(e.Rows)) {
 			return fmt.Errorf("event %d: the rows it binds are not a JSON object", e.Seq)
 		}
 		var hidden Hidden
