@@ -23,7 +23,12 @@
 // secret paths the export does not know are replaced as a whole.
 //
 // The chain verdict in a report is the store's (ledger.Store.FindChain),
-// from the same snapshot as the timeline it shows.
+// from the same snapshot as the timeline and the rows it shows: every
+// event's hash recomputed, and every row held to the newest event that
+// recorded it. A report carries what a third party needs to check it
+// without the database — each row's digest and the digests of what
+// redaction hid, each event's bound rows, the signed chain head — and
+// ReadReport and Report.Verify do that check (verify.go).
 //
 // It imports ledger, contracts and redact of this project, nothing else.
 package evidence

@@ -36,6 +36,7 @@ var htmlTemplate = template.Must(template.New("report").Funcs(template.FuncMap{
 	"compact":  compactJSON,
 	"limit":    limitText,
 	"verdict":  func(r *Report) string { return r.chainVerdict() },
+	"signed":   func(r *Report) string { return r.signatureText() },
 	"errText":  func(a Attempt) string { return errorText(&a) },
 	"tokens":   func(u BudgetUsage) string { return u.tokensText() },
 	"deadline": func(b Budget) string { return b.deadlineText() },
@@ -103,6 +104,7 @@ pre { background: #f6f8fa; padding: .5rem; overflow-x: auto; white-space: pre-wr
 <tr><th>Recovery decisions</th><td>{{len .RecoveryDecisions}}</td></tr>
 <tr><th>Events</th><td>{{len .Timeline}}</td></tr>
 <tr><th>Chain</th><td class="{{if .Chain.OK}}ok{{else}}broken{{end}}">{{verdict .}}</td></tr>
+<tr><th>Signed head</th><td>{{signed .}}</td></tr>
 </table>
 
 <h2 id="actions">Actions</h2>
@@ -214,6 +216,7 @@ pre { background: #f6f8fa; padding: .5rem; overflow-x: auto; white-space: pre-wr
 
 <h2 id="chain">Chain verdict</h2>
 <p class="{{if .Chain.OK}}ok{{else}}broken{{end}}">{{verdict .}}</p>
+<p>Signed head: {{signed .}}</p>
 </body>
 </html>
 `

@@ -114,6 +114,7 @@ func (m *mdWriter) report(r *Report) {
 	m.row("Recovery decisions", strconv.Itoa(len(r.RecoveryDecisions)))
 	m.row("Events", strconv.Itoa(len(r.Timeline)))
 	m.row("Chain", mdText(r.chainVerdict()))
+	m.row("Signed head", mdText(r.signatureText()))
 	m.p("\n")
 
 	m.actions(r)
@@ -123,7 +124,7 @@ func (m *mdWriter) report(r *Report) {
 	m.observations(r)
 	m.timeline(r)
 
-	m.p("## Chain verdict\n\n%s\n", mdText(r.chainVerdict()))
+	m.p("## Chain verdict\n\n%s\n\nSigned head: %s\n", mdText(r.chainVerdict()), mdText(r.signatureText()))
 }
 
 func (m *mdWriter) actions(r *Report) {

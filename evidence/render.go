@@ -74,6 +74,15 @@ func (r *Report) validate() error {
 	return nil
 }
 
+// signatureText is the signed head in words.
+func (r *Report) signatureText() string {
+	s := r.Signature
+	if s == nil {
+		return "none: the ledger signed no head of this run"
+	}
+	return fmt.Sprintf("event %d (%s), signed at %s with %s key %s", s.Seq, s.Hash, timeText(s.SignedAt), s.Algorithm, s.KeyID)
+}
+
 // timeText is how Markdown and HTML show a time: RFC 3339 in UTC, with
 // fractions only where the ledger recorded them.
 func timeText(t time.Time) string { return t.UTC().Format(time.RFC3339Nano) }
@@ -127,7 +136,12 @@ func compactJSON(doc json.RawMessage) string {
 // chainVerdict is the chain's verdict in words.
 func (r *Report) chainVerdict() string {
 	if r.Chain.OK {
-		return fmt.Sprintf("intact: %d events, each pointing at its predecessor's hash, up to the run's recorded head", r.Chain.Events)
+		s := fmt.Sprintf("intact: %d events, each pointing at its predecessor's hash, up to the run's recorded head; "+
+			"%d rows, each as the newest event that recorded it says", r.Chain.Events, r.Chain.Rows)
+		if r.Chain.UnboundRows > 0 {
+			s += fmt.Sprintf(" (%d of them written before rows were bound, which the chain cannot vouch for)", r.Chain.UnboundRows)
+		}
+		return s
 	}
 	seq := int64(0)
 	if r.Chain.BrokenSeq != nil {

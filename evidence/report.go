@@ -3,6 +3,7 @@ package evidence
 import (
 	"cmp"
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -14,8 +15,12 @@ import (
 )
 
 // SchemaVersion is the schema_version of the reports this build writes
-// (contracts.SchemaReport).
-const SchemaVersion = "1.0"
+// (contracts.SchemaReport). 1.1 added what a third party needs to check a
+// report without the database: each row's digest and the digests of what
+// redaction hid (redacted_fields), each event's hash format, bound rows
+// and data digest, the rows the chain verdict checked, and the signed
+// chain head.
+const SchemaVersion = "1.1"
 
 // DecisionEventType is the type of the events recording recovery decisions.
 const DecisionEventType = "recovery.decision"
@@ -23,6 +28,12 @@ const DecisionEventType = "recovery.decision"
 // Report is a run's evidence: what the ledger recorded about it, redacted.
 // It mirrors contracts/schemas/report.v1.json field for field; absent facts
 // are null in JSON, never omitted.
+//
+// Every row a report shows carries Digest, the digest of its content as
+// the ledger stored it (ledger.Content), and RedactedFields, the digests of
+// the stored nodes redaction hid (hidden.go); every event its format, the
+// rows it bound and RedactedData, the same for its data. With them Verify
+// checks a report without the database (verify.go).
 type Report struct {
 	SchemaVersion     string             `json:"schema_version"`
 	GeneratedAt       time.Time          `json:"generated_at"`
@@ -34,7 +45,10 @@ type Report struct {
 	Observations      []Observation      `json:"observations"`
 	Timeline          []TimelineEvent    `json:"timeline"`
 	Chain             Chain              `json:"chain"`
-	Redaction         Redaction          `json:"redaction"`
+	// Signature is the newest signature of the run's chain head; nil if
+	// the ledger signed none.
+	Signature *Signature `json:"signature"`
+	Redaction Redaction  `json:"redaction"`
 }
 
 // RunSummary is the run a report is about.
@@ -47,26 +61,29 @@ type RunSummary struct {
 	SubmittedBy string             `json:"submitted_by"`
 	CreatedAt   time.Time          `json:"created_at"`
 	UpdatedAt   time.Time          `json:"updated_at"`
+	Digest      ledger.Digest      `json:"digest"`
 }
 
 // Action is one action with its attempts and approvals. Arguments are
 // redacted: a JSON object, or a single marker string when the export does
 // not know the tool's secret paths.
 type Action struct {
-	ID           ledger.ActionID    `json:"id"`
-	Seq          int64              `json:"seq"`
-	Tool         string             `json:"tool"`
-	ToolVersion  string             `json:"tool_version"`
-	Effect       ledger.Effect      `json:"effect"`
-	State        ledger.ActionState `json:"state"`
-	ActionDigest ledger.Digest      `json:"action_digest"`
-	DedupKey     string             `json:"dedup_key"`
-	Supersedes   *ledger.ActionID   `json:"supersedes"`
-	Arguments    json.RawMessage    `json:"arguments"`
-	CreatedAt    time.Time          `json:"created_at"`
-	UpdatedAt    time.Time          `json:"updated_at"`
-	Attempts     []Attempt          `json:"attempts"`
-	Approvals    []Approval         `json:"approvals"`
+	ID             ledger.ActionID    `json:"id"`
+	Seq            int64              `json:"seq"`
+	Tool           string             `json:"tool"`
+	ToolVersion    string             `json:"tool_version"`
+	Effect         ledger.Effect      `json:"effect"`
+	State          ledger.ActionState `json:"state"`
+	ActionDigest   ledger.Digest      `json:"action_digest"`
+	DedupKey       string             `json:"dedup_key"`
+	Supersedes     *ledger.ActionID   `json:"supersedes"`
+	Arguments      json.RawMessage    `json:"arguments"`
+	CreatedAt      time.Time          `json:"created_at"`
+	UpdatedAt      time.Time          `json:"updated_at"`
+	Attempts       []Attempt          `json:"attempts"`
+	Approvals      []Approval         `json:"approvals"`
+	Digest         ledger.Digest      `json:"digest"`
+	RedactedFields RedactedFields     `json:"redacted_fields"`
 }
 
 // Attempt is one try at executing an action. Status (what was seen of the
@@ -78,44 +95,51 @@ type Attempt struct {
 	Effect              ledger.EffectFact     `json:"effect"`
 	EffectObservationID *ledger.ObservationID `json:"effect_observation_id"`
 	// Result is the tool's answer, redacted; JSON null if none.
-	Result     json.RawMessage      `json:"result"`
-	Error      *ledger.AttemptError `json:"error"`
-	StartedAt  time.Time            `json:"started_at"`
-	FinishedAt *time.Time           `json:"finished_at"`
+	Result         json.RawMessage      `json:"result"`
+	Error          *ledger.AttemptError `json:"error"`
+	StartedAt      time.Time            `json:"started_at"`
+	FinishedAt     *time.Time           `json:"finished_at"`
+	Digest         ledger.Digest        `json:"digest"`
+	RedactedFields RedactedFields       `json:"redacted_fields"`
 }
 
 // Approval is one request for a person to allow an action's digest.
 type Approval struct {
-	ID           ledger.ApprovalID    `json:"id"`
-	State        ledger.ApprovalState `json:"state"`
-	ActionDigest ledger.Digest        `json:"action_digest"`
-	DecidedBy    *string              `json:"decided_by"`
-	Reason       *string              `json:"reason"`
-	RequestedAt  time.Time            `json:"requested_at"`
-	ExpiresAt    *time.Time           `json:"expires_at"`
-	DecidedAt    *time.Time           `json:"decided_at"`
+	ID             ledger.ApprovalID    `json:"id"`
+	State          ledger.ApprovalState `json:"state"`
+	ActionDigest   ledger.Digest        `json:"action_digest"`
+	DecidedBy      *string              `json:"decided_by"`
+	Reason         *string              `json:"reason"`
+	RequestedAt    time.Time            `json:"requested_at"`
+	ExpiresAt      *time.Time           `json:"expires_at"`
+	DecidedAt      *time.Time           `json:"decided_at"`
+	Digest         ledger.Digest        `json:"digest"`
+	RedactedFields RedactedFields       `json:"redacted_fields"`
 }
 
 // Cancellation is the run's cancellation: requested, accepted, stopping and
 // stopped (confirmed), each with its time; or too late, when the run ended
 // before the cancel took effect.
 type Cancellation struct {
-	ID          ledger.CancellationID    `json:"id"`
-	State       ledger.CancellationState `json:"state"`
-	RequestedBy string                   `json:"requested_by"`
-	Reason      *string                  `json:"reason"`
-	RequestedAt time.Time                `json:"requested_at"`
-	AcceptedAt  *time.Time               `json:"accepted_at"`
-	StoppingAt  *time.Time               `json:"stopping_at"`
-	StoppedAt   *time.Time               `json:"stopped_at"`
-	TooLateAt   *time.Time               `json:"too_late_at"`
+	ID             ledger.CancellationID    `json:"id"`
+	State          ledger.CancellationState `json:"state"`
+	RequestedBy    string                   `json:"requested_by"`
+	Reason         *string                  `json:"reason"`
+	RequestedAt    time.Time                `json:"requested_at"`
+	AcceptedAt     *time.Time               `json:"accepted_at"`
+	StoppingAt     *time.Time               `json:"stopping_at"`
+	StoppedAt      *time.Time               `json:"stopped_at"`
+	TooLateAt      *time.Time               `json:"too_late_at"`
+	Digest         ledger.Digest            `json:"digest"`
+	RedactedFields RedactedFields           `json:"redacted_fields"`
 }
 
 // Budget is the run's limits and usage. Durations are whole milliseconds.
 type Budget struct {
-	Limits   BudgetLimits `json:"limits"`
-	Deadline *time.Time   `json:"deadline"`
-	Used     BudgetUsage  `json:"used"`
+	Limits   BudgetLimits  `json:"limits"`
+	Deadline *time.Time    `json:"deadline"`
+	Used     BudgetUsage   `json:"used"`
+	Digest   ledger.Digest `json:"digest"`
 }
 
 // BudgetLimits are a run's limits; nil means none.
@@ -162,35 +186,61 @@ type Observation struct {
 	Source    ledger.ObservationSource `json:"source"`
 	Effect    ledger.EffectFact        `json:"effect"`
 	// Detail is what the source said, redacted; JSON null if nothing.
-	Detail     json.RawMessage `json:"detail"`
-	ObservedAt time.Time       `json:"observed_at"`
+	Detail         json.RawMessage `json:"detail"`
+	ObservedAt     time.Time       `json:"observed_at"`
+	Digest         ledger.Digest   `json:"digest"`
+	RedactedFields RedactedFields  `json:"redacted_fields"`
 }
 
 // TimelineEvent is one event of the run's chain. Redacted is true when
 // redaction changed Data, so the event's Hash covers data the report does
-// not show.
+// not show: for an event of format 2, RedactedData then gives the digests
+// of the nodes it hid, from which and the rest of Data the digest its hash
+// covers is recomputed. Rows are the rows the event bound
+// (ledger.Event.Rows); nil if none.
 type TimelineEvent struct {
-	Seq        int64           `json:"seq"`
-	ID         ledger.EventID  `json:"id"`
-	Type       string          `json:"type"`
-	EntityType string          `json:"entity_type"`
-	EntityID   string          `json:"entity_id"`
-	FromState  *string         `json:"from_state"`
-	ToState    *string         `json:"to_state"`
-	Actor      *string         `json:"actor"`
-	Data       json.RawMessage `json:"data"`
-	Redacted   bool            `json:"redacted"`
-	CreatedAt  time.Time       `json:"created_at"`
-	Hash       string          `json:"hash"`
-	PrevHash   string          `json:"prev_hash"`
+	Seq          int64           `json:"seq"`
+	ID           ledger.EventID  `json:"id"`
+	Type         string          `json:"type"`
+	EntityType   string          `json:"entity_type"`
+	EntityID     string          `json:"entity_id"`
+	FromState    *string         `json:"from_state"`
+	ToState      *string         `json:"to_state"`
+	Actor        *string         `json:"actor"`
+	Data         json.RawMessage `json:"data"`
+	Redacted     bool            `json:"redacted"`
+	CreatedAt    time.Time       `json:"created_at"`
+	Hash         string          `json:"hash"`
+	PrevHash     string          `json:"prev_hash"`
+	Format       int             `json:"format"`
+	Rows         json.RawMessage `json:"rows"`
+	RedactedData Hidden          `json:"redacted_data"`
 }
 
-// Chain is the verdict on the run's event chain (ledger.ChainReport).
+// Chain is the verdict on the run's event chain and its rows
+// (ledger.ChainReport).
 type Chain struct {
 	OK        bool    `json:"ok"`
 	Events    int     `json:"events"`
 	BrokenSeq *int64  `json:"broken_seq"`
 	Reason    *string `json:"reason"`
+	// Rows is how many rows were checked against the chain; UnboundRows
+	// how many of them were last written before rows were bound, which
+	// the chain cannot vouch for.
+	Rows        int `json:"rows"`
+	UnboundRows int `json:"unbound_rows"`
+}
+
+// Signature is a signature of the run's chain head (ledger.HeadSignature):
+// the key that made it, the head it signs and when, and the Ed25519
+// signature in standard base64.
+type Signature struct {
+	Algorithm string    `json:"algorithm"`
+	KeyID     string    `json:"key_id"`
+	Seq       int64     `json:"seq"`
+	Hash      string    `json:"hash"`
+	SignedAt  time.Time `json:"signed_at"`
+	Signature string    `json:"signature"`
 }
 
 // Redaction says how secrets were hidden.
@@ -213,9 +263,9 @@ type Options struct {
 }
 
 // Build gathers everything the store holds about run into a redacted
-// Report. The run's facts are read with several queries, not in one
-// snapshot: a report of a live run may show an event whose fact it read
-// before the change. The chain verdict is the store's own (VerifyChain).
+// Report. The run's facts, its events and the chain's verdict on them come
+// from one snapshot (ledger.Store.FindChain), so the rows a report shows
+// are the rows the verdict checked.
 //
 // Errors: ledger.ErrNotFound for an unknown run; redact.ErrRedaction when anything
 // cannot be redacted (the report is then not built at all); store errors
@@ -242,42 +292,38 @@ type builder struct {
 }
 
 func (b *builder) build(id ledger.RunID) (*Report, error) {
-	ctx, r := b.ctx, b.opts.Redactor
-	run, err := b.store.FindRunByID(ctx, id)
+	r := b.opts.Redactor
+	fc, err := b.store.FindChain(b.ctx, id)
 	if err != nil {
 		return nil, err
 	}
+	run := fc.Run
 	rep := &Report{
 		SchemaVersion: SchemaVersion,
 		GeneratedAt:   b.opts.Now().UTC(),
 		Run: RunSummary{ID: run.ID, Tenant: run.Tenant, Agent: run.Agent, State: run.State,
 			StopReason: nonEmpty(run.StopReason), SubmittedBy: run.SubmittedBy,
-			CreatedAt: run.CreatedAt.UTC(), UpdatedAt: run.UpdatedAt.UTC()},
-		Budget:    budgetOf(run.Budget),
+			CreatedAt: run.CreatedAt.UTC(), UpdatedAt: run.UpdatedAt.UTC(), Digest: ledger.RunContentOf(run).Digest()},
+		Budget:    budgetOf(run),
 		Redaction: Redaction{Algorithm: "hmac-sha256", KeyID: r.KeyID()},
+		Signature: signatureOf(fc.Signature),
 		// Empty lists are [] in JSON, never null.
 		Actions: []Action{}, RecoveryDecisions: []RecoveryDecision{}, Observations: []Observation{}, Timeline: []TimelineEvent{},
 	}
-
-	if err := b.actions(rep, run.ID); err != nil {
+	if err := b.actions(rep, fc); err != nil {
 		return nil, err
 	}
-	if rep.Cancellation, err = b.cancellation(run.ID); err != nil {
+	if fc.Cancellation != nil {
+		rep.Cancellation = b.cancellation(fc.Cancellation)
+	}
+	if err := b.observations(rep, fc.Observations); err != nil {
 		return nil, err
 	}
-	if err := b.observations(rep, run.ID); err != nil {
-		return nil, err
-	}
-	// The events and their verdict come from one snapshot, read once.
-	fc, err := b.store.FindChain(ctx, run.ID)
-	if err != nil {
-		return nil, err
-	}
-	if err := b.timeline(rep, fc.Events); err != nil {
+	if err := b.timeline(rep, fc.Events, fc.Report.OK); err != nil {
 		return nil, err
 	}
 	chain := fc.Report
-	rep.Chain = Chain{OK: chain.OK, Events: chain.Events}
+	rep.Chain = Chain{OK: chain.OK, Events: chain.Events, Rows: chain.Rows, UnboundRows: chain.Unbound}
 	if !chain.OK {
 		reason := b.opts.Redactor.RedactString(chain.Reason)
 		rep.Chain.BrokenSeq, rep.Chain.Reason = &chain.BrokenSeq, &reason
@@ -285,62 +331,87 @@ func (b *builder) build(id ledger.RunID) (*Report, error) {
 	return rep, nil
 }
 
-func (b *builder) actions(rep *Report, run ledger.RunID) error {
-	ctx, r := b.ctx, b.opts.Redactor
-	actions, err := b.store.FindActions(ctx, ledger.ActionFilter{RunID: &run})
-	if err != nil {
-		return err
+// signatureOf is the report's form of a head signature.
+func signatureOf(h *ledger.HeadSignature) *Signature {
+	if h == nil {
+		return nil
 	}
-	attempts, err := b.store.FindAttempts(ctx, ledger.AttemptFilter{RunID: &run})
-	if err != nil {
-		return err
-	}
-	approvals, err := b.store.FindApprovals(ctx, ledger.ApprovalFilter{RunID: &run})
-	if err != nil {
-		return err
-	}
+	return &Signature{Algorithm: SignatureAlgorithm, KeyID: h.KeyID, Seq: h.Seq, Hash: h.Hash, SignedAt: h.SignedAt.UTC(),
+		Signature: base64.StdEncoding.EncodeToString(h.Signature)}
+}
+
+// SignatureAlgorithm is the algorithm of head signatures.
+const SignatureAlgorithm = "ed25519"
+
+func (b *builder) actions(rep *Report, fc *ledger.Chain) error {
+	r := b.opts.Redactor
 	byAction := map[ledger.ActionID]*Action{}
-	for _, a := range actions {
-		args, err := b.arguments(a)
+	for _, a := range fc.Actions {
+		args, changed, err := b.arguments(a)
 		if err != nil {
 			return err
+		}
+		c := ledger.ActionContentOf(a)
+		hidden := RedactedFields{}
+		if changed {
+			if hidden["arguments"], err = hiddenNodes(a.Arguments, args); err != nil {
+				return fmt.Errorf("action %s arguments: %w", a.ID, err)
+			}
 		}
 		rep.Actions = append(rep.Actions, Action{
 			ID: a.ID, Seq: a.Seq, Tool: a.Tool, ToolVersion: a.ToolVersion, Effect: a.Effect, State: a.State,
 			ActionDigest: a.ActionDigest, DedupKey: a.DedupKey, Supersedes: nonEmpty(a.Supersedes), Arguments: args,
 			CreatedAt: a.CreatedAt.UTC(), UpdatedAt: a.UpdatedAt.UTC(), Attempts: []Attempt{}, Approvals: []Approval{},
+			Digest: c.Digest(), RedactedFields: hidden,
 		})
 	}
 	for i := range rep.Actions {
 		byAction[rep.Actions[i].ID] = &rep.Actions[i]
 	}
-	for _, at := range attempts {
+	for _, at := range fc.Attempts {
 		a, ok := byAction[at.ActionID]
 		if !ok {
 			return fmt.Errorf("attempt %s belongs to action %s, which the run does not have", at.ID, at.ActionID)
 		}
-		result, _, err := r.RedactJSONChanged(at.Result, nil)
+		c := ledger.AttemptContentOf(at)
+		hidden := RedactedFields{}
+		result, changed, err := r.RedactJSONChanged(at.Result, nil)
 		if err != nil {
 			return fmt.Errorf("attempt %s result: %w", at.ID, err)
+		}
+		if changed {
+			if hidden["result"], err = hiddenNodes(at.Result, result); err != nil {
+				return fmt.Errorf("attempt %s result: %w", at.ID, err)
+			}
 		}
 		var attErr *ledger.AttemptError
 		if at.Error != nil {
 			attErr = &ledger.AttemptError{Code: r.RedactString(at.Error.Code), Message: r.RedactString(at.Error.Message)}
+			nodes, err := errorNodes(at.Error, attErr)
+			if err != nil {
+				return fmt.Errorf("attempt %s error: %w", at.ID, err)
+			}
+			if nodes != nil {
+				hidden["error"] = nodes
+			}
 		}
 		a.Attempts = append(a.Attempts, Attempt{
 			ID: at.ID, No: at.No, Status: at.Status, Effect: at.Effect, EffectObservationID: nonEmpty(at.EffectObservation),
 			Result: orNull(result), Error: attErr, StartedAt: at.StartedAt.UTC(), FinishedAt: utcPtr(at.FinishedAt),
+			Digest: c.Digest(), RedactedFields: hidden,
 		})
 	}
-	for _, ap := range approvals {
+	for _, ap := range fc.Approvals {
 		a, ok := byAction[ap.ActionID]
 		if !ok {
 			return fmt.Errorf("approval %s belongs to action %s, which the run does not have", ap.ID, ap.ActionID)
 		}
+		c := ledger.ApprovalContentOf(ap)
+		reason, hidden := redactText(r, ap.Reason)
 		a.Approvals = append(a.Approvals, Approval{
 			ID: ap.ID, State: ap.State, ActionDigest: ap.ActionDigest, DecidedBy: nonEmpty(ap.DecidedBy),
-			Reason: nonEmpty(r.RedactString(ap.Reason)), RequestedAt: ap.RequestedAt.UTC(),
-			ExpiresAt: utcPtr(ap.ExpiresAt), DecidedAt: utcPtr(ap.DecidedAt),
+			Reason: nonEmpty(reason), RequestedAt: ap.RequestedAt.UTC(),
+			ExpiresAt: utcPtr(ap.ExpiresAt), DecidedAt: utcPtr(ap.DecidedAt), Digest: c.Digest(), RedactedFields: hidden,
 		})
 	}
 	// The store's orders are documented, but a report must not depend on
@@ -355,9 +426,21 @@ func (b *builder) actions(rep *Report, run ledger.RunID) error {
 	return nil
 }
 
+// redactText redacts a row's reason and, if that changed it, names it in
+// the row's RedactedFields.
+func redactText(r *redact.Redactor, s string) (string, RedactedFields) {
+	hidden := RedactedFields{}
+	out := r.RedactString(s)
+	if nodes := textNodes(s, out); nodes != nil {
+		hidden["reason"] = nodes
+	}
+	return out, hidden
+}
+
 // arguments redacts an action's arguments with its tool's secret paths, or
-// replaces them as a whole when the tool's secret paths are unknown.
-func (b *builder) arguments(a *ledger.Action) (json.RawMessage, error) {
+// replaces them as a whole when the tool's secret paths are unknown, and
+// reports whether that changed them.
+func (b *builder) arguments(a *ledger.Action) (json.RawMessage, bool, error) {
 	r := b.opts.Redactor
 	var (
 		paths []string
@@ -369,41 +452,39 @@ func (b *builder) arguments(a *ledger.Action) (json.RawMessage, error) {
 	if !known {
 		paths = []string{""}
 	}
-	args, _, err := r.RedactJSONChanged(a.Arguments, paths)
+	args, changed, err := r.RedactJSONChanged(a.Arguments, paths)
 	if err != nil {
-		return nil, fmt.Errorf("action %s arguments: %w", a.ID, err)
+		return nil, false, fmt.Errorf("action %s arguments: %w", a.ID, err)
 	}
-	return orNull(args), nil
+	return orNull(args), changed, nil
 }
 
-func (b *builder) cancellation(run ledger.RunID) (*Cancellation, error) {
-	c, err := b.store.FindCancellation(b.ctx, run)
-	switch {
-	case errors.Is(err, ledger.ErrNotFound):
-		return nil, nil
-	case err != nil:
-		return nil, err
-	}
+func (b *builder) cancellation(c *ledger.Cancellation) *Cancellation {
+	content := ledger.CancellationContentOf(c)
+	reason, hidden := redactText(b.opts.Redactor, c.Reason)
 	return &Cancellation{
-		ID: c.ID, State: c.State, RequestedBy: c.RequestedBy, Reason: nonEmpty(b.opts.Redactor.RedactString(c.Reason)),
+		ID: c.ID, State: c.State, RequestedBy: c.RequestedBy, Reason: nonEmpty(reason),
 		RequestedAt: c.RequestedAt.UTC(), AcceptedAt: utcPtr(c.AcceptedAt), StoppingAt: utcPtr(c.StoppingAt),
-		StoppedAt: utcPtr(c.StoppedAt), TooLateAt: utcPtr(c.TooLateAt),
-	}, nil
+		StoppedAt: utcPtr(c.StoppedAt), TooLateAt: utcPtr(c.TooLateAt), Digest: content.Digest(), RedactedFields: hidden,
+	}
 }
 
-func (b *builder) observations(rep *Report, run ledger.RunID) error {
-	obs, err := b.store.FindObservations(b.ctx, ledger.ObservationFilter{RunID: &run})
-	if err != nil {
-		return err
-	}
+func (b *builder) observations(rep *Report, obs []*ledger.Observation) error {
 	for _, o := range obs {
-		detail, _, err := b.opts.Redactor.RedactJSONChanged(o.Detail, nil)
+		detail, changed, err := b.opts.Redactor.RedactJSONChanged(o.Detail, nil)
 		if err != nil {
 			return fmt.Errorf("observation %s detail: %w", o.ID, err)
 		}
+		c := ledger.ObservationContentOf(o)
+		hidden := RedactedFields{}
+		if changed {
+			if hidden["detail"], err = hiddenNodes(o.Detail, detail); err != nil {
+				return fmt.Errorf("observation %s detail: %w", o.ID, err)
+			}
+		}
 		rep.Observations = append(rep.Observations, Observation{
 			ID: o.ID, ActionID: o.ActionID, AttemptID: nonEmpty(o.AttemptID), Source: o.Source, Effect: o.Effect,
-			Detail: orNull(detail), ObservedAt: o.ObservedAt.UTC(),
+			Detail: orNull(detail), ObservedAt: o.ObservedAt.UTC(), Digest: c.Digest(), RedactedFields: hidden,
 		})
 	}
 	slices.SortStableFunc(rep.Observations, func(x, y Observation) int {
@@ -422,8 +503,9 @@ type decisionData struct {
 
 // timeline redacts the events into rep.Timeline, sized for them at once,
 // and lifts the recovery decisions. The states and actors the events point
-// at are kept in one slab rather than allocated one by one.
-func (b *builder) timeline(rep *Report, events []*ledger.Event) error {
+// at are kept in one slab rather than allocated one by one. chainOK is the
+// verdict on events, whose rows it then need not check again.
+func (b *builder) timeline(rep *Report, events []*ledger.Event, chainOK bool) error {
 	r := b.opts.Redactor
 	rep.Timeline = slices.Grow(rep.Timeline, len(events))
 	texts := make([]string, 0, 3*len(events))
@@ -439,10 +521,21 @@ func (b *builder) timeline(rep *Report, events []*ledger.Event) error {
 		if err != nil {
 			return fmt.Errorf("event %d data: %w", e.Seq, err)
 		}
+		// A chain that verified has read every event's rows already.
+		if !chainOK && len(e.Rows) > 0 && (e.Rows[0] != '{' || !json.Valid(e.Rows)) {
+			return fmt.Errorf("event %d: the rows it binds are not a JSON object", e.Seq)
+		}
+		var hidden Hidden
+		if changed && e.Format == ledger.EventFormat {
+			if hidden, err = hiddenNodes(e.Data, data); err != nil {
+				return fmt.Errorf("event %d data: %w", e.Seq, err)
+			}
+		}
 		rep.Timeline = append(rep.Timeline, TimelineEvent{
 			Seq: e.Seq, ID: e.ID, Type: e.Type, EntityType: e.EntityType, EntityID: e.EntityID,
 			FromState: text(e.FromState), ToState: text(e.ToState), Actor: text(e.Actor),
 			Data: orNull(data), Redacted: changed, CreatedAt: e.CreatedAt.UTC(), Hash: e.Hash, PrevHash: e.PrevHash,
+			Format: max(e.Format, 1), Rows: orNull(e.Rows), RedactedData: hidden,
 		})
 		if e.Type == DecisionEventType {
 			d, err := b.decision(e)
@@ -487,37 +580,24 @@ func (b *builder) decision(e *ledger.Event) (RecoveryDecision, error) {
 	}, nil
 }
 
-func budgetOf(b ledger.Budget) Budget {
-	l := b.Limits
+// budgetOf is the run's budget as a report shows it: its content
+// (ledger.BudgetContent) and the deadline relative to the run's start.
+func budgetOf(run *ledger.Run) Budget {
+	c := ledger.BudgetContentOf(run.ID, run.Budget)
 	return Budget{
 		Limits: BudgetLimits{
-			MaxAttemptsPerAction: limit(l.MaxAttemptsPerAction),
-			MaxAttemptsPerRun:    limit(l.MaxAttemptsPerRun),
-			MaxExecutionMS:       limit(ceilMS(l.MaxExecution)),
-			MaxSteps:             limit(l.MaxSteps),
-			MaxTokens:            limit(l.MaxTokens),
-			DeadlineAfterMS:      limit(ceilMS(l.DeadlineAfter)),
+			MaxAttemptsPerAction: c.MaxAttemptsPerAction,
+			MaxAttemptsPerRun:    c.MaxAttemptsPerRun,
+			MaxExecutionMS:       c.MaxExecutionMS,
+			MaxSteps:             c.MaxSteps,
+			MaxTokens:            c.MaxTokens,
+			DeadlineAfterMS:      ledger.LimitOf(ledger.CeilMS(run.Budget.Limits.DeadlineAfter)),
 		},
-		Deadline: utcPtr(b.Deadline),
-		Used: BudgetUsage{
-			Attempts: b.Used.Attempts, ExecutionMS: b.Used.Execution.Milliseconds(), Steps: b.Used.Steps,
-			Tokens: b.Used.Tokens, TokensUnavailable: b.Used.TokensUnavailable,
-		},
+		Deadline: utcPtr(c.Deadline),
+		Used: BudgetUsage{Attempts: c.Attempts, ExecutionMS: c.ExecutionMS, Steps: c.Steps, Tokens: c.Tokens,
+			TokensUnavailable: c.TokensUnavailable},
+		Digest: c.Digest(),
 	}
-}
-
-// ceilMS rounds a limit up to whole milliseconds, so that a limit under a
-// millisecond does not read as none.
-func ceilMS(d time.Duration) int64 {
-	return int64((d + time.Millisecond - 1) / time.Millisecond)
-}
-
-// limit is a budget limit as the report shows it: nil for none (zero).
-func limit(v int64) *int64 {
-	if v <= 0 {
-		return nil
-	}
-	return &v
 }
 
 // nonEmpty returns nil for the zero value, so JSON shows null.

@@ -23,11 +23,18 @@ func (r *Report) value() (map[string]any, error) {
 		"run": map[string]any{
 			"id": text(r.Run.ID), "tenant": text(r.Run.Tenant), "agent": text(r.Run.Agent), "state": text(r.Run.State),
 			"stop_reason": strPtrValue(r.Run.StopReason), "submitted_by": text(r.Run.SubmittedBy),
-			"created_at": timeValue(r.Run.CreatedAt), "updated_at": timeValue(r.Run.UpdatedAt),
+			"created_at": timeValue(r.Run.CreatedAt), "updated_at": timeValue(r.Run.UpdatedAt), "digest": text(r.Run.Digest),
 		},
 		"budget":    r.Budget.value(),
 		"chain":     r.Chain.value(),
 		"redaction": map[string]any{"algorithm": text(r.Redaction.Algorithm), "key_id": text(r.Redaction.KeyID)},
+		"signature": nil,
+	}
+	if s := r.Signature; s != nil {
+		v["signature"] = map[string]any{
+			"algorithm": text(s.Algorithm), "key_id": text(s.KeyID), "seq": intValue(s.Seq), "hash": text(s.Hash),
+			"signed_at": timeValue(s.SignedAt), "signature": text(s.Signature),
+		}
 	}
 	if c := r.Cancellation; c != nil {
 		v["cancellation"] = map[string]any{
@@ -35,6 +42,7 @@ func (r *Report) value() (map[string]any, error) {
 			"requested_at": timeValue(c.RequestedAt), "accepted_at": timePtrValue(c.AcceptedAt),
 			"stopping_at": timePtrValue(c.StoppingAt), "stopped_at": timePtrValue(c.StoppedAt),
 			"too_late_at": timePtrValue(c.TooLateAt),
+			"digest": text(c.Digest), "redacted_fields": c.RedactedFields.value(),
 		}
 	} else {
 		v["cancellation"] = nil
@@ -73,7 +81,7 @@ func (a *Action) value() (any, error) {
 		"effect": text(a.Effect), "state": text(a.State), "action_digest": text(a.ActionDigest),
 		"dedup_key": text(a.DedupKey), "supersedes": strPtrValue(a.Supersedes), "arguments": args,
 		"created_at": timeValue(a.CreatedAt), "updated_at": timeValue(a.UpdatedAt),
-		"attempts": attempts, "approvals": approvals,
+		"attempts": attempts, "approvals": approvals, "digest": text(a.Digest), "redacted_fields": a.RedactedFields.value(),
 	}, nil
 }
 
@@ -90,6 +98,7 @@ func (a *Attempt) value() (any, error) {
 		"id": text(a.ID), "attempt_no": intValue(a.No), "status": text(a.Status), "effect": text(a.Effect),
 		"effect_observation_id": strPtrValue(a.EffectObservationID), "result": result, "error": attErr,
 		"started_at": timeValue(a.StartedAt), "finished_at": timePtrValue(a.FinishedAt),
+		"digest": text(a.Digest), "redacted_fields": a.RedactedFields.value(),
 	}, nil
 }
 
@@ -98,6 +107,7 @@ func (a *Approval) value() (any, error) {
 		"id": text(a.ID), "state": text(a.State), "action_digest": text(a.ActionDigest),
 		"decided_by": strPtrValue(a.DecidedBy), "reason": strPtrValue(a.Reason), "requested_at": timeValue(a.RequestedAt),
 		"expires_at": timePtrValue(a.ExpiresAt), "decided_at": timePtrValue(a.DecidedAt),
+		"digest": text(a.Digest), "redacted_fields": a.RedactedFields.value(),
 	}, nil
 }
 
@@ -114,6 +124,7 @@ func (b *Budget) value() map[string]any {
 			"attempts": intValue(u.Attempts), "execution_ms": intValue(u.ExecutionMS), "steps": intValue(u.Steps),
 			"tokens": intValue(u.Tokens), "tokens_unavailable": u.TokensUnavailable,
 		},
+		"digest": text(b.Digest),
 	}
 }
 
@@ -137,6 +148,7 @@ func (o *Observation) value() (any, error) {
 	return map[string]any{
 		"id": text(o.ID), "action_id": text(o.ActionID), "attempt_id": strPtrValue(o.AttemptID),
 		"source": text(o.Source), "effect": text(o.Effect), "detail": detail, "observed_at": timeValue(o.ObservedAt),
+		"digest": text(o.Digest), "redacted_fields": o.RedactedFields.value(),
 	}, nil
 }
 
@@ -145,17 +157,48 @@ func (e *TimelineEvent) value() (any, error) {
 	if err != nil {
 		return nil, fmt.Errorf("event %d data: %w", e.Seq, err)
 	}
+	rows, err := rawValue(e.Rows)
+	if err != nil {
+		return nil, fmt.Errorf("event %d rows: %w", e.Seq, err)
+	}
 	return map[string]any{
 		"seq": intValue(e.Seq), "id": text(e.ID), "type": text(e.Type), "entity_type": text(e.EntityType), "entity_id": text(e.EntityID),
 		"from_state": strPtrValue(e.FromState), "to_state": strPtrValue(e.ToState), "actor": strPtrValue(e.Actor),
 		"data": data, "redacted": e.Redacted, "created_at": timeValue(e.CreatedAt), "hash": text(e.Hash), "prev_hash": text(e.PrevHash),
+		"format": intValue(int64(e.Format)), "rows": rows, "redacted_data": e.RedactedData.value(),
 	}, nil
 }
 
 func (c *Chain) value() map[string]any {
 	return map[string]any{
 		"ok": c.OK, "events": intValue(int64(c.Events)), "broken_seq": intPtrValue(c.BrokenSeq), "reason": strPtrValue(c.Reason),
+		"rows": intValue(int64(c.Rows)), "unbound_rows": intValue(int64(c.UnboundRows)),
 	}
+}
+
+// value is the fields' value: an object, null for a nil map as
+// encoding/json writes it.
+func (f RedactedFields) value() any {
+	if f == nil {
+		return nil
+	}
+	m := make(map[string]any, len(f))
+	for k, h := range f {
+		m[text(k).(string)] = h.value()
+	}
+	return m
+}
+
+// value is the nodes' value: an object, null for a nil map.
+func (h Hidden) value() any {
+	if h == nil {
+		return nil
+	}
+	m := make(map[string]any, len(h))
+	for p, d := range h {
+		m[text(p).(string)] = text(d)
+	}
+	return m
 }
 
 // listValue is a list's value: nil (JSON null) for a nil slice, as

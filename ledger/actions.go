@@ -125,12 +125,19 @@ func (s *GormStore) CreateAction(ctx context.Context, p CreateActionParams) (Cre
 		if p.Supersedes != "" {
 			data["supersedes"] = p.Supersedes
 		}
-		if _, err := tx.appendEvent(transitionEvent(p.RunID, "action", string(id), ActionState(""), ActionProposed, p.Actor, data)); err != nil {
+		// The row as inserted is bound by the event of the state it was
+		// inserted in: the gate's, when it opens no approval.
+		proposed := transitionEvent(p.RunID, "action", string(id), ActionState(""), ActionProposed, p.Actor, data)
+		if !direct {
+			proposed = proposed.bind(ActionContentOf(row.toAction()))
+		}
+		if _, err := tx.appendEvent(proposed); err != nil {
 			return err
 		}
 		switch {
 		case direct:
-			if _, err := tx.appendEvent(transitionEvent(p.RunID, "action", string(id), ActionProposed, p.Gate, p.Actor, nil)); err != nil {
+			if _, err := tx.appendEvent(transitionEvent(p.RunID, "action", string(id), ActionProposed, p.Gate, p.Actor, nil).
+				bind(ActionContentOf(row.toAction()))); err != nil {
 				return err
 			}
 		case p.Gate != "":
@@ -202,7 +209,7 @@ func (tx *txn) moveAction(p ActionTransition, attemptCount int64) (*actionRow, e
 		return nil, err
 	}
 	// RETURNING hands back the updated row (its run, its digest for an
-	// approval) without reading it again.
+	// approval, its content for the event) without reading it again.
 	var row actionRow
 	rows, err := tx.query(moveActionSQL, string(p.To), micros(tx.now), attemptCount, string(p.ID), string(p.From))
 	err = scanOne(rows, err, "action "+string(p.ID), func(rows *sql.Rows) error { return scanAction(rows, &row) })
@@ -212,7 +219,8 @@ func (tx *txn) moveAction(p ActionTransition, attemptCount int64) (*actionRow, e
 	if err != nil {
 		return nil, err
 	}
-	if _, err := tx.appendEvent(transitionEvent(RunID(row.RunID), "action", string(p.ID), p.From, p.To, p.Actor, p.Data)); err != nil {
+	if _, err := tx.appendEvent(transitionEvent(RunID(row.RunID), "action", string(p.ID), p.From, p.To, p.Actor, p.Data).
+		bind(ActionContentOf(row.toAction()))); err != nil {
 		return nil, err
 	}
 	if p.To == ActionAwaitingApproval {

@@ -27,10 +27,12 @@ func (tx *txn) openApproval(a *actionRow, ttl time.Duration, actor string) (*App
 	if row.ExpiresAt != nil {
 		data["expires_at"] = fromMicros(*row.ExpiresAt)
 	}
-	if _, err := tx.appendEvent(transitionEvent(RunID(a.RunID), "approval", row.ID, ApprovalState(""), ApprovalPending, actor, data)); err != nil {
+	apr := row.toApproval()
+	if _, err := tx.appendEvent(transitionEvent(RunID(a.RunID), "approval", row.ID, ApprovalState(""), ApprovalPending, actor, data).
+		bind(ApprovalContentOf(apr))); err != nil {
 		return nil, err
 	}
-	return row.toApproval(), nil
+	return apr, nil
 }
 
 // pendingApproval returns an action's pending approval; CodeConflict if it
@@ -52,24 +54,27 @@ func (tx *txn) transitionApproval(a *Approval, to ApprovalState, actor, reason s
 	if err := ValidateApprovalTransition(a.State, to); err != nil {
 		return err
 	}
-	upd := map[string]any{"state": to, "version": gorm.Expr("version + 1"), "decided_at": micros(tx.now),
-		"reason": strPtr(reason)}
-	if decidedBy != nil {
-		upd["decided_by"] = *decidedBy
-	}
-	res := tx.db.Model(&approvalRow{}).Where("id = ? AND state = ?", a.ID, a.State).Updates(upd)
-	if res.Error != nil {
-		return res.Error
-	}
-	if res.RowsAffected == 0 {
+	var row approvalRow
+	rows, err := tx.query(decideApprovalSQL, string(to), micros(tx.now), strPtr(reason), decidedBy, string(a.ID), string(a.State))
+	err = scanOne(rows, err, "approval "+string(a.ID), func(rows *sql.Rows) error { return rows.Scan(row.targets()...) })
+	if Code(err) == CodeNotFound {
 		return tx.staleState(&approvalRow{}, "approval", string(a.ID), string(a.State))
 	}
+	if err != nil {
+		return err
+	}
 	if _, err := tx.appendEvent(transitionEvent(a.RunID, "approval", string(a.ID), a.State, to, actor,
-		map[string]any{"action_id": a.ActionID, "action_digest": a.ActionDigest, "reason": reason})); err != nil {
+		map[string]any{"action_id": a.ActionID, "action_digest": a.ActionDigest, "reason": reason}).
+		bind(ApprovalContentOf(row.toApproval()))); err != nil {
 		return err
 	}
 	return tx.resumeAfterApproval(a.RunID, actor)
 }
+
+// decideApprovalSQL settles an approval (decided_by only when given) and
+// hands back its row, whose content the event binds.
+var decideApprovalSQL = writeStmt(`UPDATE approvals SET state = ?, version = version + 1, decided_at = ?, reason = ?,
+	decided_by = COALESCE(?, decided_by) WHERE id = ? AND state = ? RETURNING ` + approvalCols)
 
 // DecideApproval implements Store.
 func (s *GormStore) DecideApproval(ctx context.Context, p DecideApprovalParams) (DecideApprovalResult, error) {

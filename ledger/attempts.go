@@ -83,11 +83,32 @@ func (tx *txn) startAttemptOf(action *Action, run *Run, actor string) (*Attempt,
 	if _, err := tx.exec(countAttemptSQL, string(run.ID)); err != nil {
 		return nil, err
 	}
-	if _, err := tx.appendEvent(transitionEvent(action.RunID, "attempt", row.ID, AttemptStatus(""), AttemptStarted, actor,
-		map[string]any{"action_id": action.ID, "attempt_no": no, "dedup_key": action.DedupKey})); err != nil {
+	// run's budget is as this write read it (or, in CreateAction, as its
+	// usage left it), so after the count it is that with one more attempt.
+	budget := run.Budget
+	budget.Used.Attempts++
+	att, err := row.toAttempt()
+	if err != nil {
 		return nil, err
 	}
-	return row.toAttempt()
+	// The attempt's event also binds the budget it counted against.
+	if _, err := tx.appendEvent(transitionEvent(action.RunID, "attempt", row.ID, AttemptStatus(""), AttemptStarted, actor,
+		map[string]any{"action_id": action.ID, "attempt_no": no, "dedup_key": action.DedupKey}).
+		bind(AttemptContentOf(att), BudgetContentOf(run.ID, budget))); err != nil {
+		return nil, err
+	}
+	return att, nil
+}
+
+// spend runs one of the statements that count an attempt against a run's
+// budget and returns the budget after it.
+func (tx *txn) spend(s *stmt, args ...any) (*budgetRow, error) {
+	var b budgetRow
+	rows, err := tx.query(s, args...)
+	if err := scanOne(rows, err, "budget", func(rows *sql.Rows) error { return rows.Scan(b.targets()...) }); err != nil {
+		return nil, err
+	}
+	return &b, nil
 }
 
 var (
@@ -182,19 +203,24 @@ func (tx *txn) finishAttempt(att *Attempt, o attemptOutcome) (*actionRow, *Obser
 	if !finished {
 		return nil, nil, tx.staleAttempt(att.ID, AttemptStarted)
 	}
+	// att was read in this transaction and the guarded UPDATE matched it,
+	// so the row now is att with the outcome: its content needs no read.
+	now := tx.now
+	att.Status, att.Result, att.Error, att.FinishedAt = o.Status, o.Result, o.Error, &now
 	// The attempt's time counts against the run's execution budget.
 	spent := tx.now.Sub(att.StartedAt).Microseconds()
-	if _, err := tx.exec(spendExecutionSQL, max(spent, 0), string(att.RunID)); err != nil {
+	budget, err := tx.spend(spendExecutionSQL, max(spent, 0), string(att.RunID))
+	if err != nil {
 		return nil, nil, err
 	}
 	data := map[string]any{"action_id": att.ActionID, "attempt_no": att.No, "duration_us": spent}
 	if o.Error != nil {
 		data["error"] = o.Error
 	}
-	if _, err := tx.appendEvent(transitionEvent(att.RunID, "attempt", string(att.ID), AttemptStarted, o.Status, o.Actor, data)); err != nil {
+	if _, err := tx.appendEvent(transitionEvent(att.RunID, "attempt", string(att.ID), AttemptStarted, o.Status, o.Actor, data).
+		bind(AttemptContentOf(att), budget.content())); err != nil {
 		return nil, nil, err
 	}
-	att.Status = o.Status
 	var obs *Observation
 	if o.Observation != nil {
 		if obs, err = tx.observe(att, o.Observation.Source, o.Observation.Effect, o.Observation.Detail, o.Actor); err != nil {
@@ -213,7 +239,7 @@ var (
 	finishAttemptSQL = writeStmt(`UPDATE attempts SET status = ?, result = ?, error = ?, finished_at = ?, version = version + 1
 	WHERE id = ? AND status = ?`)
 	spendExecutionSQL = writeStmt(`UPDATE budgets SET execution_used_us = execution_used_us + ?, version = version + 1
-	WHERE run_id = ?`)
+	WHERE run_id = ? RETURNING ` + budgetCols)
 )
 
 // RecordObservation implements Store.
@@ -265,8 +291,10 @@ func (tx *txn) observe(att *Attempt, src ObservationSource, effect EffectFact, d
 		row.Detail, row.ObservedAt); err != nil {
 		return nil, err
 	}
+	obs := row.toObservation()
 	if _, err := tx.appendEvent(eventSpec{RunID: att.RunID, Type: "observation.recorded", EntityType: "observation",
-		EntityID: row.ID, Actor: actor, Data: map[string]any{"attempt_id": att.ID, "source": src, "effect": effect}}); err != nil {
+		EntityID: row.ID, Actor: actor, Data: map[string]any{"attempt_id": att.ID, "source": src, "effect": effect}}.
+		bind(ObservationContentOf(obs))); err != nil {
 		return nil, err
 	}
 	if effect != EffectUnknown && att.Effect == EffectUnknown {
@@ -280,14 +308,16 @@ func (tx *txn) observe(att *Attempt, src ObservationSource, effect EffectFact, d
 		if !set {
 			return nil, Errorf(CodeConflict, "attempt %s effect changed underneath", att.ID)
 		}
+		// As in finishAttempt, the row is att (as this write last read or
+		// wrote it) with the effect.
+		att.Effect, att.EffectObservation = effect, ObservationID(row.ID)
 		if _, err := tx.appendEvent(eventSpec{RunID: att.RunID, Type: "attempt.effect_" + string(effect), EntityType: "attempt",
 			EntityID: string(att.ID), From: string(EffectUnknown), To: string(effect), Actor: actor,
-			Data: map[string]any{"observation_id": row.ID, "source": src}}); err != nil {
+			Data: map[string]any{"observation_id": row.ID, "source": src}}.bind(AttemptContentOf(att))); err != nil {
 			return nil, err
 		}
-		att.Effect = effect
 	}
-	return row.toObservation(), nil
+	return obs, nil
 }
 
 var (

@@ -53,7 +53,7 @@ func (s *GormStore) RequestCancel(ctx context.Context, p RequestCancelParams) (R
 			return err
 		}
 		if _, err := tx.appendEvent(transitionEvent(run.ID, "cancellation", row.ID, CancellationState(""), CancelRequested,
-			p.Principal, map[string]any{"reason": p.Reason})); err != nil {
+			p.Principal, map[string]any{"reason": p.Reason}).bind(CancellationContentOf(row.toCancellation()))); err != nil {
 			return err
 		}
 		c, err := tx.settleCancellation(row.toCancellation(), run, p.Principal)
@@ -181,7 +181,8 @@ func (tx *txn) transitionCancellation(p CancellationTransition) (*Cancellation, 
 	if err != nil {
 		return nil, err
 	}
-	if _, err := tx.appendEvent(transitionEvent(p.RunID, "cancellation", string(c.ID), p.From, p.To, p.Actor, p.Data)); err != nil {
+	if _, err := tx.appendEvent(transitionEvent(p.RunID, "cancellation", string(c.ID), p.From, p.To, p.Actor, p.Data).
+		bind(CancellationContentOf(c))); err != nil {
 		return nil, err
 	}
 	return c, nil

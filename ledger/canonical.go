@@ -3,7 +3,6 @@ package ledger
 import (
 	"bytes"
 	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -236,10 +235,7 @@ func DigestJSON(data []byte) (Digest, error) {
 // built to equal it), without canonicalizing it again.
 func DigestCanonical(data []byte) Digest { return digestBytes(data) }
 
-func digestBytes(b []byte) Digest {
-	sum := sha256.Sum256(b)
-	return Digest("sha256:" + hex.EncodeToString(sum[:]))
-}
+func digestBytes(b []byte) Digest { return sumDigest(sha256.Sum256(b)) }
 
 // ActionDigestInput is exactly what an action digest covers (DESIGN.md
 // section 2). Approvals bind to its digest.

@@ -36,6 +36,26 @@ func chainFixture(t *testing.T) (*ledgertest.Bundle, *ledger.Run, *sql.DB) {
 	return b, run, db
 }
 
+// readEvent reads event seq of run as stored, by hand.
+func readEvent(t *testing.T, db *sql.DB, run ledger.RunID, seq int64) *ledger.Event {
+	t.Helper()
+	var e ledger.Event
+	var data, rows sql.NullString
+	var created int64
+	require.NoError(t, db.QueryRow(`SELECT id, run_id, seq, type, entity_type, entity_id, from_state, to_state, actor, data,
+		created_at, prev_hash, hash, format, row_digests FROM events WHERE run_id = ? AND seq = ?`, run, seq).Scan(&e.ID, &e.RunID,
+		&e.Seq, &e.Type, &e.EntityType, &e.EntityID, &e.FromState, &e.ToState, &e.Actor, &data, &created, &e.PrevHash, &e.Hash,
+		&e.Format, &rows))
+	if data.Valid {
+		e.Data = []byte(data.String)
+	}
+	if rows.Valid {
+		e.Rows = []byte(rows.String)
+	}
+	e.CreatedAt = time.UnixMicro(created).UTC()
+	return &e
+}
+
 func exec(t *testing.T, db *sql.DB, q string, args ...any) {
 	t.Helper()
 	_, err := db.Exec(q, args...)
@@ -86,16 +106,8 @@ func TestVerifyChainDetectsTampering(t *testing.T) {
 		"rehashed edit still breaks the next link": {func(t *testing.T, db *sql.DB, run ledger.RunID) {
 			// Recomputing the edited event's own hash is not enough: its
 			// successor still points at the old one.
-			var e ledger.Event
-			var data sql.NullString
-			var created int64
-			require.NoError(t, db.QueryRow(`SELECT id, run_id, seq, type, entity_type, entity_id, from_state, to_state, data, created_at, prev_hash
-				FROM events WHERE run_id = ? AND seq = 2`, run).Scan(&e.ID, &e.RunID, &e.Seq, &e.Type, &e.EntityType, &e.EntityID,
-				&e.FromState, &e.ToState, &data, &created, &e.PrevHash))
-			if data.Valid {
-				e.Data = []byte(data.String)
-			}
-			e.CreatedAt, e.Actor = time.UnixMicro(created).UTC(), "mallory"
+			e := readEvent(t, db, run, 2)
+			e.Actor = "mallory"
 			h, err := e.ComputeHash()
 			require.NoError(t, err)
 			exec(t, db, `UPDATE events SET actor = ?, hash = ? WHERE run_id = ? AND seq = 2`, e.Actor, h, run)

@@ -13,7 +13,7 @@ import (
 // timeline, so the rows are scanned by hand into one slab of Events rather
 // than through GORM's reflection into rows that are then copied.
 const findChainEventsSQL = `SELECT id, run_id, seq, type, entity_type, entity_id, from_state, to_state,
-	actor, data, created_at, prev_hash, hash FROM events WHERE run_id = ? ORDER BY seq`
+	actor, data, created_at, prev_hash, hash, format, row_digests FROM events WHERE run_id = ? ORDER BY seq`
 
 // readChainEvents reads run's events on db (FindChain's read transaction,
 // or the reader pool for FindEvents); want is how many the run's head says
@@ -45,8 +45,8 @@ func readChainEvents(db *gorm.DB, run RunID, want int64) ([]*Event, error) {
 
 // scanEvents scans rows of findChainEventsSQL's columns; if ctx is done
 // when they end or fail, its error is the result (database/sql closes the
-// rows for it). The Events share one backing array; Data is nil for SQL
-// NULL.
+// rows for it). The Events share one backing array; Data and Rows are nil
+// for SQL NULL.
 func scanEvents(ctx context.Context, rows *sql.Rows, want int64) ([]*Event, error) {
 	slab := make([]Event, 0, max(0, min(want, 1<<20)))
 	var created int64
@@ -54,7 +54,8 @@ func scanEvents(ctx context.Context, rows *sql.Rows, want int64) ([]*Event, erro
 		slab = append(slab, Event{})
 		e := &slab[len(slab)-1]
 		if err := rows.Scan((*string)(&e.ID), (*string)(&e.RunID), &e.Seq, &e.Type, &e.EntityType, &e.EntityID,
-			&e.FromState, &e.ToState, &e.Actor, (*[]byte)(&e.Data), &created, &e.PrevHash, &e.Hash); err != nil {
+			&e.FromState, &e.ToState, &e.Actor, (*[]byte)(&e.Data), &created, &e.PrevHash, &e.Hash, &e.Format,
+			(*[]byte)(&e.Rows)); err != nil {
 			if cerr := ctx.Err(); cerr != nil {
 				return nil, cerr // database/sql closed the rows for it, between Next and Scan
 			}
@@ -73,4 +74,108 @@ func scanEvents(ctx context.Context, rows *sql.Rows, want int64) ([]*Event, erro
 		out[i] = &slab[i]
 	}
 	return out, nil
+}
+
+// readRecord reads on db (FindChain's read transaction) a run with its
+// budget, actions, attempts, approvals, cancellation, observations and
+// head signature into out; CodeNotFound if the run is unknown. Like
+// readChainEvents, the statements run without the caller's cancellation,
+// which is checked before each; a read that fails once the context is
+// done (database/sql closes the transaction's rows for it) fails with the
+// context's error.
+func readRecord(db *gorm.DB, run RunID, out *Chain) (err error) {
+	ctx := db.Statement.Context
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	defer func() {
+		if cerr := ctx.Err(); err != nil && cerr != nil {
+			err = cerr
+		}
+	}()
+	q := db.WithContext(context.WithoutCancel(ctx))
+	rows := func(query string, args ...any) (*sql.Rows, error) {
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		return q.Raw(query, args...).Rows()
+	}
+	r, err := rows(findRunSQL.sql, string(run))
+	if out.Run, err = scanRun(r, err, run); err != nil {
+		return err
+	}
+	r, err = rows(`SELECT `+actionCols+` FROM actions WHERE run_id = ? ORDER BY seq`, string(run))
+	if err != nil {
+		return err
+	}
+	out.Actions, err = scanAll(r, func(rows *sql.Rows) (*Action, error) {
+		var a actionRow
+		if err := scanAction(rows, &a); err != nil {
+			return nil, err
+		}
+		return a.toAction(), nil
+	})
+	if err != nil {
+		return fmt.Errorf("read actions: %w", err)
+	}
+	r, err = rows(`SELECT `+attemptCols+` FROM attempts WHERE run_id = ? ORDER BY action_id, attempt_no`, string(run))
+	if err != nil {
+		return err
+	}
+	out.Attempts, err = scanAll(r, func(rows *sql.Rows) (*Attempt, error) {
+		var a attemptRow
+		if err := scanAttempt(rows, &a); err != nil {
+			return nil, err
+		}
+		return a.toAttempt()
+	})
+	if err != nil {
+		return fmt.Errorf("read attempts: %w", err)
+	}
+	var approvals []approvalRow
+	if err := approvalsQuery(q, ApprovalFilter{RunID: &run}).Find(&approvals).Error; err != nil {
+		return fmt.Errorf("read approvals: %w", err)
+	}
+	out.Approvals = make([]*Approval, len(approvals))
+	for i := range approvals {
+		out.Approvals[i] = approvals[i].toApproval()
+	}
+	r, err = rows(findCancellationSQL.sql, string(run))
+	out.Cancellation, err = scanCancellation(r, err, run)
+	switch {
+	case Code(err) == CodeNotFound:
+		out.Cancellation = nil
+	case err != nil:
+		return err
+	}
+	var observations []observationRow
+	if err := observationsQuery(q, ObservationFilter{RunID: &run}).Find(&observations).Error; err != nil {
+		return fmt.Errorf("read observations: %w", err)
+	}
+	out.Observations = make([]*Observation, len(observations))
+	for i := range observations {
+		out.Observations[i] = observations[i].toObservation()
+	}
+	var sig []signatureRow
+	if err := q.Where("run_id = ?", string(run)).Limit(1).Find(&sig).Error; err != nil {
+		return fmt.Errorf("read head signature: %w", err)
+	}
+	if len(sig) == 1 {
+		out.Signature = sig[0].toSignature()
+	}
+	return ctx.Err()
+}
+
+// scanAll scans every row with scan and closes rows.
+func scanAll[T any](rows *sql.Rows, scan func(*sql.Rows) (T, error)) ([]T, error) {
+	defer rows.Close()
+	out := []T{}
+	for rows.Next() {
+		v, err := scan(rows)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, v)
+	}
+	return out, rows.Err()
 }

@@ -8,6 +8,11 @@
 // interface, and every error leaving the package is a *Error with an
 // ErrorCode.
 //
+// Every event of a run is hash-chained to its predecessor and carries the
+// digests of the rows its write changed (content.go), so that a row edited
+// behind the Store's back no longer matches the chain; a store given a
+// signing key signs each run's chain head (signing.go).
+//
 // Newcomers start with states.go (the transition tables), store.go (the Store
 // interface and what each method guarantees), then sqlstore.go.
 package ledger

@@ -208,4 +208,17 @@ type Event struct {
 	CreatedAt  time.Time       `json:"created_at"`
 	PrevHash   string          `json:"prev_hash"`
 	Hash       string          `json:"hash"`
+	// Format is how Hash is computed: 1 (or 0) for events written before
+	// rows were bound into the chain, whose Data is hashed inline; 2 since,
+	// whose hash covers the digest of Data and Rows instead, so that a
+	// report that redacts Data can still be checked against it.
+	Format int `json:"format"`
+	// Rows, format 2 only, is the canonical JSON object of the rows this
+	// event's write left changed: RowKey ("<entity>/<id>") → the digest of
+	// the row's content after the write (content.go); nil if none.
+	Rows json.RawMessage `json:"rows,omitempty"`
+	// DataDigest stands in for Data in a format 2 hash when Data itself is
+	// not known (a report that redacted part of it): its tree digest
+	// (DocDigest); ignored when Data is set.
+	DataDigest Digest `json:"-"`
 }

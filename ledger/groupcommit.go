@@ -190,7 +190,7 @@ func (s *GormStore) runOne(r *writeReq, db *gorm.DB) (err error) {
 	// statement of a cancellable context on a goroutine of its own, to be
 	// able to interrupt it, and that hand-off cost more than the statement.
 	ctx := context.WithoutCancel(r.ctx)
-	tx := &txn{db: db.WithContext(ctx), ctx: ctx, sql: sqlTx, stmts: s.ws, now: s.now(), newID: s.newID}
+	tx := &txn{db: db.WithContext(ctx), ctx: ctx, sql: sqlTx, stmts: s.ws, now: s.now(), newID: s.newID, signer: s.signer}
 	if err := r.fn(tx); err != nil {
 		return err
 	}

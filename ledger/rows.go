@@ -346,6 +346,36 @@ func (r *attemptRow) targets() []any {
 
 func scanAttempt(rows *sql.Rows, r *attemptRow) error { return rows.Scan(r.targets()...) }
 
+// runContentCols are the columns of a run's content (RunContent).
+const runContentCols = `id, tenant, agent, state, stop_reason, submitted_by, created_at, updated_at`
+
+// contentTargets are the Scan targets of runContentCols.
+func (r *runRow) contentTargets() []any {
+	return []any{&r.ID, &r.Tenant, &r.Agent, &r.State, &r.StopReason, &r.SubmittedBy, &r.CreatedAt, &r.UpdatedAt}
+}
+
+const budgetCols = `run_id, max_attempts_per_action, max_attempts_per_run, max_execution_us, max_steps, max_tokens,
+	deadline_at, attempts_used, execution_used_us, steps_used, tokens_used, tokens_unavailable, version`
+
+// targets are the Scan targets of budgetCols.
+func (b *budgetRow) targets() []any {
+	return []any{&b.RunID, &b.MaxAttemptsPerAction, &b.MaxAttemptsPerRun, &b.MaxExecutionUs, &b.MaxSteps, &b.MaxTokens,
+		&b.DeadlineAt, &b.AttemptsUsed, &b.ExecutionUsedUs, &b.StepsUsed, &b.TokensUsed, &b.TokensUnavailable, &b.Version}
+}
+
+// content is the budget's content (its deadline_after is not part of it,
+// so the run's creation time is not needed).
+func (b *budgetRow) content() BudgetContent { return BudgetContentOf(RunID(b.RunID), b.toBudget(0)) }
+
+const approvalCols = `id, action_id, run_id, tenant, action_digest, state, decided_by, reason, version, requested_at,
+	expires_at, decided_at`
+
+// targets are the Scan targets of approvalCols.
+func (r *approvalRow) targets() []any {
+	return []any{&r.ID, &r.ActionID, &r.RunID, &r.Tenant, &r.ActionDigest, &r.State, &r.DecidedBy, &r.Reason, &r.Version,
+		&r.RequestedAt, &r.ExpiresAt, &r.DecidedAt}
+}
+
 // runBudgetCols is a run (alias r) with its budget (alias b).
 const runBudgetCols = `r.id, r.tenant, r.idempotency_key, r.request_digest, r.submitted_by, r.agent, r.input,
 	r.state, r.stop_reason, r.version, r.event_seq, r.event_hash, r.created_at, r.updated_at,

@@ -65,9 +65,7 @@ func (tx *txn) addUsage(p AddUsageParams) (BudgetUsage, error) {
 	var b budgetRow
 	rows, err := tx.query(addUsageSQL, p.Steps, p.Tokens, p.Execution.Microseconds(), p.TokensUnavailable,
 		string(p.RunID), math.MaxInt64-p.Steps, math.MaxInt64-p.Tokens, math.MaxInt64-p.Execution.Microseconds())
-	err = scanOne(rows, err, "budget of run "+string(p.RunID), func(rows *sql.Rows) error {
-		return rows.Scan(&b.AttemptsUsed, &b.ExecutionUsedUs, &b.StepsUsed, &b.TokensUsed, &b.TokensUnavailable)
-	})
+	err = scanOne(rows, err, "budget of run "+string(p.RunID), func(rows *sql.Rows) error { return rows.Scan(b.targets()...) })
 	if Code(err) == CodeNotFound {
 		if _, err := tx.findRun(p.RunID); err != nil {
 			return BudgetUsage{}, err
@@ -79,14 +77,14 @@ func (tx *txn) addUsage(p AddUsageParams) (BudgetUsage, error) {
 	}
 	_, err = tx.appendEvent(eventSpec{RunID: p.RunID, Type: "budget.usage", EntityType: "budget",
 		EntityID: string(p.RunID), Data: map[string]any{"steps": p.Steps, "tokens": p.Tokens,
-			"execution_us": p.Execution.Microseconds(), "tokens_unavailable": p.TokensUnavailable}})
+			"execution_us": p.Execution.Microseconds(), "tokens_unavailable": p.TokensUnavailable}}.bind(b.content()))
 	return b.toBudget(0).Used, err
 }
 
 var addUsageSQL = writeStmt(`UPDATE budgets SET steps_used = steps_used + ?, tokens_used = tokens_used + ?,
 	execution_used_us = execution_used_us + ?, tokens_unavailable = tokens_unavailable OR ?, version = version + 1
 	WHERE run_id = ? AND steps_used <= ? AND tokens_used <= ? AND execution_used_us <= ?
-	RETURNING attempts_used, execution_used_us, steps_used, tokens_used, tokens_unavailable`)
+	RETURNING ` + budgetCols)
 
 // requestDigestInput is what a run's request digest covers.
 type requestDigestInput struct {
@@ -167,8 +165,10 @@ func (s *GormStore) SubmitRun(ctx context.Context, p SubmitRunParams) (SubmitRun
 		if err := tx.db.Create(&b).Error; err != nil {
 			return err
 		}
+		created := row.toRun(&b)
 		if _, err := tx.appendEvent(transitionEvent(RunID(row.ID), "run", row.ID, RunState(""), RunQueued, p.Principal,
-			map[string]any{"agent": p.Agent, "request_digest": digest, "idempotency_key": p.IdempotencyKey})); err != nil {
+			map[string]any{"agent": p.Agent, "request_digest": digest, "idempotency_key": p.IdempotencyKey}).
+			bind(RunContentOf(created), BudgetContentOf(created.ID, created.Budget))); err != nil {
 			return err
 		}
 		run, err := tx.findRun(RunID(row.ID))
@@ -223,23 +223,26 @@ func (tx *txn) transitionRun(p RunTransition) error {
 	if err := ValidateRunTransition(p.From, p.To, p.StopReason); err != nil {
 		return err
 	}
-	moved, err := tx.execOne(moveRunSQL, string(p.To), strPtr(string(p.StopReason)), micros(tx.now), string(p.ID), string(p.From))
+	var row runRow
+	rows, err := tx.query(moveRunSQL, string(p.To), strPtr(string(p.StopReason)), micros(tx.now), string(p.ID), string(p.From))
+	err = scanOne(rows, err, "run "+string(p.ID), func(rows *sql.Rows) error { return rows.Scan(row.contentTargets()...) })
+	if Code(err) == CodeNotFound {
+		return tx.staleState(&runRow{}, "run", string(p.ID), string(p.From))
+	}
 	if err != nil {
 		return err
-	}
-	if !moved {
-		return tx.staleState(&runRow{}, "run", string(p.ID), string(p.From))
 	}
 	data := p.Data
 	if p.StopReason != "" && data == nil {
 		data = map[string]any{"stop_reason": p.StopReason}
 	}
-	_, err = tx.appendEvent(transitionEvent(p.ID, "run", string(p.ID), p.From, p.To, p.Actor, data))
+	_, err = tx.appendEvent(transitionEvent(p.ID, "run", string(p.ID), p.From, p.To, p.Actor, data).bind(RunContentOf(row.toRun(nil))))
 	return err
 }
 
+// moveRunSQL hands back the run's content, which its event binds.
 var moveRunSQL = writeStmt(`UPDATE runs SET state = ?, stop_reason = ?, version = version + 1, updated_at = ?
-	WHERE id = ? AND state = ?`)
+	WHERE id = ? AND state = ? RETURNING ` + runContentCols)
 
 // staleState explains a guarded UPDATE that matched no row: the object is
 // missing (CodeNotFound) or no longer in the expected state (CodeConflict).

@@ -2,6 +2,7 @@ package ledger
 
 import (
 	"context"
+	"crypto/ed25519"
 	"database/sql"
 	"embed"
 	"errors"
@@ -60,6 +61,9 @@ type Config struct {
 	// the end of COMMIT, on the clock Now (metrics). It runs on the
 	// committing goroutine after every caller of the batch was answered:
 	// keep it quick, and do not call the Store from it.
+	// SigningKey, if set, signs each run's chain head whenever a write
+	// moves it (signing.go). It stays in memory: never stored or logged.
+	SigningKey ed25519.PrivateKey
 	OnCommit func(CommitStats)
 }
 
@@ -97,6 +101,8 @@ type GormStore struct {
 	// rs the read statements of the reader pool (stmts.go).
 	ws []*sql.Stmt
 	rs *readStmts
+	// signer signs chain heads; nil without a signing key.
+	signer *signer
 }
 
 var _ Store = (*GormStore)(nil)
@@ -127,6 +133,10 @@ func Open(ctx context.Context, cfg Config) (*GormStore, error) {
 	if cfg.ReadConns == 0 {
 		cfg.ReadConns = 4
 	}
+	sign, err := newSigner(cfg.SigningKey)
+	if err != nil {
+		return nil, fmt.Errorf("open store: %w", err)
+	}
 	gcfg := func() *gorm.Config {
 		return &gorm.Config{
 			NowFunc:                now,
@@ -146,7 +156,8 @@ func Open(ctx context.Context, cfg Config) (*GormStore, error) {
 	if err != nil {
 		return nil, Errorf(CodeInternal, "open store %s: %w", cfg.Path, err)
 	}
-	s := &GormStore{w: w, now: now, newID: cfg.NewID, clock: cfg.Now, onCommit: cfg.OnCommit, writeFaultFunc: cfg.WriteFaultFunc}
+	s := &GormStore{w: w, now: now, newID: cfg.NewID, clock: cfg.Now, onCommit: cfg.OnCommit,
+		writeFaultFunc: cfg.WriteFaultFunc, signer: sign}
 	if err := setPool(w, 1); err != nil {
 		return nil, err
 	}
@@ -427,8 +438,10 @@ type txn struct {
 	now   time.Time
 	newID NewIDFunc
 	// heads caches the chain heads this write moved; flushHeads writes
-	// them to the runs once the write is done (events.go).
-	heads map[RunID]*chainHead
+	// them to the runs once the write is done (events.go), signed by
+	// signer if there is one.
+	heads  map[RunID]*chainHead
+	signer *signer
 }
 
 // wrapErr gives err the op as context and makes sure it is an *Error; GORM

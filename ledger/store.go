@@ -141,10 +141,13 @@ type Store interface {
 
 	// FindEvents returns a run's events in sequence order.
 	FindEvents(ctx context.Context, run RunID) ([]*Event, error)
-	// VerifyChain walks a run's event chain and names the first broken link.
+	// VerifyChain walks a run's event chain, checks every row of the run
+	// against the newest event that bound it, and names the first broken
+	// link or changed row. CodeNotFound if the run is unknown.
 	VerifyChain(ctx context.Context, run RunID) (ChainReport, error)
-	// FindChain returns a run's events with VerifyChain's verdict on them,
-	// read from one snapshot. CodeNotFound if the run is unknown.
+	// FindChain returns a run's events and rows with VerifyChain's verdict
+	// on them and the newest signature of its head, read from one
+	// snapshot. CodeNotFound if the run is unknown.
 	FindChain(ctx context.Context, run RunID) (*Chain, error)
 
 	// CountByState counts every run, action and approval by state, and
@@ -390,18 +393,46 @@ type SettleReviewParams struct {
 	Data     any // recorded with the action's transition
 }
 
-// Chain is a run's events in sequence order and the verdict on their chain.
+// Chain is everything a run's hash chain vouches for, read from one
+// snapshot: its events in sequence order, its rows, the newest signature
+// of its head, and the verdict on them.
 type Chain struct {
 	Events []*Event
 	Report ChainReport
+	// Run is the run with its budget.
+	Run *Run
+	// Actions are in sequence order, Attempts in (action, number) order,
+	// Approvals in id order, Observations in time order; Cancellation is
+	// nil if none was requested.
+	Actions      []*Action
+	Attempts     []*Attempt
+	Approvals    []*Approval
+	Cancellation *Cancellation
+	Observations []*Observation
+	// Signature is the newest signature of the run's head (signing.go);
+	// nil if none was made. The verdict does not check it: only a public
+	// key can (VerifySignedHead).
+	Signature *HeadSignature
 }
 
-// ChainReport is the result of walking a run's event chain.
+// ChainReport is the result of walking a run's event chain and checking
+// its rows against it.
 type ChainReport struct {
 	RunID  RunID `json:"run_id"`
 	Events int   `json:"events"`
 	OK     bool  `json:"ok"`
-	// BrokenSeq is the sequence number of the first broken link (0 if OK).
+	// BrokenSeq is the sequence number of the first broken link (0 if OK):
+	// the event that does not verify, or the event that recorded a row
+	// that no longer matches it.
 	BrokenSeq int64  `json:"broken_seq,omitempty"`
 	Reason    string `json:"reason,omitempty"`
+	// Rows is how many rows were checked against the chain; Unbound how
+	// many of them no event binds because they were last written before
+	// rows were bound (events of format 1), which the chain cannot vouch
+	// for.
+	Rows    int `json:"rows"`
+	Unbound int `json:"unbound,omitempty"`
+	// Entity and EntityID name the row that broke the chain, if one did.
+	Entity   string `json:"entity,omitempty"`
+	EntityID string `json:"entity_id,omitempty"`
 }

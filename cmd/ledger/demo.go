@@ -1,6 +1,7 @@
 package main
 
 import (
+	"crypto/ed25519"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -18,7 +19,7 @@ import (
 var errDemoFailed = errors.New("demo: expected exactly one effect")
 
 func newDemoCmd() *cobra.Command {
-	var keep string
+	var keep, signingKey string
 	cmd := &cobra.Command{
 		Use:   "demo",
 		Short: "Run the whole approval-gated flow once on a temporary database",
@@ -40,19 +41,24 @@ ledger process holds that directory's database.`,
 			} else if err := os.MkdirAll(dir, 0o755); err != nil {
 				return err
 			}
-			return runDemo(cmd, dir)
+			key, err := signingKeyFrom(signingKey)
+			if err != nil {
+				return err
+			}
+			return runDemo(cmd, dir, key)
 		},
 		Example: `  ledger demo
   ledger demo --keep ./demo && ledger simulator effects --store ./demo/ledger.db.effects.db`,
 	}
 	cmd.Flags().StringVar(&keep, "keep", "", "keep the databases in this directory instead of a temporary one")
+	cmd.Flags().StringVar(&signingKey, "signing-key", "", "sign chain heads with this Ed25519 key file (env "+envSigningKeyFile+")")
 	return cmd
 }
 
-func runDemo(cmd *cobra.Command, dir string) error {
+func runDemo(cmd *cobra.Command, dir string, signingKey ed25519.PrivateKey) error {
 	ctx := cmd.Context()
 	out := cmd.OutOrStdout()
-	rt, err := openService(ctx, serviceConfig{Command: "demo", DBPath: filepath.Join(dir, "ledger.db"), Logger: discardLogger()})
+	rt, err := openService(ctx, serviceConfig{Command: "demo", DBPath: filepath.Join(dir, "ledger.db"), Logger: discardLogger(), SigningKey: signingKey})
 	if err != nil {
 		return err
 	}

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"crypto/ed25519"
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
@@ -43,9 +44,12 @@ func newEvidenceCmd() *cobra.Command {
           approvals, cancellation, budget, recovery decisions with their rationale,
           observations and the redacted event timeline, with the chain verdict, as
           JSON (checked against the report schema), Markdown or a self-contained HTML page.
-  verify  recompute the run's event hash chain and report the first broken link.`,
+  verify  recompute the run's event hash chain, check its rows against it and report the
+          first broken link; from the database, or offline from a JSON report, with the
+          signed chain head checked against a public key (--public-key).`,
 		Example: `  ledger evidence export $RUN --db ./ledger.db --format md
-  ledger evidence verify $RUN --db ./ledger.db`,
+  ledger evidence verify $RUN --db ./ledger.db
+  ledger evidence verify --report report.json --public-key signing.pub`,
 	}
 	// A bad flag or argument is a usage error: exit status 2.
 	cmd.SetFlagErrorFunc(func(_ *cobra.Command, err error) error {
@@ -145,38 +149,160 @@ is broken is still written, and says where the chain broke.`,
 }
 
 func newEvidenceVerifyCmd() *cobra.Command {
-	var dbPath string
+	var dbPath, reportPath, publicKeyPath string
 	cmd := &cobra.Command{
-		Use:   "verify RUN",
-		Short: "Recompute a run's event hash chain and report the first broken link",
-		Long: `Recompute the hash chain of RUN's events from the database: every event carries the hash
-of its predecessor, and the run records the head of the chain. Prints OK with the event
-count, or the first broken link (its sequence number and why) and exits with status 1.`,
-		Args: oneRun,
+		Use:   "verify (RUN --db PATH | --report FILE) [--public-key FILE]",
+		Short: "Check a run's event chain and rows, in the database or in an exported report",
+		Long: `Check the evidence of a run, and report the first thing that does not hold.
+
+verify RUN --db PATH recomputes the hash chain of RUN's events from the database (every
+event carries the hash of its predecessor, and the run records the head of the chain) and
+checks every row of the run (the run, its budget, actions, attempts, approvals,
+cancellation, observations) against the newest event that recorded it: each such event
+carries the digest of the row's content after the write. Rows written before this check
+existed are counted as unbound: the chain cannot vouch for them.
+
+verify --report FILE does the same without the database, from a JSON report of
+"ledger evidence export": it recomputes every event's hash from what the report shows
+(with the digests it gives of what redaction hid), checks every row against the event
+that recorded it and the recovery decisions against their events.
+
+With --public-key FILE (PEM, from "ledger signing-key new" or "public"), the head of the
+chain must also carry a valid signature by that key that covers every event: without
+it a chain rewritten together with its head looks intact.
+
+Prints OK with what was checked, or BROKEN with the first broken link (where and why)
+and exits with status 1.`,
+		Args: usageArgs(cobra.MaximumNArgs(1)),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			ctx := cmd.Context()
-			store, err := openExistingStore(ctx, dbPath)
-			if err != nil {
-				return err
+			var pub ed25519.PublicKey
+			if publicKeyPath != "" {
+				var err error
+				if pub, err = readPublicKey(publicKeyPath); err != nil {
+					return err
+				}
 			}
-			defer store.Close()
-			rep, err := store.VerifyChain(ctx, ledger.RunID(args[0]))
-			if err != nil {
-				return notFoundExit(err)
+			switch {
+			case reportPath != "" && (len(args) > 0 || cmd.Flags().Changed("db")):
+				return usagef("evidence verify: --report checks a report without the database: give no RUN and no --db")
+			case reportPath != "":
+				return verifyReport(cmd, reportPath, pub)
+			case len(args) == 0:
+				return usagef("evidence verify: give RUN (with --db) or --report FILE")
 			}
-			out := cmd.OutOrStdout()
-			if rep.OK {
-				_, err := fmt.Fprintf(out, "OK: run %s, %d events, chain intact\n", rep.RunID, rep.Events)
-				return err
-			}
-			fmt.Fprintf(out, "BROKEN: run %s, event %d: %s\n", rep.RunID, rep.BrokenSeq, rep.Reason)
-			return &chainBrokenError{report: rep}
+			return verifyDatabase(cmd, dbPath, ledger.RunID(args[0]), pub)
 		},
 		Example: `  ledger evidence verify $RUN --db ./ledger.db`,
 	}
-	cmd.Flags().StringVar(&dbPath, "db", "./ledger.db", "path of the SQLite database")
+	f := cmd.Flags()
+	f.StringVar(&dbPath, "db", "./ledger.db", "path of the SQLite database")
+	f.StringVar(&reportPath, "report", "", "check this JSON report instead of the database")
+	f.StringVar(&publicKeyPath, "public-key", "", "require the chain head to be signed by this Ed25519 public key (PEM)")
 	return cmd
 }
+
+// verifyDatabase is evidence verify RUN --db PATH.
+func verifyDatabase(cmd *cobra.Command, dbPath string, id ledger.RunID, pub ed25519.PublicKey) error {
+	ctx := cmd.Context()
+	store, err := openExistingStore(ctx, dbPath)
+	if err != nil {
+		return err
+	}
+	defer store.Close()
+	chain, err := store.FindChain(ctx, id)
+	if err != nil {
+		return notFoundExit(err)
+	}
+	rep, out := chain.Report, cmd.OutOrStdout()
+	if !rep.OK {
+		fmt.Fprintf(out, "BROKEN: run %s, event %d: %s\n", rep.RunID, rep.BrokenSeq, rep.Reason)
+		return &chainBrokenError{report: rep}
+	}
+	var signed string
+	if pub != nil {
+		if err := ledger.VerifySignedHead(chain.Signature, pub, id, chain.Run.EventSeq, chain.Run.EventHash); err != nil {
+			fmt.Fprintf(out, "BROKEN: run %s: %s\n", id, errText(err))
+			return &unverifiedError{err: err}
+		}
+		signed = signedText(chain.Signature.Seq, chain.Signature.KeyID, chain.Signature.SignedAt)
+	}
+	_, err = fmt.Fprintf(out, "OK: run %s, %d events, chain intact; %s%s\n", rep.RunID, rep.Events, rowsText(rep.Rows, rep.Unbound), signed)
+	return err
+}
+
+// verifyReport is evidence verify --report FILE.
+func verifyReport(cmd *cobra.Command, path string, pub ed25519.PublicKey) error {
+	out := cmd.OutOrStdout()
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return usagef("evidence verify: %v", err)
+	}
+	rep, err := evidence.ReadReport(data)
+	var v evidence.Verified
+	if err == nil {
+		v, err = rep.Verify(pub)
+	}
+	var ve *evidence.VerifyError
+	if errors.As(err, &ve) {
+		if ve.RunID == "" {
+			fmt.Fprintf(out, "BROKEN: %s: %s\n", path, ve.Reason)
+		} else {
+			fmt.Fprintf(out, "BROKEN: report of run %s: %s\n", ve.RunID, ve.Reason)
+		}
+		return &unverifiedError{err: err}
+	}
+	if err != nil {
+		return err
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "OK: report of run %s, %d events, chain intact; %s", v.RunID, v.Events, rowsText(v.Rows, v.Unbound))
+	if v.Hidden > 0 {
+		fmt.Fprintf(&b, "; %d redacted values covered only by their digests", v.Hidden)
+	}
+	switch {
+	case v.Signature != nil:
+		b.WriteString(signedText(v.Signature.Seq, v.Signature.KeyID, v.Signature.SignedAt))
+	case rep.Signature != nil:
+		fmt.Fprintf(&b, "; head signed by key %s, not checked (no --public-key)", rep.Signature.KeyID)
+	default:
+		b.WriteString("; not signed: anyone able to rewrite the database or the file could have made it consistent")
+	}
+	_, err = fmt.Fprintln(out, b.String())
+	return err
+}
+
+// rowsText says how many rows were checked, and how many of them the chain
+// cannot vouch for.
+func rowsText(rows, unbound int) string {
+	s := fmt.Sprintf("%d rows as their events recorded them", rows-unbound)
+	if unbound > 0 {
+		s += fmt.Sprintf(", %d written before rows were bound and not covered", unbound)
+	}
+	return s
+}
+
+func signedText(seq int64, keyID string, at time.Time) string {
+	return fmt.Sprintf("; head (event %d) signed by key %s at %s", seq, keyID, at.UTC().Format(time.RFC3339Nano))
+}
+
+// errText is a ledger error's message without its code.
+func errText(err error) string {
+	var e *ledger.Error
+	if errors.As(err, &e) {
+		return e.Message
+	}
+	return err.Error()
+}
+
+// unverifiedError is a check that ran and failed (a signature, a report):
+// exit status 1.
+type unverifiedError struct{ err error }
+
+func (e *unverifiedError) Error() string { return "evidence verify: " + e.err.Error() }
+func (e *unverifiedError) Unwrap() error { return e.err }
+
+// ExitCode is 1: the check ran and failed.
+func (e *unverifiedError) ExitCode() int { return 1 }
 
 // chainBrokenError is a verified chain with a broken link: exit status 1.
 type chainBrokenError struct{ report ledger.ChainReport }

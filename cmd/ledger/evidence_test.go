@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"crypto/ed25519"
 	"database/sql"
 	"encoding/hex"
 	"encoding/json"
@@ -24,9 +25,16 @@ import (
 // path and the run's id.
 func evidenceRun(t *testing.T) (string, ledger.RunID) {
 	t.Helper()
+	return evidenceRunSigned(t, nil)
+}
+
+// evidenceRunSigned is evidenceRun on a service that signs chain heads
+// with key (nil: none).
+func evidenceRunSigned(t *testing.T, key ed25519.PrivateKey) (string, ledger.RunID) {
+	t.Helper()
 	ctx := context.Background()
 	db := filepath.Join(t.TempDir(), "ledger.db")
-	svc, err := openService(ctx, serviceConfig{DBPath: db, Logger: discardLogger()})
+	svc, err := openService(ctx, serviceConfig{DBPath: db, Logger: discardLogger(), SigningKey: key})
 	require.NoError(t, err)
 	defer svc.Close()
 	title, md := simulator.SampleDocument()
@@ -199,7 +207,7 @@ func TestEvidenceVerify(t *testing.T) {
 	t.Run("OK", func(t *testing.T) {
 		stdout, _, err := runEvidence(t, "evidence", "verify", string(id), "--db", db)
 		require.NoError(t, err)
-		require.Regexp(t, `^OK: run `+string(id)+`, \d+ events, chain intact\n$`, stdout)
+		require.Regexp(t, `^OK: run `+string(id)+`, \d+ events, chain intact; \d+ rows as their events recorded them\n$`, stdout)
 	})
 
 	t.Run("ErrNotFound", func(t *testing.T) {

@@ -180,14 +180,19 @@ func (s *failingStore) FinishAttempt(ctx context.Context, p ledger.FinishAttempt
 
 // openLocalService opens the service on a database file for the local
 // command named (recover, worker), with whatever fault plan and simulator
-// settings the process's environment holds.
-func openLocalService(ctx context.Context, command, dbPath string) (*service, error) {
+// settings the process's environment holds, and the signing key of
+// signingKeyFlag or $LEDGER_SIGNING_KEY_FILE if either names one.
+func openLocalService(ctx context.Context, command, dbPath, signingKeyFlag string) (*service, error) {
 	f, err := faultsFromEnv()
 	if err != nil {
 		return nil, err
 	}
+	key, err := signingKeyFrom(signingKeyFlag)
+	if err != nil {
+		return nil, err
+	}
 	return openService(ctx, serviceConfig{Command: command, DBPath: dbPath, Simulator: f.Simulator, FaultFunc: f.Func,
-		WrapStore: f.WrapStore, WriteFault: f.WriteFault, Logger: discardLogger()})
+		WrapStore: f.WrapStore, WriteFault: f.WriteFault, Logger: discardLogger(), SigningKey: key})
 }
 
 // killSelf ends the process at once, as a power cut or OOM kill would: no

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/ed25519"
 	"errors"
 	"fmt"
 	"io"
@@ -46,6 +47,7 @@ type serveOptions struct {
 	rateLimit       float64
 	rateBurst       int
 	maxPending      int
+	signingKeyPath  string
 }
 
 func newServeCmd() *cobra.Command {
@@ -105,6 +107,7 @@ ledger process holds it, serve exits with status 7 and names that process.`,
 	f.IntVar(&o.rateBurst, "rate-burst", server.DefaultRateBurst, "requests each principal may send at once")
 	f.IntVar(&o.maxPending, "max-pending-approvals", server.DefaultMaxPendingApprovals,
 		"per tenant: refuse new runs (429) while this many approvals are pending or runs queued or running; 0 means no cap")
+	f.StringVar(&o.signingKeyPath, "signing-key", "", "sign each run's chain head with this Ed25519 key file (env "+envSigningKeyFile+"; make one with `ledger signing-key new`)")
 	return asUsage(cmd)
 }
 
@@ -187,13 +190,21 @@ func runServe(ctx context.Context, o *serveOptions, stderr io.Writer) (err error
 			"fault_plan", plan, "simulator_config", simCfg)
 	}
 
+	signingKey, err := signingKeyFrom(o.signingKeyPath)
+	if err != nil {
+		return err
+	}
+	if signingKey != nil {
+		log.Info("chain heads are signed", "key_id", ledger.SigningKeyID(signingKey.Public().(ed25519.PublicKey)))
+	}
+
 	// The store's commits, the engine's tool calls and the recovery
 	// decisions are counted by the server's metrics, which exist only once
 	// the server does (it needs the store and the engine); the recovery
 	// scan and the first request come after it.
 	var metrics atomic.Pointer[server.Metrics]
 	svc, err := openService(ctx, serviceConfig{Command: "serve", DBPath: o.dbPath, Rules: rules, DevMode: devMode, Simulator: faults.Simulator,
-		FaultFunc: faults.Func, WrapStore: faults.WrapStore, WriteFault: faults.WriteFault, Logger: log,
+		FaultFunc: faults.Func, WrapStore: faults.WrapStore, WriteFault: faults.WriteFault, Logger: log, SigningKey: signingKey,
 		OnDecision: func(d recovery.Decision) {
 			if m := metrics.Load(); m != nil {
 				m.ObserveDecision(d)

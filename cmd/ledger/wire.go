@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/ed25519"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -56,6 +57,8 @@ type serviceConfig struct {
 	// tool call of the engine (serve's metrics).
 	OnCommit   func(ledger.CommitStats)
 	OnToolCall func(engine.ToolCallStats)
+	// SigningKey, if set, signs each run's chain head (signingkey.go).
+	SigningKey ed25519.PrivateKey
 }
 
 func openService(ctx context.Context, cfg serviceConfig) (*service, error) {
@@ -72,7 +75,8 @@ func openService(ctx context.Context, cfg serviceConfig) (*service, error) {
 	if err != nil {
 		return nil, err
 	}
-	store, err := ledger.Open(ctx, ledger.Config{Path: cfg.DBPath, OnCommit: cfg.OnCommit, WriteFaultFunc: cfg.WriteFault})
+	store, err := ledger.Open(ctx, ledger.Config{Path: cfg.DBPath, OnCommit: cfg.OnCommit, WriteFaultFunc: cfg.WriteFault,
+		SigningKey: cfg.SigningKey})
 	if err != nil {
 		return nil, errors.Join(err, lock.Release())
 	}

@@ -8,8 +8,8 @@ import (
 
 func newWorkerCmd() *cobra.Command {
 	var (
-		dbPath    string
-		untilIdle bool
+		dbPath, signingKey string
+		untilIdle          bool
 	)
 	cmd := &cobra.Command{
 		Use:   "worker",
@@ -21,7 +21,7 @@ Exits with status 7 if another ledger process holds the database (<db>.lock).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx := cmd.Context()
-			svc, err := openLocalService(ctx, "worker", dbPath)
+			svc, err := openLocalService(ctx, "worker", dbPath, signingKey)
 			if err != nil {
 				return err
 			}
@@ -68,5 +68,6 @@ Exits with status 7 if another ledger process holds the database (<db>.lock).`,
 	}
 	cmd.Flags().StringVar(&dbPath, "db", "./ledger.db", "path of the SQLite database")
 	cmd.Flags().BoolVar(&untilIdle, "until-idle", false, "exit once no run can advance without a person")
+	cmd.Flags().StringVar(&signingKey, "signing-key", "", "sign chain heads with this Ed25519 key file (env "+envSigningKeyFile+")")
 	return cmd
 }
