@@ -86,8 +86,11 @@ func (tx *txn) settleCancellation(c *Cancellation, run *Run, actor string) (*Can
 		}
 	}
 	if run.State != RunStopping {
+		// The run's event binds the cancellation too: an accepted row an
+		// older version left may have been written before rows were bound.
 		if err := tx.transitionRun(RunTransition{ID: run.ID, From: run.State, To: RunStopping, Actor: actor,
-			Data: map[string]any{"cause": "cancel accepted", "cancellation": c.ID}}); err != nil {
+			Data: map[string]any{"cause": "cancel accepted", "cancellation": c.ID},
+			also: []Content{CancellationContentOf(c)}}); err != nil {
 			return nil, err
 		}
 	}

@@ -55,11 +55,9 @@ func openRowsFixture(t *testing.T, cfg ledger.Config) *rowsFixture {
 		Observation: &ledger.ObservationInput{Source: ledger.ObservedResult, Effect: ledger.EffectHappened, Detail: json.RawMessage(`{"n":1}`)}})
 	require.NoError(t, err)
 	f.obs = finished.Observation
-	_, err = s.RequestCancel(ctx, ledger.RequestCancelParams{RunID: f.run.ID, Principal: "alice", Reason: "enough"})
+	cancelled, err := s.RequestCancel(ctx, ledger.RequestCancelParams{RunID: f.run.ID, Principal: "alice", Reason: "enough"})
 	require.NoError(t, err)
-	f.cancel, err = s.TransitionCancellation(ctx, ledger.CancellationTransition{RunID: f.run.ID, From: ledger.CancelRequested,
-		To: ledger.CancelAccepted, Actor: "engine"})
-	require.NoError(t, err)
+	f.cancel = cancelled.Cancellation
 
 	rep, err := s.VerifyChain(ctx, f.run.ID)
 	require.NoError(t, err)
@@ -121,7 +119,7 @@ func TestVerifyChainDetectsRowEdits(t *testing.T) {
 		}, "action", func(f *rowsFixture) string { return string(f.action.ID) }, `state is "failed", but event %d moved it to "succeeded"`},
 		{"run state", func(f *rowsFixture) (string, []any) {
 			return `UPDATE runs SET state = 'completed', stop_reason = 'completed' WHERE id = ?`, []any{f.run.ID}
-		}, "run", func(f *rowsFixture) string { return string(f.run.ID) }, `state is "completed", but event %d moved it to "running"`},
+		}, "run", func(f *rowsFixture) string { return string(f.run.ID) }, `state is "completed", but event %d moved it to "stopping"`},
 		{"run updated_at", func(f *rowsFixture) (string, []any) {
 			return `UPDATE runs SET updated_at = updated_at + 1 WHERE id = ?`, []any{f.run.ID}
 		}, "run", func(f *rowsFixture) string { return string(f.run.ID) }, "its content no longer has the digest"},
@@ -227,7 +225,8 @@ func TestVerifyChainLegacyRows(t *testing.T) {
 	require.Equal(t, 7, rep.Rows)
 	require.Equal(t, 7, rep.Unbound)
 
-	_, err = f.b.Store.TransitionRun(ctx, ledger.RunTransition{ID: f.run.ID, From: ledger.RunRunning, To: ledger.RunStopping})
+	_, err = f.b.Store.TransitionRun(ctx, ledger.RunTransition{ID: f.run.ID, From: ledger.RunStopping, To: ledger.RunStopped,
+		StopReason: ledger.StopUserCancelled})
 	require.NoError(t, err)
 	rep, err = f.b.Store.VerifyChain(ctx, f.run.ID)
 	require.NoError(t, err)
@@ -309,7 +308,8 @@ func TestSignedHeads(t *testing.T) {
 		unsigned, err := ledger.Open(ctx, ledger.Config{Path: f.b.Path, Now: f.b.Clock.Now})
 		require.NoError(t, err)
 		defer unsigned.Close()
-		_, err = unsigned.TransitionRun(ctx, ledger.RunTransition{ID: f.run.ID, From: ledger.RunRunning, To: ledger.RunStopping})
+		_, err = unsigned.TransitionRun(ctx, ledger.RunTransition{ID: f.run.ID, From: ledger.RunStopping, To: ledger.RunStopped,
+			StopReason: ledger.StopUserCancelled})
 		require.NoError(t, err)
 		chain, err := unsigned.FindChain(ctx, f.run.ID)
 		require.NoError(t, err)

@@ -236,7 +236,8 @@ func (tx *txn) transitionRun(p RunTransition) error {
 	if p.StopReason != "" && data == nil {
 		data = map[string]any{"stop_reason": p.StopReason}
 	}
-	_, err = tx.appendEvent(transitionEvent(p.ID, "run", string(p.ID), p.From, p.To, p.Actor, data).bind(RunContentOf(row.toRun(nil))))
+	_, err = tx.appendEvent(transitionEvent(p.ID, "run", string(p.ID), p.From, p.To, p.Actor, data).
+		bind(RunContentOf(row.toRun(nil))).bind(p.also...))
 	return err
 }
 

@@ -189,6 +189,9 @@ type RunTransition struct {
 	StopReason StopReason
 	Actor      string
 	Data       any // recorded in the event; marshalled to canonical JSON
+	// also are other rows the event binds as they stand (a write that
+	// moves the run on another row's account, within package ledger).
+	also []Content
 }
 
 // RunFilter selects runs. Nil fields match everything.

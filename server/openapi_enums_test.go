@@ -28,7 +28,7 @@ func TestOpenAPIDocumentsCancelAndPaging(t *testing.T) {
 		Components struct {
 			Schemas map[string]struct {
 				Properties map[string]struct {
-					Enum []string `json:"enum"`
+					Enum []any `json:"enum"` // strings here, numbers elsewhere
 				} `json:"properties"`
 				Required []string `json:"required"`
 			} `json:"schemas"`
@@ -36,7 +36,7 @@ func TestOpenAPIDocumentsCancelAndPaging(t *testing.T) {
 	}
 	require.NoError(t, json.Unmarshal(res.Body, &doc))
 
-	var states []string
+	var states []any
 	for _, s := range ledger.CancellationStates() {
 		states = append(states, string(s))
 	}

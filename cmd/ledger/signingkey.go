@@ -40,6 +40,9 @@ stores or logs it, only its id (16 hex digits of the SHA-256 of the public key).
   new     make a key pair: the private key into --out (mode 0600, never overwritten),
           the public key on stdout (and into --public-out), the key id on stderr.
   public  print the public key of a private key file, and its id on stderr.`,
+		Example: `  ledger signing-key new --out /etc/ledger/signing.key --public-out signing.pub
+  ledger serve --signing-key /etc/ledger/signing.key
+  ledger evidence verify --report report.json --public-key signing.pub`,
 	}
 	cmd.AddCommand(newSigningKeyNewCmd(), newSigningKeyPublicCmd())
 	return asUsage(cmd)
@@ -50,7 +53,9 @@ func newSigningKeyNewCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "new --out FILE [--public-out FILE]",
 		Short: "Make an Ed25519 key pair for signing chain heads",
-		Args:  usageArgs(cobra.NoArgs),
+		Example: `  ledger signing-key new --out /etc/ledger/signing.key
+  ledger signing-key new --out signing.key --public-out signing.pub`,
+		Args: usageArgs(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if out == "" {
 				return usagef("--out is required: the file the private key is written to")
@@ -91,9 +96,10 @@ func newSigningKeyNewCmd() *cobra.Command {
 func newSigningKeyPublicCmd() *cobra.Command {
 	var keyFile string
 	cmd := &cobra.Command{
-		Use:   "public --key FILE",
-		Short: "Print the public key of a signing key file",
-		Args:  usageArgs(cobra.NoArgs),
+		Use:     "public --key FILE",
+		Short:   "Print the public key of a signing key file",
+		Example: `  ledger signing-key public --key /etc/ledger/signing.key > signing.pub`,
+		Args:    usageArgs(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if keyFile == "" {
 				return usagef("--key is required")
