@@ -78,19 +78,22 @@ func (tx *txn) settleCancellation(c *Cancellation, run *Run, actor string) (*Can
 			Data: map[string]any{"cause": "the run ended before the cancel took effect", "run_state": run.State,
 				"stop_reason": run.StopReason}})
 	}
+	// A cancellation this write does not move (an accepted row an older
+	// version left, perhaps before rows were bound) is bound by the run's
+	// event instead.
+	var also []Content
 	if c.State == CancelRequested {
 		var err error
 		if c, err = tx.transitionCancellation(CancellationTransition{RunID: run.ID, From: CancelRequested, To: CancelAccepted,
 			Actor: actor}); err != nil {
 			return nil, err
 		}
+	} else {
+		also = []Content{CancellationContentOf(c)}
 	}
 	if run.State != RunStopping {
-		// The run's event binds the cancellation too: an accepted row an
-		// older version left may have been written before rows were bound.
 		if err := tx.transitionRun(RunTransition{ID: run.ID, From: run.State, To: RunStopping, Actor: actor,
-			Data: map[string]any{"cause": "cancel accepted", "cancellation": c.ID},
-			also: []Content{CancellationContentOf(c)}}); err != nil {
+			Data: map[string]any{"cause": "cancel accepted", "cancellation": c.ID}, also: also}); err != nil {
 			return nil, err
 		}
 	}
