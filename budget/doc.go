@@ -1,6 +1,6 @@
 // Package budget decides, from persisted facts alone, whether a run may take
 // its next model step, its next attempt, or the action a model just proposed
-// (DESIGN.md section 5).
+// (docs/concepts.md, "Budgets and loop policies").
 //
 // It holds three kinds of check, each a pure function of what the ledger has
 // recorded and a now the caller passes in:

@@ -20,7 +20,7 @@ import (
 )
 
 // FaultPoint names a dangerous moment of an attempt, where a fault plan
-// may kill the process to prove recovery (DESIGN.md section 8).
+// may kill the process to prove recovery (docs/evidence.md, "The fault matrix").
 type FaultPoint string
 
 // The fault points of an attempt, in order.

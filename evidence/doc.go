@@ -1,5 +1,5 @@
 // Package evidence turns what the ledger recorded about a run into a
-// redacted, tamper-evident report (DESIGN.md section 7): the run, its
+// redacted, tamper-evident report (docs/evidence.md): the run, its
 // actions with their attempts (status and effect as separate facts) and
 // approvals, the cancellation, the budget, recovery decisions with their
 // rationale, tool-side observations, the event timeline and the verdict on

@@ -42,7 +42,7 @@ func (r *Report) value() (map[string]any, error) {
 			"requested_at": timeValue(c.RequestedAt), "accepted_at": timePtrValue(c.AcceptedAt),
 			"stopping_at": timePtrValue(c.StoppingAt), "stopped_at": timePtrValue(c.StoppedAt),
 			"too_late_at": timePtrValue(c.TooLateAt),
-			"digest": text(c.Digest), "redacted_fields": c.RedactedFields.value(),
+			"digest":      text(c.Digest), "redacted_fields": c.RedactedFields.value(),
 		}
 	} else {
 		v["cancellation"] = nil

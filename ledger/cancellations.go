@@ -195,7 +195,7 @@ func (tx *txn) transitionCancellation(p CancellationTransition) (*Cancellation, 
 }
 
 // checkNothingInFlight is the condition for confirming a cancellation
-// (DESIGN.md section 3): no attempt of the run is still started with an
+// (docs/state-machines.md): no attempt of the run is still started with an
 // unknown effect. An attempt whose effect a query established may still be
 // open; one handed to review has been finished as uncertain.
 func (tx *txn) checkNothingInFlight(run RunID) error {

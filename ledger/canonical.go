@@ -15,7 +15,7 @@ import (
 )
 
 // MaxJSONDepth is the deepest nesting of objects and arrays accepted in any
-// JSON the ledger takes a digest of (DESIGN.md section 2).
+// JSON the ledger takes a digest of (docs/concepts.md).
 const MaxJSONDepth = 32
 
 // Digest is "sha256:" followed by 64 lowercase hex digits.
@@ -26,7 +26,7 @@ var digestPattern = regexp.MustCompile(`^sha256:[0-9a-f]{64}$`)
 // Valid reports whether d is well formed.
 func (d Digest) Valid() bool { return digestPattern.MatchString(string(d)) }
 
-// CheckJSON refuses what DESIGN.md says must be refused before any digest is
+// CheckJSON refuses what must be refused before any digest is
 // taken: invalid JSON, trailing data, duplicate object keys and nesting deeper
 // than MaxJSONDepth. Unknown fields are the schemas' job (package contracts).
 //
@@ -237,8 +237,8 @@ func DigestCanonical(data []byte) Digest { return digestBytes(data) }
 
 func digestBytes(b []byte) Digest { return sumDigest(sha256.Sum256(b)) }
 
-// ActionDigestInput is exactly what an action digest covers (DESIGN.md
-// section 2). Approvals bind to its digest.
+// ActionDigestInput is exactly what an action digest covers
+// (docs/concepts.md). Approvals bind to its digest.
 type ActionDigestInput struct {
 	Tool        string          `json:"tool"`
 	ToolVersion string          `json:"tool_version"`

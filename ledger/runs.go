@@ -15,7 +15,7 @@ import (
 	"gorm.io/gorm"
 )
 
-// idempotencyKeyPattern is DESIGN.md's key: 1–255 printable ASCII characters.
+// idempotencyKeyPattern is the API's key: 1–255 printable ASCII characters.
 var idempotencyKeyPattern = regexp.MustCompile(`^[\x20-\x7e]{1,255}$`)
 
 // ValidIdempotencyKey reports whether k is 1–255 printable ASCII characters.

@@ -64,7 +64,7 @@ type Config struct {
 	// SigningKey, if set, signs each run's chain head whenever a write
 	// moves it (signing.go). It stays in memory: never stored or logged.
 	SigningKey ed25519.PrivateKey
-	OnCommit func(CommitStats)
+	OnCommit   func(CommitStats)
 }
 
 // CommitStats describe one group commit (Config.OnCommit).

@@ -10,8 +10,9 @@ import (
 	"gorm.io/gorm"
 )
 
-// TestPragmas checks that both pools run with the settings DESIGN.md section
-// 9 asks for; synchronous and foreign_keys are per connection.
+// TestPragmas checks that both pools run with the settings the store needs
+// (WAL, synchronous=FULL for the writer, foreign keys, a busy timeout);
+// synchronous and foreign_keys are per connection.
 func TestPragmas(t *testing.T) {
 	ctx := context.Background()
 	s, err := Open(ctx, Config{Path: filepath.Join(t.TempDir(), "ledger.db")})

@@ -21,7 +21,7 @@ const (
 // ActionState is the state of an action.
 type ActionState string
 
-// Action states. Superseded is ours where DESIGN.md is silent: an action that
+// Action states. Superseded is ours, beyond the core machine: an action that
 // a model re-proposed with other arguments; its pending approval becomes
 // invalidated. Denied is also reached from proposed when a rule denies.
 const (
@@ -98,7 +98,7 @@ const (
 // StopReason says why a terminal run ended. Exactly one per terminal run.
 type StopReason string
 
-// Stop reasons (DESIGN.md section 5).
+// Stop reasons (docs/state-machines.md).
 const (
 	StopCompleted            StopReason = "completed"
 	StopMaxSteps             StopReason = "max_steps"

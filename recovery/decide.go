@@ -47,7 +47,7 @@ func Kinds() []Kind {
 }
 
 // Tool is what recovery knows of a tool: its guarantees and the windows of
-// DESIGN.md section 4.
+// docs/recovery.md.
 type Tool struct {
 	Guarantees contracts.Guarantees
 	// DedupRetention is how long the tool honours a dedup key; 0: forever.
@@ -107,7 +107,7 @@ type Decision struct {
 	Rationale string
 }
 
-// Decide is the decision table of DESIGN.md section 4 as one pure function.
+// Decide is the decision table of docs/recovery.md as one pure function.
 // Principles it never breaks: a missing or failed answer is never read as
 // "did not happen"; a write whose effect is unknown is never retried unless
 // the tool dedups within its window; a spent budget stops only what is

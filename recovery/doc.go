@@ -1,7 +1,7 @@
 // Package recovery decides what to do with actions whose outcome is
 // uncertain — after a crash, a timeout or a cancel — using what each tool
 // guarantees (query, dedup, cancel), and records every decision with its
-// rationale. Decide is the pure decision table of DESIGN.md section 4; Scan
+// rationale. Decide is the pure decision table of docs/recovery.md; Scan
 // applies it at start-up and on `ledger recover`; Resolve is a person
 // settling a review.
 //

@@ -7,7 +7,7 @@ import (
 	"github.com/actionledger/ledger/ledger"
 )
 
-// The wire types of HTTP API v1 (DESIGN.md section 6). The server encodes
+// The wire types of HTTP API v1 (docs/api.md). The server encodes
 // them and the CLI decodes them: field names are the contract outside
 // clients rely on, so change them only with the design.
 

@@ -24,7 +24,7 @@ import (
 	"github.com/actionledger/ledger/ledger"
 )
 
-// Role is what a principal may do in its tenant (DESIGN.md section 6).
+// Role is what a principal may do in its tenant (docs/security.md).
 type Role string
 
 // Roles. Admin holds every other role.
@@ -94,7 +94,7 @@ type TokenEntry struct {
 	Roles     []string `json:"roles"`
 }
 
-// TokensFile is the document of a tokens file (DESIGN.md section 6):
+// TokensFile is the document of a tokens file (docs/security.md):
 //
 //	{"tokens": [{"sha256": "<64 hex>", "principal": "alice", "tenant": "acme", "roles": ["approver"]}]}
 type TokensFile struct {

@@ -1,4 +1,4 @@
-// Package server is the HTTP API v1 of DESIGN.md section 6 on Echo:
+// Package server is the HTTP API v1 of docs/api.md on Echo:
 // routing, bearer-token authentication with roles, tenant checks on every
 // object read, problem+json errors from one code→status table, and the
 // Idempotency-Key semantics of submit. It is the only package that imports
@@ -21,7 +21,7 @@
 // it did not. Relaxing separation of duties in dev mode is the caller's
 // choice, made when it builds the approval service.
 //
-// Roles, where DESIGN.md is terse:
+// Roles, in detail:
 //   - submitter: POST /v1/runs; reads its own runs, their actions and
 //     timelines; cancels its own runs. It sees nothing else: another
 //     principal's run is 404 to it, as an unknown one is.

@@ -17,7 +17,7 @@ import (
 	"github.com/actionledger/ledger/ledger"
 )
 
-// readBody reads a request body in the order DESIGN.md asks: the media type
+// readBody reads a request body in the order the API documents: the media type
 // (415), the size (413), then the JSON itself (400 invalid_json: malformed,
 // a duplicate key, nesting deeper than ledger.MaxJSONDepth). With
 // allowEmpty, an absent or empty body returns nil whatever its

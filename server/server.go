@@ -236,7 +236,7 @@ func (s *Server) Metrics() *Metrics { return s.metrics }
 // counter the recovery scan increments.
 func (s *Server) RecoveryDecisions() *prometheus.CounterVec { return s.metrics.RecoveryDecisions }
 
-// newEcho builds the router. The route table is DESIGN.md section 6;
+// newEcho builds the router. The route table is docs/api.md;
 // openapi.json documents the same table and a test holds them equal.
 func (s *Server) newEcho() *echo.Echo {
 	e := echo.New()

@@ -38,7 +38,7 @@ func newEvidenceCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "evidence",
 		Short: "Export a run's redacted evidence report, or verify its event chain",
-		Long: `Work on the evidence of one run in a database file (DESIGN.md section 7).
+		Long: `Work on the evidence of one run in a database file.
 
   export  the run, its actions with attempts (status and effect as separate facts) and
           approvals, cancellation, budget, recovery decisions with their rationale,

@@ -104,7 +104,7 @@ func TestImportDirection(t *testing.T) {
 				continue
 			}
 			if !slices.Contains(may, ours) {
-				t.Errorf("%s imports %s, against the direction of DESIGN.md section 1", name, ours)
+				t.Errorf("%s imports %s, against the direction ARCHITECTURE.md sets", name, ours)
 			}
 		}
 	}
