@@ -3,11 +3,8 @@ package evidence_test
 import (
 	"bytes"
 	"context"
-	"database/sql"
 	"encoding/json"
-	"fmt"
 	"log/slog"
-	"sort"
 	"strings"
 	"sync"
 	"testing"
@@ -201,9 +198,9 @@ func TestCanary(t *testing.T) {
 		// engine and the approval service people's reasons, before they
 		// are stored; only the arguments are kept as given.
 		require.Equal(t, []string{"actions.arguments"}, canaryColumns(t, lb.Path))
-		require.Contains(t, canaryColumnsHolding(t, lb.Path, stored.Marker(canary)),
+		require.Contains(t, ledgertest.ColumnsHolding(t, lb.Path, stored.Marker(canary)),
 			"approvals.reason", "the reason is kept, with its marker")
-		require.Contains(t, canaryColumnsHolding(t, lb.Path, stored.Marker(canary)), "cancellations.reason")
+		require.Contains(t, ledgertest.ColumnsHolding(t, lb.Path, stored.Marker(canary)), "cancellations.reason")
 	})
 }
 
@@ -211,64 +208,7 @@ func TestCanary(t *testing.T) {
 // holding the canary in any row.
 func canaryColumns(t *testing.T, path string) []string {
 	t.Helper()
-	return canaryColumnsHolding(t, path, canary)
-}
-
-// canaryColumnsHolding returns every table.column holding s in any row.
-func canaryColumnsHolding(t *testing.T, path, s string) []string {
-	t.Helper()
-	db, err := sql.Open("sqlite3", "file:"+path+"?mode=ro&_busy_timeout=5000")
-	require.NoError(t, err)
-	defer db.Close()
-	rows, err := db.Query(`SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name`)
-	require.NoError(t, err)
-	var tables []string
-	for rows.Next() {
-		var name string
-		require.NoError(t, rows.Scan(&name))
-		tables = append(tables, name)
-	}
-	require.NoError(t, rows.Err())
-	require.NoError(t, rows.Close())
-	require.Contains(t, tables, "events")
-
-	found := map[string]bool{}
-	for _, table := range tables {
-		rows, err := db.Query(fmt.Sprintf(`SELECT * FROM "%s"`, table))
-		require.NoError(t, err)
-		cols, err := rows.Columns()
-		require.NoError(t, err)
-		for rows.Next() {
-			vals := make([]any, len(cols))
-			ptrs := make([]any, len(cols))
-			for i := range vals {
-				ptrs[i] = &vals[i]
-			}
-			require.NoError(t, rows.Scan(ptrs...))
-			for i, v := range vals {
-				var text string
-				switch x := v.(type) {
-				case []byte:
-					text = string(x)
-				case string:
-					text = x
-				default:
-					text = fmt.Sprint(x)
-				}
-				if strings.Contains(text, s) {
-					found[table+"."+cols[i]] = true
-				}
-			}
-		}
-		require.NoError(t, rows.Err())
-		require.NoError(t, rows.Close())
-	}
-	out := make([]string, 0, len(found))
-	for k := range found {
-		out = append(out, k)
-	}
-	sort.Strings(out)
-	return out
+	return ledgertest.ColumnsHolding(t, path, canary)
 }
 
 func ptr[T any](v T) *T { return &v }

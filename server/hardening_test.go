@@ -2,12 +2,9 @@ package server_test
 
 import (
 	"context"
-	"database/sql"
 	"encoding/json"
-	"fmt"
 	"net/http"
 	"net/url"
-	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -20,6 +17,7 @@ import (
 	"github.com/actionledger/ledger/contracts"
 	"github.com/actionledger/ledger/engine"
 	"github.com/actionledger/ledger/ledger"
+	"github.com/actionledger/ledger/ledger/ledgertest"
 	"github.com/actionledger/ledger/server"
 	"github.com/actionledger/ledger/simulator"
 )
@@ -160,55 +158,6 @@ func TestParallelCancels(t *testing.T) {
 // reason.
 const secretReason = "sk-REASONsecretREASON0123456789abcd"
 
-// columnsHolding opens the SQLite file raw and returns every table.column
-// holding s in any row.
-func columnsHolding(t *testing.T, path, s string) []string {
-	t.Helper()
-	db, err := sql.Open("sqlite3", "file:"+path+"?mode=ro&_busy_timeout=5000")
-	require.NoError(t, err)
-	defer db.Close()
-	rows, err := db.Query(`SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name`)
-	require.NoError(t, err)
-	var tables []string
-	for rows.Next() {
-		var name string
-		require.NoError(t, rows.Scan(&name))
-		tables = append(tables, name)
-	}
-	require.NoError(t, rows.Close())
-	found := map[string]bool{}
-	for _, table := range tables {
-		rows, err := db.Query(fmt.Sprintf(`SELECT * FROM "%s"`, table))
-		require.NoError(t, err)
-		cols, err := rows.Columns()
-		require.NoError(t, err)
-		for rows.Next() {
-			vals := make([]any, len(cols))
-			ptrs := make([]any, len(cols))
-			for i := range vals {
-				ptrs[i] = &vals[i]
-			}
-			require.NoError(t, rows.Scan(ptrs...))
-			for i, v := range vals {
-				text := fmt.Sprint(v)
-				if b, ok := v.([]byte); ok {
-					text = string(b)
-				}
-				if strings.Contains(text, s) {
-					found[table+"."+cols[i]] = true
-				}
-			}
-		}
-		require.NoError(t, rows.Close())
-	}
-	out := make([]string, 0, len(found))
-	for k := range found {
-		out = append(out, k)
-	}
-	sort.Strings(out)
-	return out
-}
-
 // TestReasonsRedacted gives a secret in the reason of an approve, a deny
 // and a cancel, and in the note of a resolve: the answers, GET
 // /v1/runs/{id}, GET /v1/actions/{id} and every column of the database
@@ -252,8 +201,8 @@ func TestReasonsRedacted(t *testing.T) {
 			require.Equal(t, http.StatusOK, res.Status)
 			requireClean(t, "GET action", res.Body)
 		}
-		require.Empty(t, columnsHolding(t, e.Path, secretReason), "the database holds no reason raw")
-		require.NotEmpty(t, columnsHolding(t, e.Path, "[redacted:"), "but their markers")
+		require.Empty(t, ledgertest.ColumnsHolding(t, e.Path, secretReason), "the database holds no reason raw")
+		require.NotEmpty(t, ledgertest.ColumnsHolding(t, e.Path, "[redacted:"), "but their markers")
 	})
 	t.Run("resolve", func(t *testing.T) {
 		e := newEnv(t, options{sim: simulator.Config{Tools: map[string]simulator.ToolConfig{
@@ -267,8 +216,8 @@ func TestReasonsRedacted(t *testing.T) {
 		res := e.post(t, "bob", "/v1/actions/"+string(a.ID)+"/resolve", string(note))
 		require.Equal(t, http.StatusOK, res.Status, string(res.Body))
 		require.Equal(t, ledger.RunCompleted, e.advance(t, id).State)
-		require.Empty(t, columnsHolding(t, e.Path, secretReason), "the database holds no note raw")
-		require.Contains(t, columnsHolding(t, e.Path, e.redactor.Marker(secretReason)), "observations.detail",
+		require.Empty(t, ledgertest.ColumnsHolding(t, e.Path, secretReason), "the database holds no note raw")
+		require.Contains(t, ledgertest.ColumnsHolding(t, e.Path, e.redactor.Marker(secretReason)), "observations.detail",
 			"the note is kept with the process's marker")
 		res = e.get(t, "carol", "/v1/runs/"+string(id)+"/timeline")
 		require.Equal(t, http.StatusOK, res.Status)

@@ -9,9 +9,13 @@ import (
 	"encoding/json"
 	"fmt"
 	"path/filepath"
+	"sort"
+	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/stretchr/testify/require"
 
 	"github.com/actionledger/ledger/ledger"
 )
@@ -164,4 +168,63 @@ func (b *Bundle) LegacyCancellation(tb testing.TB, run ledger.RunID, state ledge
 		tb.Fatalf("legacy cancellation of %s: %v", run, err)
 	}
 	return ledger.CancellationID(id)
+}
+
+// ColumnsHolding opens the SQLite file at path raw, read-only, and returns
+// every table.column (sorted) holding s in any row: the check that a secret
+// reached no column of the database, whatever wrote it.
+func ColumnsHolding(t testing.TB, path, s string) []string {
+	t.Helper()
+	db, err := sql.Open("sqlite3", "file:"+path+"?mode=ro&_busy_timeout=5000")
+	require.NoError(t, err)
+	defer db.Close()
+	rows, err := db.Query(`SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name`)
+	require.NoError(t, err)
+	var tables []string
+	for rows.Next() {
+		var name string
+		require.NoError(t, rows.Scan(&name))
+		tables = append(tables, name)
+	}
+	require.NoError(t, rows.Err())
+	require.NoError(t, rows.Close())
+	require.Contains(t, tables, "events")
+
+	found := map[string]bool{}
+	for _, table := range tables {
+		rows, err := db.Query(fmt.Sprintf(`SELECT * FROM "%s"`, table))
+		require.NoError(t, err)
+		cols, err := rows.Columns()
+		require.NoError(t, err)
+		for rows.Next() {
+			vals := make([]any, len(cols))
+			ptrs := make([]any, len(cols))
+			for i := range vals {
+				ptrs[i] = &vals[i]
+			}
+			require.NoError(t, rows.Scan(ptrs...))
+			for i, v := range vals {
+				var text string
+				switch x := v.(type) {
+				case []byte:
+					text = string(x)
+				case string:
+					text = x
+				default:
+					text = fmt.Sprint(x)
+				}
+				if strings.Contains(text, s) {
+					found[table+"."+cols[i]] = true
+				}
+			}
+		}
+		require.NoError(t, rows.Err())
+		require.NoError(t, rows.Close())
+	}
+	out := make([]string, 0, len(found))
+	for k := range found {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
 }
