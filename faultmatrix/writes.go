@@ -116,7 +116,7 @@ func RunWrites(ctx context.Context, o WriteOptions) (*WriteReport, error) {
 	if o.Points == nil {
 		o.Points = ledger.WritePoints()
 	}
-	o.Stride, o.MaxWrites, o.Parallel = max(o.Stride, 1), cmpOr(o.MaxWrites, 200), cmpOr(o.Parallel, 2)
+	o.Stride, o.MaxWrites, o.Parallel = max(o.Stride, 1), positiveOr(o.MaxWrites, 200), positiveOr(o.Parallel, 2)
 	dir, cleanup := o.Dir, false
 	if dir == "" {
 		d, err := os.MkdirTemp("", "ledger-writes-")
@@ -172,7 +172,9 @@ func RunWrites(ctx context.Context, o WriteOptions) (*WriteReport, error) {
 	return rep, firstErr
 }
 
-func cmpOr(v, def int) int {
+// positiveOr is v, or def where v is not positive (unlike cmp.Or, which
+// keeps a negative v).
+func positiveOr(v, def int) int {
 	if v <= 0 {
 		return def
 	}
