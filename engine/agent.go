@@ -3,7 +3,9 @@ package engine
 import (
 	"context"
 	"encoding/json"
+	"time"
 
+	"github.com/actionledger/ledger/budget"
 	"github.com/actionledger/ledger/contracts"
 	"github.com/actionledger/ledger/ledger"
 )
@@ -116,12 +118,85 @@ type ToolError struct {
 // Error implements error.
 func (e *ToolError) Error() string { return e.Code + ": " + e.Message }
 
+// Driver says who runs an agent's loop.
+type Driver string
+
+// Drivers.
+const (
+	// DriverBuiltin: the engine asks the agent's model for each step and
+	// calls its tools itself.
+	DriverBuiltin Driver = "builtin"
+	// DriverClient: a process outside the ledger runs the loop and reports
+	// each tool call through the agent protocol (docs/agent-protocol.md);
+	// the engine takes no model step and calls no tool of such a run.
+	DriverClient Driver = "client"
+)
+
 // Agent is a named pairing of a model and the tools it may call, as the
 // submit body names it ({"agent": "practice-cards", ...}).
 type Agent struct {
 	Name string
+	// Driver is who runs the loop; "" means DriverBuiltin.
+	Driver Driver
 	// NewModel returns the model for a run's input; it is called again after
 	// a restart, so it must not hold state the history cannot rebuild.
+	// Required for DriverBuiltin, unused for DriverClient.
 	NewModel func(input json.RawMessage) (Model, error)
 	Tools    []Tool
+	// Tenants, if not empty, are the only tenants the agent's runs may be
+	// submitted for; empty means every tenant.
+	Tenants []string
+	// Policy holds the agent's loop-policy thresholds; its zero fields take
+	// the engine's (Config.Policy), and those take budget's defaults.
+	Policy budget.Policy
+}
+
+// Lease bounds an attempt a client executes (docs/agent-protocol.md,
+// "Leases"): the lease lapses HeartbeatTimeout after the last heartbeat,
+// and heartbeats renew it up to MaxDuration after the attempt began.
+type Lease struct {
+	HeartbeatTimeout time.Duration
+	MaxDuration      time.Duration
+}
+
+// DefaultHeartbeatTimeout is a client tool's lease when its declaration
+// sets none.
+const DefaultHeartbeatTimeout = 30 * time.Second
+
+// clientTool is a tool a client executes: the engine never calls it.
+type clientTool struct {
+	desc  contracts.ToolDescriptor
+	lease Lease
+}
+
+// ClientTool returns the tool described by d whose calls an outside agent
+// makes and reports through the agent protocol; the engine never calls
+// its Execute. A zero lease.HeartbeatTimeout means
+// DefaultHeartbeatTimeout, a zero lease.MaxDuration the descriptor's
+// timeout (and at least the heartbeat timeout).
+func ClientTool(d contracts.ToolDescriptor, lease Lease) Tool {
+	if lease.HeartbeatTimeout <= 0 {
+		lease.HeartbeatTimeout = DefaultHeartbeatTimeout
+	}
+	if lease.MaxDuration <= 0 {
+		lease.MaxDuration = max(d.Timeout(), lease.HeartbeatTimeout)
+	}
+	return &clientTool{desc: d, lease: lease}
+}
+
+// Descriptor implements Tool.
+func (t *clientTool) Descriptor() contracts.ToolDescriptor { return t.desc }
+
+// Execute implements Tool; it always fails: a client makes the calls.
+func (t *clientTool) Execute(context.Context, Call) (Result, error) {
+	return Result{}, &ToolError{Code: "client_tool", Message: "tool " + t.desc.Name + " is executed by the agent's client, not by the engine",
+		Effect: ledger.EffectNotHappened}
+}
+
+// LeaseOf returns the lease of a client tool, and false for any other.
+func LeaseOf(t Tool) (Lease, bool) {
+	if c, ok := t.(*clientTool); ok {
+		return c.lease, true
+	}
+	return Lease{}, false
 }

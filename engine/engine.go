@@ -7,6 +7,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -220,8 +222,15 @@ func New(cfg Config) (*Engine, error) {
 		health: cfg.Health, backoff: backoff{min: cfg.RetryMin, max: cfg.RetryMax},
 		failLogs: newFailureLog(cfg.Logger, cfg.Now, cfg.LogInterval)}
 	for _, a := range cfg.Agents {
-		if a.Name == "" || a.NewModel == nil {
-			return nil, errors.New("engine: an agent needs a name and a model")
+		switch a.Driver {
+		case "":
+			a.Driver = DriverBuiltin
+		case DriverBuiltin, DriverClient:
+		default:
+			return nil, fmt.Errorf("engine: agent %s: unknown driver %q", a.Name, a.Driver)
+		}
+		if a.Name == "" || a.Driver == DriverBuiltin && a.NewModel == nil {
+			return nil, errors.New("engine: an agent needs a name, and a built-in one a model")
 		}
 		if _, dup := e.agents[a.Name]; dup {
 			return nil, fmt.Errorf("engine: agent %q registered twice", a.Name)
@@ -299,6 +308,61 @@ func (e *Engine) Health() *StoreHealth { return e.health }
 
 // HasAgent reports whether runs may name agent.
 func (e *Engine) HasAgent(name string) bool { _, ok := e.agents[name]; return ok }
+
+// AgentInfo is what the engine knows of a registered agent, for listing.
+type AgentInfo struct {
+	Name    string
+	Driver  Driver
+	Tenants []string // empty: every tenant
+	// Tools are the agent's tools' descriptors, in registration order.
+	Tools []contracts.ToolDescriptor
+	// Policy is the loop-policy thresholds its runs are held to.
+	Policy budget.Policy
+}
+
+// Agents lists the registered agents in name order.
+func (e *Engine) Agents() []AgentInfo {
+	out := make([]AgentInfo, 0, len(e.agents))
+	for _, a := range e.agents {
+		info := AgentInfo{Name: a.Name, Driver: a.Driver, Tenants: slices.Clone(a.Tenants), Policy: e.policyOf(a)}
+		for _, t := range a.Agent.Tools {
+			info.Tools = append(info.Tools, t.Descriptor())
+		}
+		out = append(out, info)
+	}
+	slices.SortFunc(out, func(x, y AgentInfo) int { return strings.Compare(x.Name, y.Name) })
+	return out
+}
+
+// AgentFor reports whether runs of tenant may name agent: it is registered
+// and allows the tenant.
+func (e *Engine) AgentFor(name, tenant string) (AgentInfo, bool) {
+	a, ok := e.agents[name]
+	if !ok || len(a.Tenants) > 0 && !slices.Contains(a.Tenants, tenant) {
+		return AgentInfo{}, false
+	}
+	info := AgentInfo{Name: a.Name, Driver: a.Driver, Tenants: slices.Clone(a.Tenants), Policy: e.policyOf(a)}
+	for _, t := range a.Agent.Tools {
+		info.Tools = append(info.Tools, t.Descriptor())
+	}
+	return info, true
+}
+
+// policyOf is the loop policy of an agent's runs: its own thresholds, the
+// engine's where it sets none, budget's defaults where neither does.
+func (e *Engine) policyOf(a *registeredAgent) budget.Policy {
+	p := a.Policy
+	if p.RepeatLimit <= 0 {
+		p.RepeatLimit = e.policy.RepeatLimit
+	}
+	if p.NoProgressWindow <= 0 {
+		p.NoProgressWindow = e.policy.NoProgressWindow
+	}
+	if p.ConsecutiveErrors <= 0 {
+		p.ConsecutiveErrors = e.policy.ConsecutiveErrors
+	}
+	return p.WithDefaults()
+}
 
 // Tool returns the descriptor of a tool any agent registered.
 func (e *Engine) Tool(name string) (contracts.ToolDescriptor, bool) {
