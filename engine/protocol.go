@@ -116,6 +116,7 @@ type BeginResult struct {
 
 // HeartbeatParams renews an attempt's lease.
 type HeartbeatParams struct {
+	Caller    Caller
 	AttemptID ledger.AttemptID
 	Token     string
 	// Progress is stored redacted; nil keeps the last.
