@@ -150,6 +150,9 @@ type Store interface {
 	// snapshot. CodeNotFound if the run is unknown.
 	FindChain(ctx context.Context, run RunID) (*Chain, error)
 
+	// LeaseStore: the agent protocol's leases and decisions (leases.go).
+	LeaseStore
+
 	// CountByState counts every run, action and approval by state, and
 	// every attempt by status and effect, across tenants, from one
 	// snapshot and without loading rows (metrics).
@@ -288,6 +291,10 @@ type FinishAttemptParams struct {
 	// ActionState is where the action goes from running.
 	ActionState ActionState
 	Actor       string
+	// Lease, if set, is the client's lease the outcome is reported
+	// through: CodeForbidden for another token, CodeConflict if it lapsed
+	// or was completed before; its digest is kept for replays.
+	Lease *LeaseOutcome
 }
 
 // FinishAttemptResult is the attempt and action after the outcome.
@@ -304,6 +311,10 @@ type RecordObservationParams struct {
 	Effect    EffectFact
 	Detail    json.RawMessage
 	Actor     string
+	// DecisionID, if set, is the agent decision (LeaseStore) the
+	// observation answers: CodeConflict, and nothing recorded, unless it is
+	// the action's current decision and not answered yet.
+	DecisionID string
 }
 
 // AttemptFilter selects attempts.
