@@ -112,6 +112,13 @@ type Config struct {
 	// LogInterval is how often a failure that repeats is logged: once at
 	// first, then once per interval with a count. 0 means 10s.
 	LogInterval time.Duration
+	// AttemptTokenKey derives the secret tokens of attempts clients begin
+	// (the agent protocol), so that a replayed begin gets its token again
+	// while only its hash is stored. Keep it across restarts (cmd/ledger
+	// derives it from the redaction key); nil means a random key of this
+	// process, and a begin replayed after a restart then cannot be answered
+	// with its token.
+	AttemptTokenKey []byte
 }
 
 // ToolCallStats describe one call of a tool (Config.OnToolCall).
@@ -152,6 +159,7 @@ type Engine struct {
 	health   *StoreHealth
 	backoff  backoff
 	failLogs *failureLog
+	tokenKey []byte
 }
 
 type registeredAgent struct {
@@ -216,7 +224,13 @@ func New(cfg Config) (*Engine, error) {
 		}
 		cfg.Redactor = r
 	}
-	e := &Engine{store: cfg.Store, approvals: cfg.Approvals, agents: map[string]*registeredAgent{},
+	if len(cfg.AttemptTokenKey) == 0 {
+		cfg.AttemptTokenKey = make([]byte, 32)
+		if _, err := rand.Read(cfg.AttemptTokenKey); err != nil {
+			return nil, fmt.Errorf("engine: attempt token key: %w", err)
+		}
+	}
+	e := &Engine{store: cfg.Store, tokenKey: cfg.AttemptTokenKey, approvals: cfg.Approvals, agents: map[string]*registeredAgent{},
 		now: cfg.Now, cfg: cfg, log: cfg.Logger, calls: map[ledger.RunID]func(){},
 		notBefore: map[ledger.RunID]time.Time{}, failures: map[ledger.RunID]int{}, policy: cfg.Policy.WithDefaults(),
 		health: cfg.Health, backoff: backoff{min: cfg.RetryMin, max: cfg.RetryMax},
@@ -262,6 +276,11 @@ func (e *Engine) probe(name, version string) (recovery.Probe, bool) {
 			continue
 		}
 		p := recovery.Probe{Tool: recovery.ToolFor(t.desc)}
+		if _, client := LeaseOf(t.Tool); client {
+			// The agent asks its tool for recovery (the agent protocol).
+			p.Client = true
+			return p, true
+		}
 		if broken("retry_unknown") {
 			p.Tool.Guarantees.Dedup = true
 		}
@@ -437,6 +456,9 @@ func (e *Engine) stepRunning(ctx context.Context, run *ledger.Run) (bool, error)
 	agent, ok := e.agents[run.Agent]
 	if !ok {
 		return false, e.finish(ctx, run, ledger.StopInternalError, map[string]any{"error": "agent " + run.Agent + " is not registered"})
+	}
+	if agent.Driver == DriverClient {
+		return false, nil // its client takes every step (protocol_steps.go)
 	}
 	actions, err := e.store.FindActions(ctx, ledger.ActionFilter{RunID: &run.ID})
 	if err != nil {

@@ -132,6 +132,10 @@ func (d *dispatcher) runOnce(ctx context.Context) (time.Duration, bool) {
 		failed = true
 		e.logFailure(ctx, "expire approvals", err)
 	}
+	if err := e.sweepLeases(ctx); err != nil && ctx.Err() == nil {
+		failed = true
+		e.logFailure(ctx, "sweep lapsed leases", err)
+	}
 	ids, err := e.Runnable(ctx)
 	if err != nil && ctx.Err() == nil {
 		failed = true

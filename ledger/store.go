@@ -176,6 +176,9 @@ type SubmitRunParams struct {
 	// (such a run may ask for one at its next step): CodeBudgetExceeded.
 	// 0: no cap.
 	MaxPendingApprovals int
+	// Start creates the run running instead of queued (a client-driven
+	// run: nothing in the ledger takes its first step).
+	Start bool
 }
 
 // SubmitRunResult is the run and whether it already existed.
