@@ -1,0 +1,72 @@
+import assert from "node:assert/strict";
+import { describe, it } from "node:test";
+
+import { parseSSE, errorFromProblem, StepKeyReused, LedgerError, NotFound, beginKeyFor } from "../index.js";
+
+function streamOf(...chunks: string[]): ReadableStream<Uint8Array> {
+  const enc = new TextEncoder();
+  return new ReadableStream({
+    start(ctl) {
+      for (const c of chunks) ctl.enqueue(enc.encode(c));
+      ctl.close();
+    },
+  });
+}
+
+async function collect(body: ReadableStream<Uint8Array>) {
+  const out = [];
+  for await (const m of parseSSE(body)) out.push(m);
+  return out;
+}
+
+describe("parseSSE", () => {
+  it("OK: events split across chunks, CRLF and LF, comments, multi-line data", async () => {
+    const got = await collect(
+      streamOf(": hello\n\nid: 1\nevent: run.run", "ning\ndata: {\"a\":\r\ndata: 1}\r\n\r", "\nid: 2\ndata: x\n\n", "data: cut"),
+    );
+    assert.deepEqual(got, [
+      { id: "1", event: "run.running", data: '{"a":\n1}' },
+      { id: "2", event: "message", data: "x" },
+    ]);
+  });
+
+  it("OK: an event without an id keeps the last id; one without data is not dispatched", async () => {
+    const got = await collect(streamOf("id: 7\nevent: a\n\nevent: b\ndata:y\n\n"));
+    assert.deepEqual(got, [{ id: "7", event: "b", data: "y" }]);
+  });
+});
+
+describe("errorFromProblem", () => {
+  it("OK: the class its code names, with the extension members", () => {
+    const err = errorFromProblem({
+      status: 422,
+      code: "step_key_reused",
+      detail: "used for another body",
+      instance: "urn:request:r1",
+      action: { id: "act_1" } as never,
+    });
+    assert.ok(err instanceof StepKeyReused);
+    assert.ok(err instanceof LedgerError);
+    assert.equal(err.status, 422);
+    assert.equal(err.code, "step_key_reused");
+    assert.equal(err.detail, "used for another body");
+    assert.equal(err.instance, "urn:request:r1");
+    assert.equal(err.action?.id, "act_1");
+  });
+
+  it("OK: an unknown code falls back on its status", () => {
+    const err = errorFromProblem({ status: 404, code: "route_not_found" });
+    assert.ok(err instanceof NotFound);
+    assert.equal(errorFromProblem({ status: 418, code: "teapot" }).constructor, LedgerError);
+  });
+});
+
+describe("beginKeyFor", () => {
+  it("OK: readable when it fits, a digest of the step key when not", () => {
+    assert.equal(beginKeyFor("step-1"), "begin:step-1");
+    const long = beginKeyFor("x".repeat(255));
+    assert.match(long, /^begin:sha256:[0-9a-f]{64}$/);
+    assert.ok(long.length <= 255);
+    assert.notEqual(beginKeyFor("x".repeat(250)), beginKeyFor("x".repeat(251)));
+  });
+});
