@@ -2,7 +2,7 @@
 // documents turned into typed errors, and the run handle of the agent
 // protocol (run.ts).
 
-import { LedgerError, TransportError, errorFromProblem, type Problem } from "./errors.js";
+import { LedgerError, RateLimited, RequestInProgress, TransportError, errorFromProblem, type Problem } from "./errors.js";
 import { Run } from "./run.js";
 import type {
   Action,
@@ -30,6 +30,12 @@ export interface ClientOptions {
   timeoutMs?: number;
   /** The fetch to use (default: the global one). */
   fetch?: typeof fetch;
+  /**
+   * How many times a request that is safe to send again (a GET, one with an
+   * idempotency key, a complete, a finish) is sent again after a broken
+   * connection, a 429, a 503 or request_in_progress. Default 2.
+   */
+  retries?: number;
 }
 
 /** Per-request options. */
@@ -40,6 +46,8 @@ export interface RequestOptions {
   idempotencyKey?: string;
   timeoutMs?: number;
   signal?: AbortSignal;
+  /** The request may be sent again (it answers a replay the same): see ClientOptions.retries. */
+  retrySafe?: boolean;
 }
 
 /** An answer of the server that is not a problem. */
@@ -72,6 +80,8 @@ export class Client {
   readonly #token: string | undefined;
   readonly #timeoutMs: number;
   readonly #fetch: typeof fetch;
+  readonly #retries: number;
+  readonly #held = new Set<string>();
 
   constructor(options: ClientOptions) {
     if (!options || !options.baseUrl) throw new TypeError("Client: baseUrl is required");
@@ -79,6 +89,17 @@ export class Client {
     this.#token = options.token;
     this.#timeoutMs = options.timeoutMs ?? 30_000;
     this.#fetch = options.fetch ?? globalThis.fetch.bind(globalThis);
+    this.#retries = options.retries ?? 2;
+  }
+
+  /** Whether this client began the attempt and its call has not ended here (begun, not completed or abandoned). */
+  holds(attemptId: string): boolean {
+    return this.#held.has(attemptId);
+  }
+
+  /** Marks an attempt's call as ended in this process (run.call does it). */
+  release(attemptId: string): void {
+    this.#held.delete(attemptId);
   }
 
   /**
@@ -87,6 +108,24 @@ export class Client {
    * an unreachable server a TransportError.
    */
   async request<T>(method: string, path: string, options: RequestOptions = {}): Promise<Answer<T>> {
+    const safe = method === "GET" || options.idempotencyKey !== undefined || options.retrySafe === true;
+    for (let tries = 0; ; tries++) {
+      try {
+        return await this.#once<T>(method, path, options);
+      } catch (err) {
+        if (!safe || tries >= this.#retries || options.signal?.aborted) throw err;
+        if (err instanceof TransportError) {
+          await sleep(Math.min(200 * 2 ** tries, 2000));
+        } else if (err instanceof RateLimited || err instanceof RequestInProgress || (err instanceof LedgerError && err.status === 503)) {
+          await sleep(Math.min((err.retryAfter ?? 0.5) * 1000, 5000));
+        } else {
+          throw err;
+        }
+      }
+    }
+  }
+
+  async #once<T>(method: string, path: string, options: RequestOptions): Promise<Answer<T>> {
     const { res, done } = await this.#send(method, path, options, "application/json");
     let text: string;
     try {
@@ -204,6 +243,7 @@ export class Client {
   /** POST /v1/actions/{id}/attempts: begins an attempt, durable before the answer. */
   async beginAttempt(actionId: string, key: string): Promise<Begun> {
     const res = await this.request<BeginResponse>("POST", `/v1/actions/${enc(actionId)}/attempts`, { body: {}, idempotencyKey: key });
+    this.#held.add(res.body.attempt.id);
     return { ...res.body, replayed: res.replayed };
   }
 
@@ -214,16 +254,22 @@ export class Client {
     return (await this.request<HeartbeatResponse>("POST", `/v1/attempts/${enc(attemptId)}/heartbeat`, { body })).body;
   }
 
-  /** POST /v1/attempts/{id}/complete: what the call did. */
+  /** POST /v1/attempts/{id}/complete: what the call did (sent again on a broken connection: a replay answers the same). */
   async complete(attemptId: string, attemptToken: string, outcome: Outcome): Promise<CompleteResponse> {
     const body = { attempt_token: attemptToken, ...outcome };
-    return (await this.request<CompleteResponse>("POST", `/v1/attempts/${enc(attemptId)}/complete`, { body })).body;
+    const res = await this.request<CompleteResponse>("POST", `/v1/attempts/${enc(attemptId)}/complete`, { body, retrySafe: true });
+    this.#held.delete(attemptId);
+    return res.body;
   }
 
   /** POST /v1/attempts/{id}/abandon: "I lost this call"; recovery decides by the tool's guarantees. */
   async abandon(attemptId: string, reason?: string): Promise<CompleteResponse> {
     const body = reason ? { reason } : {};
-    return (await this.request<CompleteResponse>("POST", `/v1/attempts/${enc(attemptId)}/abandon`, { body })).body;
+    try {
+      return (await this.request<CompleteResponse>("POST", `/v1/attempts/${enc(attemptId)}/abandon`, { body })).body;
+    } finally {
+      this.#held.delete(attemptId);
+    }
   }
 
   /** POST /v1/attempts/{id}/observations: what the tool said about a dedup key. */
@@ -258,6 +304,10 @@ export class Client {
     if (note) body.note = note;
     return (await this.request<Record<string, unknown>>("POST", `/v1/actions/${enc(actionId)}/resolve`, { body })).body;
   }
+}
+
+function sleep(ms: number): Promise<void> {
+  return new Promise((r) => setTimeout(r, ms));
 }
 
 function enc(id: string): string {

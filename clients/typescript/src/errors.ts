@@ -14,7 +14,7 @@ export interface FieldError {
 export interface Problem {
   type?: string;
   title?: string;
-  status: number;
+  status: number | undefined;
   detail?: string;
   code: string;
   instance?: string;
@@ -26,14 +26,16 @@ export interface Problem {
 }
 
 /**
- * An answer of the server that is a problem document: `status` and the
- * stable `code` to branch on, `detail` for people, and the extension
- * members some codes carry (`action`, `recorded`, `stopReason`, `errors`).
- * `problem` is the whole document.
+ * A refusal of the ledger, or of the client on the ledger's behalf. For an
+ * answer of the server that is a problem document: `status` and the stable
+ * `code` to branch on, `detail` for people, and the extension members some
+ * codes carry (`action`, `recorded`, `stopReason`, `errors`); `problem` is
+ * the whole document. `status` is undefined when no request failed (a
+ * person's no raised by run.call, say).
  */
 export class LedgerError extends Error {
-  /** The HTTP status. */
-  readonly status: number;
+  /** The HTTP status, if a request failed. */
+  readonly status: number | undefined;
   /** The stable code of the problem (branch on this, never on detail). */
   readonly code: string;
   /** What went wrong, for people. */
@@ -42,7 +44,7 @@ export class LedgerError extends Error {
   readonly instance: string | undefined;
   /** The failing locations (invalid_arguments, schema_violation, invalid). */
   readonly errors: FieldError[];
-  /** The recorded action (step_key_reused). */
+  /** The recorded action (step_key_reused), or the action as it stands (a client-side refusal). */
   readonly action: Action | undefined;
   /** The outcome as recorded (outcome_conflict). */
   readonly recorded: Outcome | undefined;
@@ -53,8 +55,10 @@ export class LedgerError extends Error {
   /** The Retry-After header in seconds, when the server sent one. */
   readonly retryAfter: number | undefined;
 
-  constructor(problem: Problem, retryAfter?: number) {
-    super(`${problem.status} ${problem.code}${problem.detail ? ": " + problem.detail : ""}`);
+  constructor(problem: Problem, options: { retryAfter?: number; cause?: unknown } = {}) {
+    const head = [problem.status, problem.code].filter((x) => x !== undefined && x !== "").join(" ");
+    const text = problem.detail || problem.title || "";
+    super(head && text ? `${head}: ${text}` : head || text, options.cause !== undefined ? { cause: options.cause } : undefined);
     this.name = new.target.name;
     this.status = problem.status;
     this.code = problem.code;
@@ -65,7 +69,7 @@ export class LedgerError extends Error {
     this.recorded = problem.recorded;
     this.stopReason = problem.stop_reason;
     this.problem = problem;
-    this.retryAfter = retryAfter;
+    this.retryAfter = options.retryAfter;
   }
 }
 
@@ -109,8 +113,18 @@ export class OutcomeConflict extends LedgerError {}
 export class StaleDecision extends LedgerError {}
 /** 403 bad_attempt_token: the token is not this attempt's. */
 export class BadAttemptToken extends LedgerError {}
+/** 422 invalid_finish: the finish's outcome or stop reason is not allowed. */
+export class InvalidFinish extends LedgerError {}
 /** 422 idempotency_key_reused: a run submission's key was used with another body. */
 export class IdempotencyKeyReused extends LedgerError {}
+/** 400: a malformed request (invalid, invalid_json, schema_violation, idempotency_key_invalid). */
+export class Invalid extends LedgerError {}
+/** 409 conflict: the stored state does not allow it. */
+export class Conflict extends LedgerError {}
+/** 409 request_in_progress: the same idempotency key is still being processed; retry after retryAfter. */
+export class RequestInProgress extends LedgerError {}
+/** 5xx: a fault of the server; its cause is in the server's log under `instance`. */
+export class ServerError extends LedgerError {}
 
 const byCode: Record<string, typeof LedgerError> = {
   unauthorized: Unauthorized,
@@ -134,58 +148,70 @@ const byCode: Record<string, typeof LedgerError> = {
   outcome_conflict: OutcomeConflict,
   stale_decision: StaleDecision,
   bad_attempt_token: BadAttemptToken,
+  invalid_finish: InvalidFinish,
   idempotency_key_reused: IdempotencyKeyReused,
+  invalid: Invalid,
+  invalid_json: Invalid,
+  schema_violation: Invalid,
+  idempotency_key_invalid: Invalid,
+  forbidden_role: Forbidden,
+  agent_not_bound: Forbidden,
+  route_not_found: NotFound,
+  conflict: Conflict,
+  request_in_progress: RequestInProgress,
 };
 
 const byStatus: Record<number, typeof LedgerError> = {
+  400: Invalid,
   401: Unauthorized,
   403: Forbidden,
   404: NotFound,
+  409: Conflict,
   429: RateLimited,
 };
 
 /** The LedgerError of the class a problem's code (else its status) names. */
 export function errorFromProblem(problem: Problem, retryAfter?: number): LedgerError {
-  const cls = byCode[problem.code] ?? byStatus[problem.status] ?? LedgerError;
-  return new cls(problem, retryAfter);
+  const status = problem.status ?? 0;
+  const cls = byCode[problem.code] ?? byStatus[status] ?? (status >= 500 ? ServerError : LedgerError);
+  return new cls(problem, { retryAfter });
 }
 
-/** The server could not be reached, or its answer was not what the API promises. */
-export class TransportError extends Error {
-  constructor(message: string, options?: { cause?: unknown }) {
-    super(message, options);
-    this.name = "TransportError";
+/** The server could not be reached, or its answer was not a readable one. */
+export class TransportError extends LedgerError {
+  constructor(message: string, options: { cause?: unknown } = {}) {
+    super({ status: undefined, code: "transport", detail: message }, options);
   }
 }
 
-/** A person (or the gate) said no to an action, or it ended without approval. */
-export class ActionNotApproved extends Error {
-  /** The action as it stands. */
-  readonly action: Action;
-  constructor(action: Action, message?: string) {
-    super(message ?? `action ${action.id} (${action.tool}) is ${action.state}, not approved`);
-    this.name = new.target.name;
-    this.action = action;
+/**
+ * The action will not run: a person or a rule said no, it expired, or it
+ * was cancelled or superseded. `action` is the action as it stands.
+ */
+export class NotExecuted extends LedgerError {
+  constructor(action: Action, code: string, message?: string) {
+    super({ status: undefined, code, detail: message ?? `action ${action.id} (${action.tool}) is ${action.state}`, action });
   }
 }
 
 /** The action was denied, by a person or by a rule. */
-export class Denied extends ActionNotApproved {}
+export class Denied extends NotExecuted {}
 
 /** The action's approval expired before anyone decided. */
-export class Expired extends ActionNotApproved {}
+export class Expired extends NotExecuted {}
 
 /**
- * The step's action is already running, uncertain or in review (a replay of
- * a step key whose call this process did not see end): never run it again
- * blind; follow `run.resume(handlers)`.
+ * The step's action already has an attempt open, uncertain or in review (a
+ * replay of a step key whose call this process did not see end): never run
+ * it again blind; call run.resume(handlers) first.
  */
-export class StepInDoubt extends Error {
-  /** The action as it stands. */
-  readonly action: Action;
+export class NeedsRecovery extends LedgerError {
   constructor(action: Action) {
-    super(`action ${action.id} (${action.tool}) is ${action.state}: its effect is not known here; follow run.resume()`);
-    this.name = "StepInDoubt";
-    this.action = action;
+    super({
+      status: undefined,
+      code: "needs_recovery",
+      detail: `action ${action.id} (${action.tool}) is ${action.state}: resume the run first`,
+      action,
+    });
   }
 }

@@ -2,7 +2,7 @@
 
 export { Client } from "./client.js";
 export type { Answer, Begun, ClientOptions, Proposed, RequestOptions, WaitOptions } from "./client.js";
-export { Call, Run, beginKeyFor } from "./run.js";
+export { Call, Run, beginKey } from "./run.js";
 export type {
   CallOptions,
   CallResult,

@@ -6,15 +6,15 @@ import { createHash } from "node:crypto";
 
 import type { Client, Proposed } from "./client.js";
 import {
-  ActionNotApproved,
   AttemptClosed,
   AttemptOpen,
   BadAttemptToken,
   Denied,
   Expired,
   LedgerError,
+  NeedsRecovery,
+  NotExecuted,
   StaleDecision,
-  StepInDoubt,
 } from "./errors.js";
 import { parseSSE } from "./sse.js";
 import type {
@@ -52,8 +52,10 @@ export interface CallOptions extends ProposeOptions {
   heartbeatIntervalMs?: number;
   /** Give up waiting for approval with this signal (the action stays as it is). */
   signal?: AbortSignal;
-  /** Told once when the action waits for a person's approval. */
-  onAwaitingApproval?: (action: Action) => void;
+  /** Give up waiting for approval after this many milliseconds: NotExecuted with code not_decided. */
+  approvalTimeoutMs?: number;
+  /** Told once when the action must wait for a person's approval. */
+  onWait?: (action: Action) => void;
 }
 
 /** Options of run.resume. */
@@ -121,11 +123,15 @@ export interface EventsOptions {
   maxReconnects?: number;
 }
 
-/** The idempotency key of the begin of a step's first attempt. */
-export function beginKeyFor(stepKey: string): string {
-  const key = "begin:" + stepKey;
-  if (key.length <= 255) return key;
-  return "begin:sha256:" + createHash("sha256").update(stepKey, "utf8").digest("hex");
+/**
+ * The begin's idempotency key of attempt `attemptNo` of the call named by
+ * `scope` (run.call: the run's id and the step key; resume: the run's id
+ * and the action's id). Derived, so sending the begin again after a broken
+ * connection gets the same attempt and token, and a later attempt gets a
+ * key of its own.
+ */
+export function beginKey(scope: string, attemptNo: number): string {
+  return `begin:${createHash("sha256").update(scope, "utf8").digest("hex").slice(0, 40)}:${attemptNo}`;
 }
 
 /** A run of a client-driven agent, as this client drives it. */
@@ -247,7 +253,8 @@ export class Run {
    *
    * A step key whose action already finished returns its record without
    * calling fn (replayed: true); one whose call is in doubt throws
-   * StepInDoubt: follow resume.
+   * NeedsRecovery: follow resume. Cancelled or superseded actions throw
+   * NotExecuted.
    */
   async call<T extends JSONValue | void>(
     tool: string,
@@ -257,35 +264,60 @@ export class Run {
   ): Promise<CallResult<T>> {
     let action: Action = await this.propose(tool, args, opts.stepKey, { usage: opts.usage, supersedes: opts.supersedes });
     if (action.state === "proposed" || action.state === "awaiting_approval") {
-      opts.onAwaitingApproval?.(action);
-      action = await this.client.waitAction(action.id, action.version, { waitSeconds: opts.waitSeconds, signal: opts.signal });
+      opts.onWait?.(action);
+      action = await this.#awaitDecision(action, opts);
     }
     switch (action.state) {
       case "approved":
         break;
       case "succeeded":
       case "failed":
+      case "abandoned":
         return { action, attempt: undefined, outcome: undefined, value: undefined, replayed: true };
       case "denied":
-        throw new Denied(action);
+        throw new Denied(action, "denied", `action ${action.id} (${action.tool}) was denied`);
       case "expired":
-        throw new Expired(action);
+        throw new Expired(action, "expired", `action ${action.id} (${action.tool}) expired before anyone decided`);
+      case "proposed":
+      case "awaiting_approval":
+        throw new NotExecuted(action, "not_decided", `action ${action.id} (${action.tool}) is still ${action.state} after the wait`);
       case "running":
       case "uncertain":
       case "needs_review":
-        throw new StepInDoubt(action);
+        throw new NeedsRecovery(action);
       default:
-        throw new ActionNotApproved(action);
+        throw new NotExecuted(action, action.state, `action ${action.id} (${action.tool}) was ${action.state}`);
     }
-    const begun = await this.client.beginAttempt(action.id, beginKeyFor(opts.stepKey));
+    const begun = await this.client.beginAttempt(action.id, beginKey(`${this.id}\0${opts.stepKey}`, action.attempts.length + 1));
     return runAttempt(this, action, begun, opts.heartbeatIntervalMs, fn);
+  }
+
+  async #awaitDecision(action: Action, opts: CallOptions): Promise<Action> {
+    if (opts.approvalTimeoutMs === undefined) {
+      return this.client.waitAction(action.id, action.version, { waitSeconds: opts.waitSeconds, signal: opts.signal });
+    }
+    const ctl = new AbortController();
+    const timer = setTimeout(() => ctl.abort(new Error("approval timeout")), opts.approvalTimeoutMs);
+    const onAbort = () => ctl.abort(opts.signal?.reason);
+    opts.signal?.addEventListener("abort", onAbort, { once: true });
+    try {
+      return await this.client.waitAction(action.id, action.version, { waitSeconds: opts.waitSeconds, signal: ctl.signal });
+    } catch (err) {
+      if (opts.signal?.aborted || !ctl.signal.aborted) throw err;
+      // The wait ran out: the action as it stands, still undecided.
+      return this.client.getAction(action.id);
+    } finally {
+      clearTimeout(timer);
+      opts.signal?.removeEventListener("abort", onAbort);
+    }
   }
 
   /**
    * Follows /next for a restarted agent until nothing is left for the agent
    * to do (what remains is propose, a person's approval or review, or the
-   * run's end), and returns that last answer of /next. For each directive:
-   * `in_flight` — an attempt this process does not hold, since only a
+   * run's end, or an attempt this process holds), and returns that last
+   * answer of /next. For each directive: `in_flight` of an attempt this
+   * process does not hold (client.holds) — one the crash lost, since only a
    * restarted agent resumes — is abandoned; `query` and `cancel` ask the
    * tool's handler and post its answer as an observation with the
    * directive's decision_id; `execute` and `resend` begin an attempt and run
@@ -296,7 +328,9 @@ export class Run {
     const maxSteps = options.maxSteps ?? 100;
     let next = await this.next();
     for (let step = 0; step < maxSteps; step++) {
-      const d = next.directives.find((x) => agentDirectives.has(x.directive));
+      const d = next.directives.find(
+        (x) => agentDirectives.has(x.directive) && !(x.directive === "in_flight" && x.attempt_id !== undefined && this.client.holds(x.attempt_id)),
+      );
       if (!d) return next;
       try {
         await this.#follow(d, handlers, options);
@@ -345,7 +379,7 @@ export class Run {
         if (!h?.execute) throw new Error(`resume of ${this.id}: no execute handler for tool ${d.tool}`);
         const execute = h.execute.bind(h);
         const action = await this.client.getAction(d.action_id!);
-        const begun = await this.client.beginAttempt(action.id, `${d.directive}:${d.decision_id ?? action.id}`);
+        const begun = await this.client.beginAttempt(action.id, beginKey(`${this.id}\0${action.id}`, action.attempts.length + 1));
         await runAttempt(this, action, begun, options.heartbeatIntervalMs, (call) => execute(call));
         return;
       }
@@ -521,6 +555,19 @@ async function runAttempt<T extends JSONValue | void>(
   } finally {
     await beat.stop();
   }
+  try {
+    return await finishAttempt(run, call, value, thrown);
+  } finally {
+    run.client.release(call.attemptId);
+  }
+}
+
+async function finishAttempt<T extends JSONValue | void>(
+  run: Run,
+  call: Call,
+  value: T | undefined,
+  thrown: { err: unknown } | undefined,
+): Promise<CallResult<T>> {
   let outcome = call.outcome;
   if (!outcome) {
     if (thrown) {
@@ -569,13 +616,13 @@ class Heartbeater {
 
 function toAttemptError(err: unknown, code: string): AttemptError {
   if (err && typeof err === "object" && "code" in err && "message" in err && !(err instanceof Error)) {
-    return { code: String((err as AttemptError).code), message: String((err as AttemptError).message) };
+    return { code: String((err as AttemptError).code || code), message: String((err as AttemptError).message).slice(0, 2000) };
   }
   if (err instanceof Error) {
     const c = (err as { code?: unknown }).code;
-    return { code: typeof c === "string" && c !== "" ? c : code, message: err.message || err.name };
+    return { code: typeof c === "string" && c !== "" ? c : err.name || code, message: (err.message || err.name).slice(0, 2000) };
   }
-  return { code, message: String(err) };
+  return { code, message: String(err).slice(0, 2000) };
 }
 
 /** Whether a timeline entry is the run's move to a terminal state. */

@@ -14,7 +14,7 @@
 
 import { parseArgs } from "node:util";
 
-import { Client, Denied, StepInDoubt, type Call, type Run, type ToolHandler } from "@actionledger/ledger-client";
+import { Client, Denied, NeedsRecovery, type Call, type Run, type ToolHandler } from "@actionledger/ledger-client";
 
 import { EffectStore } from "./effects.js";
 
@@ -156,7 +156,7 @@ async function main(o: Options): Promise<number> {
         { to, text: `Hi ${to}, the review is at 3pm.` },
         {
           stepKey: `remind:${to}`,
-          onAwaitingApproval: (a) => log(`reminder to ${to} waits for approval: ledger approvals list; ledger approve ${a.id} --digest ${a.action_digest}`),
+          onWait: (a) => log(`reminder to ${to} waits for approval: ledger approvals list; ledger approve ${a.id} --digest ${a.action_digest}`),
         },
         (call) => send(store, call),
       );
@@ -167,8 +167,8 @@ async function main(o: Options): Promise<number> {
         log(`reminder to ${to} was denied: skipped`);
         continue;
       }
-      if (err instanceof StepInDoubt) {
-        log(`reminder to ${to} is ${err.action.state}: run the agent again, or a person settles it`);
+      if (err instanceof NeedsRecovery) {
+        log(`reminder to ${to} is ${err.action?.state}: run the agent again, or a person settles it`);
         return exitNeedsPerson;
       }
       throw err;

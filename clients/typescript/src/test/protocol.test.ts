@@ -11,7 +11,7 @@ import {
   Denied,
   InvalidArguments,
   LedgerError,
-  StepInDoubt,
+  NeedsRecovery,
   StepKeyReused,
   ToolNotAllowed,
   UnknownTool,
@@ -140,7 +140,8 @@ describe("a write that needs approval", () => {
       .catch((e: unknown) => e);
     await deciding;
     assert.ok(err instanceof Denied, String(err));
-    assert.equal(err.action.state, "denied");
+    assert.equal(err.code, "denied");
+    assert.equal(err.action?.state, "denied");
     assert.equal(calls, 0);
   });
 
@@ -285,7 +286,7 @@ describe("resume after a crash", () => {
     assert.equal(action.state, "needs_review");
   });
 
-  it("StepInDoubt: call with the step key of a call in doubt refuses to run it blind", async () => {
+  it("NeedsRecovery: call with the step key of a call in doubt refuses to run it blind", async () => {
     const run = await newRun();
     await crashMidCall(run, "files.delete", { path: "/tmp/y" }, "delete-doubt");
     let calls = 0;
@@ -294,7 +295,8 @@ describe("resume after a crash", () => {
         calls++;
       })
       .catch((e: unknown) => e);
-    assert.ok(err instanceof StepInDoubt, String(err));
+    assert.ok(err instanceof NeedsRecovery, String(err));
+    assert.equal(err.code, "needs_recovery");
     assert.equal(calls, 0);
   });
 });

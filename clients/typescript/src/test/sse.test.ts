@@ -1,7 +1,7 @@
 import assert from "node:assert/strict";
 import { describe, it } from "node:test";
 
-import { parseSSE, errorFromProblem, StepKeyReused, LedgerError, NotFound, beginKeyFor } from "../index.js";
+import { parseSSE, errorFromProblem, StepKeyReused, LedgerError, NotFound, beginKey } from "../index.js";
 
 function streamOf(...chunks: string[]): ReadableStream<Uint8Array> {
   const enc = new TextEncoder();
@@ -61,12 +61,13 @@ describe("errorFromProblem", () => {
   });
 });
 
-describe("beginKeyFor", () => {
-  it("OK: readable when it fits, a digest of the step key when not", () => {
-    assert.equal(beginKeyFor("step-1"), "begin:step-1");
-    const long = beginKeyFor("x".repeat(255));
-    assert.match(long, /^begin:sha256:[0-9a-f]{64}$/);
-    assert.ok(long.length <= 255);
-    assert.notEqual(beginKeyFor("x".repeat(250)), beginKeyFor("x".repeat(251)));
+describe("beginKey", () => {
+  it("OK: the same scope and attempt, the same key; another attempt or scope, another key", () => {
+    const k = beginKey("run_1\0step-1", 1);
+    assert.match(k, /^begin:[0-9a-f]{40}:1$/);
+    assert.equal(beginKey("run_1\0step-1", 1), k);
+    assert.notEqual(beginKey("run_1\0step-1", 2), k);
+    assert.notEqual(beginKey("run_1\0step-2", 1), k);
+    assert.ok(beginKey("x".repeat(10_000), 1).length <= 255);
   });
 });
