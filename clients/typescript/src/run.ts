@@ -66,6 +66,8 @@ export interface ResumeOptions {
   maxSteps?: number;
   /** Why an open attempt this process does not hold is abandoned. */
   abandonReason?: string;
+  /** Told of each directive before resume follows it. */
+  onDirective?: (directive: Directive) => void;
 }
 
 /** What a tool's query said about a dedup key. */
@@ -332,6 +334,7 @@ export class Run {
         (x) => agentDirectives.has(x.directive) && !(x.directive === "in_flight" && x.attempt_id !== undefined && this.client.holds(x.attempt_id)),
       );
       if (!d) return next;
+      options.onDirective?.(d);
       try {
         await this.#follow(d, handlers, options);
       } catch (err) {

@@ -131,7 +131,9 @@ async function main(o: Options): Promise<number> {
   log(`run ${run.id}`);
 
   // Settle whatever a previous process left open (nothing, on a fresh run).
-  const next = await run.resume(tools);
+  const next = await run.resume(tools, {
+    onDirective: (d) => log(`settling ${d.action_id} (${d.tool}): ${d.directive} — ${d.rationale ?? ""}`),
+  });
   if (["completed", "stopped", "failed"].includes(next.run_state)) {
     log(`run already ${next.run_state}`);
     return exitDone;

@@ -318,6 +318,28 @@ describe("heartbeats", () => {
   });
 });
 
+describe("cancellation", () => {
+  it("OK: a heartbeat brings the run's cancel; call.signal aborts and the call reports it", async () => {
+    const run = await newRun();
+    let sawCancel = false;
+    const res = await run.call("uploads.put", { file: "other.bin" }, { stepKey: "upload-cancel", heartbeatIntervalMs: 100 }, async (call) => {
+      await run.cancel("changed my mind");
+      await new Promise<void>((resolve, reject) => {
+        const t = setTimeout(() => reject(new Error("no cancel within 10 s")), 10_000);
+        call.signal.addEventListener("abort", () => {
+          clearTimeout(t);
+          resolve();
+        });
+      });
+      sawCancel = call.cancelRequested;
+      call.cancelled({ effect: "not_happened" });
+    });
+    assert.equal(sawCancel, true);
+    assert.equal(res.attempt?.status, "cancelled");
+    assert.equal(res.attempt?.effect, "not_happened");
+  });
+});
+
 describe("events", () => {
   it("OK: the stream delivers the run's events up to its end, and resumes after Last-Event-ID", async () => {
     const run = await newRun();

@@ -74,6 +74,9 @@ it("OK: one effect per action, across a crash between the effect and its report"
 
   const second = await runAgent(args);
   assert.equal(second.code, 0, second.out);
+  // The restarted agent abandoned the call it lost and answered the query by its own record.
+  assert.match(second.out, /: in_flight/, second.out);
+  assert.match(second.out, /: query/, second.out);
   const third = await runAgent(args);
   assert.equal(third.code, 0, third.out);
   assert.match(third.out, /already completed/);
