@@ -15,6 +15,7 @@ import {
   NeedsRecovery,
   NotExecuted,
   StaleDecision,
+  TransportError,
 } from "./errors.js";
 import { parseSSE } from "./sse.js";
 import type {
@@ -121,7 +122,7 @@ export interface EventsOptions {
   signal?: AbortSignal;
   /** Reconnect when the stream breaks before the run's end. Default true. */
   reconnect?: boolean;
-  /** Give up after this many reconnects in a row that brought no event. Default 5. */
+  /** Give up after this many broken connections in a row that brought no event. Default 5. */
   maxReconnects?: number;
 }
 
@@ -207,7 +208,8 @@ export class Run {
     const reconnect = options.reconnect ?? true;
     const maxReconnects = options.maxReconnects ?? 5;
     let last = options.lastEventId;
-    let fruitless = 0;
+    let failures = 0; // breaks in a row that brought no event
+    let idle = 0; // streams in a row that brought no event
     let runEnded = false;
     const path = `/v1/runs/${encodeURIComponent(this.id)}/events`;
     for (;;) {
@@ -225,21 +227,24 @@ export class Run {
           if (endsRun(data)) return;
         }
       } catch (err) {
-        if (options.signal?.aborted || err instanceof LedgerError || !reconnect) throw err;
+        if (options.signal?.aborted || !reconnect || (err instanceof LedgerError && !(err instanceof TransportError))) throw err;
         broke = err;
       }
       // The stream ended before the run's terminal event: the server cut
-      // it, or the connection broke. A run that has ended gets one more
-      // stream, to drain what the cut one did not carry.
-      if (runEnded) return;
-      if (!reconnect) return;
-      fruitless = got > 0 ? 0 : fruitless + 1;
-      if (fruitless > maxReconnects) {
-        throw broke ?? new Error(`events of ${this.id}: the stream ended ${fruitless} times without an event`);
+      // it (a write timeout, a restart), or the connection broke. A run
+      // that has ended gets one more stream, to drain what the cut one did
+      // not carry.
+      if (runEnded || !reconnect) return;
+      idle = got > 0 ? 0 : idle + 1;
+      if (broke !== undefined) {
+        failures = got > 0 ? 1 : failures + 1;
+        if (failures > maxReconnects) throw broke;
+      } else if (got > 0) {
+        failures = 0;
       }
       const run = await this.get();
       runEnded = terminalRunStates.includes(run.state);
-      if (fruitless > 0) await sleep(Math.min(100 * 2 ** fruitless, 2000), options.signal);
+      if (idle > 0 && !runEnded) await sleep(Math.min(100 * 2 ** idle, 2000), options.signal);
     }
   }
 
