@@ -153,7 +153,7 @@ export class Client {
    * unread. A problem throws as request does.
    */
   async stream(path: string, options: RequestOptions = {}): Promise<Response> {
-    // A stream has no overall time limit: only reaching the server has.
+    // No time limit: a stream stays open for as long as the run goes on.
     const { res } = await this.#send("GET", path, { ...options, timeoutMs: 0 }, "text/event-stream");
     if (res.status >= 400) throw problemOf(res, await res.text().catch(() => ""));
     if (!res.body) throw new TransportError(`GET ${path}: the answer has no body`);
