@@ -160,6 +160,8 @@ type Engine struct {
 	backoff  backoff
 	failLogs *failureLog
 	tokenKey []byte
+	// clientAgents names the agents a client drives, in name order.
+	clientAgents []string
 }
 
 type registeredAgent struct {
@@ -262,7 +264,11 @@ func New(cfg Config) (*Engine, error) {
 			ra.tools[d.Name] = registeredTool{Tool: t, desc: d, args: v}
 		}
 		e.agents[a.Name] = ra
+		if a.Driver == DriverClient {
+			e.clientAgents = append(e.clientAgents, a.Name)
+		}
 	}
+	slices.Sort(e.clientAgents)
 	e.recoverer = recovery.New(recovery.Config{Store: cfg.Store, Probes: e.probe, Retry: e.retryVerdict, Now: cfg.Now,
 		OnDecision: cfg.OnDecision})
 	return e, nil

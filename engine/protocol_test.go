@@ -269,3 +269,22 @@ func TestProtocolRefusals(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, ledger.RunNeedsReview, got.State)
 }
+
+func TestRunnableLeavesClientRunsToTheirClient(t *testing.T) {
+	b := setupClient(t)
+	ctx := context.Background()
+	run := b.run(t, "r")
+	ids, err := b.engine.Runnable(ctx)
+	require.NoError(t, err)
+	require.NotContains(t, ids, run.ID, "a running client run is its client's to advance")
+	_, err = b.engine.Cancel(ctx, engine.CancelParams{RunID: run.ID, Principal: "bot"})
+	require.NoError(t, err)
+	ids, err = b.engine.Runnable(ctx)
+	require.NoError(t, err)
+	require.Contains(t, ids, run.ID, "a stopping one is the engine's to stop")
+	require.NoError(t, b.engine.Advance(ctx, run.ID))
+	got, err := b.Store.FindRunByID(ctx, run.ID)
+	require.NoError(t, err)
+	require.Equal(t, ledger.RunStopped, got.State)
+	require.Equal(t, ledger.StopUserCancelled, got.StopReason)
+}

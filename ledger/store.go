@@ -207,6 +207,9 @@ type RunFilter struct {
 	State       *RunState
 	AfterID     *RunID // cursor: ids strictly after this one
 	Limit       int    // 0: no limit
+	// NotAgents leaves out runs of these agents (the engine's pool skips
+	// runs a client drives).
+	NotAgents []string
 }
 
 // CreateActionParams records an action.
