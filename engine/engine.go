@@ -310,9 +310,14 @@ func (e *Engine) probe(name, version string) (recovery.Probe, bool) {
 }
 
 // retryVerdict is the budget's answer to "may this action have one more
-// attempt?": the run's persisted budgets, then the engine's cap.
+// attempt?": the run's persisted budgets under its agent's policy, then the
+// engine's cap.
 func (e *Engine) retryVerdict(run *ledger.Run, a *ledger.Action, now time.Time) (ledger.StopReason, string) {
-	if v := e.policy.BeforeAttempt(run, a, now); v.Stopped() {
+	policy := e.policy
+	if agent, ok := e.agents[run.Agent]; ok {
+		policy = e.policyOf(agent)
+	}
+	if v := policy.BeforeAttempt(run, a, now); v.Stopped() {
 		return v.Stop, v.Rationale
 	}
 	if run.Budget.Limits.MaxAttemptsPerAction == 0 && a.AttemptCount >= e.cfg.MaxAttemptsPerAction {
@@ -500,14 +505,17 @@ func (e *Engine) stepRunning(ctx context.Context, run *ledger.Run) (bool, error)
 		case ledger.ActionNeedsReview:
 			return e.moveRun(ctx, run, ledger.RunNeedsReview, map[string]any{"action_id": last.ID})
 		case ledger.ActionFailed:
-			return false, e.finish(ctx, run, ledger.StopToolError, map[string]any{"action_id": last.ID})
+			if !agent.ContinueOnToolError {
+				return false, e.finish(ctx, run, ledger.StopToolError, map[string]any{"action_id": last.ID})
+			}
+			// The failure is the model's to answer: on to its next step.
 		case ledger.ActionAbandoned:
 			return false, e.finish(ctx, run, ledger.StopUserCancelled, map[string]any{"action_id": last.ID, "cause": "a person abandoned the action in review"})
 		case ledger.ActionCancelled:
 			return false, e.finish(ctx, run, ledger.StopUserCancelled, map[string]any{"action_id": last.ID})
 		}
 	}
-	if v := e.policy.BeforeStep(run, e.now()); v.Stopped() {
+	if v := e.policyOf(agent).BeforeStep(run, e.now()); v.Stopped() {
 		return false, e.finish(ctx, run, v.Stop, map[string]any{"rationale": v.Rationale})
 	}
 	return e.modelStep(ctx, run, agent, actions)
@@ -621,7 +629,7 @@ func (e *Engine) modelStep(ctx context.Context, run *ledger.Run, agent *register
 		for i, h := range hist.Entries {
 			entries[i] = budget.Entry{Action: h.Action, Attempt: h.Attempt}
 		}
-		if v, err := e.policy.Loop(entries, s.Tool, s.Arguments); err != nil {
+		if v, err := e.policyOf(agent).Loop(entries, s.Tool, s.Arguments); err != nil {
 			return false, failStep(ledger.StopInvalidModelResponse, map[string]any{"error": err.Error()})
 		} else if v.Stopped() {
 			return false, failStep(v.Stop, map[string]any{"rationale": v.Rationale})
@@ -758,6 +766,9 @@ func (e *Engine) finishCall(ctx context.Context, run *ledger.Run, tool registere
 	e.fault(FaultAfterResultRecorded)
 	switch fin.ActionState {
 	case ledger.ActionFailed:
+		if agent, ok := e.agents[run.Agent]; ok && agent.ContinueOnToolError {
+			return true, nil // the model answers the failure (stepRunning)
+		}
 		return false, e.finish(ctx, run, ledger.StopToolError, map[string]any{"action_id": a.ID, "error": fin.Error})
 	default: // succeeded: the next model step; uncertain: recovery decides
 		return true, nil
