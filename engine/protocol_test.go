@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -287,4 +288,43 @@ func TestRunnableLeavesClientRunsToTheirClient(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, ledger.RunStopped, got.State)
 	require.Equal(t, ledger.StopUserCancelled, got.StopReason)
+}
+
+// TestProtocolLoopPolicies: a client's failing calls stop its run by the
+// loop policies, with one stop reason, refusing the proposal that tripped
+// them.
+func TestProtocolLoopPolicies(t *testing.T) {
+	b := setupClient(t)
+	ctx := context.Background()
+	run := b.run(t, "r")
+	for i := range 3 {
+		res, err := b.engine.Propose(ctx, engine.ProposeParams{Caller: b.caller, RunID: run.ID, StepKey: fmt.Sprintf("s%d", i),
+			Tool: "kv.get", Arguments: json.RawMessage(fmt.Sprintf(`{"n":%d}`, i))})
+		require.NoError(t, err)
+		begin, err := b.engine.Begin(ctx, engine.BeginParams{Caller: b.caller, ActionID: res.Action.ID, Key: "b"})
+		require.NoError(t, err)
+		done, err := b.engine.Complete(ctx, engine.CompleteParams{Caller: b.caller, AttemptID: begin.Attempt.ID, Token: begin.Token,
+			Outcome: engine.Outcome{Status: ledger.AttemptFailed, Error: &ledger.AttemptError{Code: "down", Message: "503"}}})
+		require.NoError(t, err)
+		require.Equal(t, ledger.ActionFailed, done.Action.State)
+	}
+	_, err := b.engine.Propose(ctx, engine.ProposeParams{Caller: b.caller, RunID: run.ID, StepKey: "s3", Tool: "kv.get",
+		Arguments: json.RawMessage(`{"n":3}`)})
+	require.Equal(t, engine.CodeRunStopped, protoCode(t, err))
+	var pe *engine.ProtocolError
+	require.ErrorAs(t, err, &pe)
+	require.Equal(t, ledger.StopConsecutiveErrors, pe.StopReason)
+	got, err := b.Store.FindRunByID(ctx, run.ID)
+	require.NoError(t, err)
+	require.Equal(t, ledger.RunStopped, got.State)
+	require.Equal(t, ledger.StopConsecutiveErrors, got.StopReason)
+	require.Equal(t, int64(4), got.Budget.Used.Steps, "the refused proposal is counted as a step")
+
+	_, err = b.engine.Propose(ctx, engine.ProposeParams{Caller: b.caller, RunID: run.ID, StepKey: "s4", Tool: "kv.get",
+		Arguments: json.RawMessage(`{"n":4}`)})
+	require.Equal(t, engine.CodeRunStopped, protoCode(t, err))
+	next, err := b.engine.Next(ctx, b.caller, run.ID)
+	require.NoError(t, err)
+	require.Equal(t, engine.DirectiveStop, next.Directives[0].Kind)
+	require.Equal(t, ledger.StopConsecutiveErrors, next.Directives[0].StopReason)
 }
