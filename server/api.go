@@ -116,6 +116,19 @@ type Action struct {
 	CreatedAt    time.Time          `json:"created_at"`
 	Attempts     []Attempt          `json:"attempts"`
 	Approvals    []Approval         `json:"approvals"`
+	// Gate is what the gate decided and why; nil (absent) for an action
+	// recorded before the gate was audited.
+	Gate *ActionGate `json:"gate,omitempty"`
+}
+
+// ActionGate is the gate's decision on an action: the state it chose, the
+// rule that chose it (nil, absent, when the default did), the reason in
+// words and the digest of the rule set in force.
+type ActionGate struct {
+	Decision    ledger.ActionState `json:"decision"`
+	Rule        *int               `json:"rule,omitempty"`
+	Reason      string             `json:"reason"`
+	RulesDigest ledger.Digest      `json:"rules_digest"`
 }
 
 // Attempt keeps status (what was seen of the call) and effect (did the
