@@ -26,7 +26,9 @@ import (
 // (arguments, results, errors, details, reasons) enter the content as
 // their tree digest (treedigest.go), so that a report which hides part of
 // one can still be checked: it gives the digests of the parts it hid, and
-// everything it shows is recomputed. Left out, each
+// everything it shows is recomputed. An action's gate (the policy's
+// decision, rule, reason and rules digest) enters as it is: the policy
+// wrote it, not a person or a tool. Left out, each
 // with its reason: versions and counters the report does not show
 // (version, attempt_count, event_seq, event_hash), the run's input and
 // idempotency keys (not shown; the request digest in the run's first event

@@ -99,8 +99,8 @@ type RunList struct {
 	NextCursor string       `json:"next_cursor,omitempty"`
 }
 
-// Action is one action with its digest, redacted arguments, attempts and
-// approvals (GET /v1/actions/{action_id}, and within a run).
+// Action is one action with its digest, redacted arguments, attempts,
+// approvals and gate (GET /v1/actions/{action_id}, and within a run).
 type Action struct {
 	ID           ledger.ActionID    `json:"id"`
 	RunID        ledger.RunID       `json:"run_id"`
