@@ -1,4 +1,4 @@
--- 0006: an action records the gate's decision and why: the state the gate
+-- 0007: an action records the gate's decision and why: the state the gate
 -- chose (gate_decision), the rule that chose it (gate_rule, its 0-based
 -- index in the rules file, -1 when the default decided), the reason in
 -- words and the digest of the rule set in force, defaults included. The
