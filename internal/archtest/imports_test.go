@@ -47,6 +47,8 @@ var owners = map[string]string{
 	"gorm.io/driver/postgres":                  "ledger",
 	"github.com/labstack/echo/v4":              "server",
 	"github.com/santhosh-tekuri/jsonschema/v5": "contracts",
+	"sigs.k8s.io/yaml":                         "contracts",
+	"go.yaml.in/yaml/v3":                       "contracts",
 	// A module path here covers its packages too.
 	"github.com/getkin/kin-openapi": "server/servertest",
 }
