@@ -24,6 +24,7 @@ var allowed = map[string][]string{
 	"ledger/ledgertest": {"ledger", "contracts"},
 	"approval":          {"ledger", "contracts", "redact"},
 	"budget":            {"ledger", "contracts"},
+	"config":            {"ledger", "contracts", "budget"},
 	"evidence":          {"ledger", "contracts", "redact"},
 	"recovery":          {"ledger", "contracts"},
 	"simulator":         {"ledger", "contracts", "approval", "budget", "recovery", "engine", "redact"},
