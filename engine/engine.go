@@ -536,6 +536,11 @@ func current(actions []*ledger.Action) *ledger.Action {
 // modelStep asks the model for the next step and records it: an action
 // through the gate, or the final answer.
 func (e *Engine) modelStep(ctx context.Context, run *ledger.Run, agent *registeredAgent, actions []*ledger.Action) (bool, error) {
+	if agent.Driver == DriverClient {
+		// The agent's own process takes its steps (docs/agent-protocol.md):
+		// the engine has no model to ask, and waits.
+		return false, nil
+	}
 	model, err := agent.NewModel(run.Input)
 	if err != nil {
 		return false, e.finish(ctx, run, ledger.StopInvalidModelResponse, map[string]any{"error": err.Error()})
