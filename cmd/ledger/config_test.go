@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/actionledger/ledger/config"
 	"github.com/actionledger/ledger/server"
 	"github.com/actionledger/ledger/server/servertest"
 	"github.com/stretchr/testify/require"
@@ -196,4 +197,22 @@ func TestServeConfig(t *testing.T) {
 		_, _, stop := startServe(t, "--db", filepath.Join(dir, "ledger.db"), "--addr", "127.0.0.1:0", "--config", cfg, "--rules", rules)
 		require.NoError(t, stop())
 	})
+}
+
+// TestConfigFileExample: the example of docs/operations.md ("The config
+// file") is a config file this build accepts.
+func TestConfigFileExample(t *testing.T) {
+	doc, err := os.ReadFile(filepath.Join("..", "..", "docs", "operations.md"))
+	require.NoError(t, err)
+	_, section, ok := strings.Cut(string(doc), "\n## The config file\n")
+	require.True(t, ok)
+	_, block, ok := strings.Cut(section, "```yaml\n")
+	require.True(t, ok)
+	block, _, ok = strings.Cut(block, "```")
+	require.True(t, ok)
+	cfg, err := config.Parse([]byte(block), config.FormatYAML, builtins())
+	require.NoError(t, err)
+	require.Len(t, cfg.Tools, 2)
+	require.Len(t, cfg.Agents, 2)
+	require.NotNil(t, cfg.Rules)
 }
