@@ -28,6 +28,7 @@ var validDocs = map[contracts.Schema]string{
 	contracts.SchemaAction:            "action.valid.json",
 	contracts.SchemaReport:            "report.valid.json",
 	contracts.SchemaFaultMatrixReport: "faultmatrix_report.valid.json",
+	contracts.SchemaConfig:            "config.valid.json",
 }
 
 func readTestdata(t *testing.T, name string) []byte {
@@ -545,6 +546,9 @@ func TestTypesMatchSchemas(t *testing.T) {
 		{contracts.SchemaToolDescriptor, "/properties/guarantees", contracts.Guarantees{}},
 		{contracts.SchemaRules, "", contracts.Rules{}},
 		{contracts.SchemaRules, "/properties/rules/items", contracts.Rule{}},
+		{contracts.SchemaConfig, "", contracts.Config{}},
+		{contracts.SchemaConfig, "/properties/agents/items", contracts.ConfigAgent{}},
+		{contracts.SchemaConfig, "/properties/agents/items/properties/policies", contracts.AgentPolicies{}},
 	}
 	for _, tt := range tests {
 		typ := reflect.TypeOf(tt.typ)
