@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/actionledger/ledger/config"
+	"github.com/actionledger/ledger/ledger"
 	"github.com/actionledger/ledger/server"
 	"github.com/actionledger/ledger/server/servertest"
 	"github.com/stretchr/testify/require"
@@ -215,4 +216,35 @@ func TestConfigFileExample(t *testing.T) {
 	require.Len(t, cfg.Tools, 2)
 	require.Len(t, cfg.Agents, 2)
 	require.NotNil(t, cfg.Rules)
+}
+
+// TestLocalCommandsTakeTheConfig: worker and recover know the config
+// file's agents; without it, a client-driven run's agent is unknown to
+// them and its run would be stopped.
+func TestLocalCommandsTakeTheConfig(t *testing.T) {
+	dir := t.TempDir()
+	db := filepath.Join(dir, "ledger.db")
+	cfgPath := writeFile(t, dir, "ledger.yaml", testConfig)
+	cfg, err := config.Load(cfgPath, builtins())
+	require.NoError(t, err)
+	svc, err := openService(t.Context(), serviceConfig{Command: "test", DBPath: db, Config: cfg, Rules: cfg.Rules, Logger: discardLogger()})
+	require.NoError(t, err)
+	res, err := svc.store.SubmitRun(t.Context(), ledger.SubmitRunParams{Tenant: "acme", Principal: "bot", IdempotencyKey: "k",
+		Agent: "payer", Input: json.RawMessage(`{}`), Start: svc.engine.ClientDriven("payer")})
+	require.NoError(t, err)
+	require.NoError(t, svc.Close())
+
+	_, _, err = runCLI(t, nil, "recover", "--db", db, "--config", cfgPath)
+	require.NoError(t, err)
+	_, _, err = runCLI(t, nil, "worker", "--db", db, "--until-idle", "--config", cfgPath)
+	require.NoError(t, err)
+	store, err := ledger.Open(t.Context(), ledger.Config{Path: db})
+	require.NoError(t, err)
+	run, err := store.FindRunByID(t.Context(), res.Run.ID)
+	require.NoError(t, err)
+	require.NoError(t, store.Close())
+	require.Equal(t, ledger.RunRunning, run.State, "the client's run is left to its client")
+
+	_, _, err = runCLI(t, nil, "worker", "--db", db, "--until-idle", "--config", writeFile(t, dir, "bad.yaml", "tools: 3\n"))
+	requireExit(t, err, exitUsage)
 }

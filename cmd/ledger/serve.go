@@ -201,15 +201,12 @@ func runServe(ctx context.Context, o *serveOptions, stderr io.Writer) (err error
 			return &usageError{err: fmt.Errorf("rules file %s: %w", o.rulesPath, err)}
 		}
 	}
-	configPath := o.configPath
-	if configPath == "" {
-		configPath = os.Getenv(envConfig)
+	configPath := configFrom(o.configPath)
+	cfg, err := loadConfig(configPath)
+	if err != nil {
+		return err
 	}
-	var cfg *config.Config
-	if configPath != "" {
-		if cfg, err = config.Load(configPath, builtins()); err != nil {
-			return &usageError{err: err}
-		}
+	if cfg != nil {
 		if cfg.Rules != nil {
 			if rules != nil {
 				return usagef("--rules %s and the rules of config file %s: give the rules in one place", o.rulesPath, configPath)
@@ -358,4 +355,26 @@ func isLoopback(addr string) bool {
 	}
 	ip := net.ParseIP(host)
 	return ip != nil && ip.IsLoopback()
+}
+
+// configFrom is the config file a command uses: its --config flag, else
+// $LEDGER_CONFIG; "" for none.
+func configFrom(flag string) string {
+	if flag != "" {
+		return flag
+	}
+	return os.Getenv(envConfig)
+}
+
+// loadConfig loads the operator's config file, if path names one; a file
+// with problems is a usage error listing them all.
+func loadConfig(path string) (*config.Config, error) {
+	if path == "" {
+		return nil, nil
+	}
+	cfg, err := config.Load(path, builtins())
+	if err != nil {
+		return nil, &usageError{err: err}
+	}
+	return cfg, nil
 }
