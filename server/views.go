@@ -15,12 +15,17 @@ func runSummary(r *ledger.Run) RunSummary {
 		SubmittedBy: r.SubmittedBy, CreatedAt: r.CreatedAt}
 }
 
-func submitResponse(r *ledger.Run) SubmitResponse {
+func submitResponse(r *ledger.Run, clientDriven bool) SubmitResponse {
+	// The state at acceptance, whatever the run is in now: a replay
+	// answers byte for byte as the first request did. A client-driven
+	// run is accepted running.
+	state := ledger.RunQueued
+	if clientDriven {
+		state = ledger.RunRunning
+	}
 	return SubmitResponse{
 		ID: r.ID, Tenant: r.Tenant, Agent: r.Agent,
-		// The state at acceptance, whatever the run is in now: a replay
-		// answers byte for byte as the first request did.
-		State:         ledger.RunQueued,
+		State:         state,
 		RequestDigest: r.RequestDigest,
 		CreatedAt:     r.CreatedAt,
 		Links:         map[string]string{"self": runPath(r.ID)},
@@ -47,6 +52,19 @@ func cancellationView(c *ledger.Cancellation) *Cancellation {
 		AcceptedAt: c.AcceptedAt, StoppingAt: c.StoppingAt, StoppedAt: c.StoppedAt, TooLateAt: c.TooLateAt}
 }
 
+// gateView is the action's gate on the wire; nil for none.
+func gateView(g *ledger.ActionGate) *ActionGate {
+	if g == nil {
+		return nil
+	}
+	v := &ActionGate{Decision: g.Decision, Reason: g.Reason, RulesDigest: g.RulesDigest}
+	if g.Rule >= 0 {
+		rule := g.Rule
+		v.Rule = &rule
+	}
+	return v
+}
+
 // actionView builds an action with its redacted arguments and the given
 // attempts and approvals (nil becomes an empty list).
 func (s *Server) actionView(a *ledger.Action, atts []*ledger.Attempt, aprs []*ledger.Approval) (Action, error) {
@@ -56,7 +74,7 @@ func (s *Server) actionView(a *ledger.Action, atts []*ledger.Attempt, aprs []*le
 	}
 	v := Action{ID: a.ID, RunID: a.RunID, Seq: a.Seq, Tool: a.Tool, ToolVersion: a.ToolVersion, Effect: a.Effect,
 		State: a.State, ActionDigest: a.ActionDigest, Arguments: args, DedupKey: a.DedupKey, Supersedes: a.Supersedes,
-		CreatedAt: a.CreatedAt, Attempts: []Attempt{}, Approvals: []Approval{}}
+		CreatedAt: a.CreatedAt, Attempts: []Attempt{}, Approvals: []Approval{}, Gate: gateView(a.Gate)}
 	for _, t := range atts {
 		v.Attempts = append(v.Attempts, attemptView(t))
 	}
