@@ -122,9 +122,22 @@ func (e *Engine) stepCancel(ctx context.Context, run *ledger.Run, c *ledger.Canc
 				return false, err
 			}
 		case ledger.ActionRunning, ledger.ActionUncertain:
+			if e.ClientDriven(run.Agent) && a.State == ledger.ActionRunning {
+				// The client's call is in flight until its lease lapses:
+				// its heartbeat says cancel_requested.
+				if live, err := e.leaseLive(ctx, a.ID); err != nil || live {
+					e.deferRun(run.ID, time.Second)
+					return false, err
+				}
+			}
 			d, err := e.recoverer.Recover(ctx, run, a)
 			if err != nil {
 				return false, err
+			}
+			if d.Kind == recovery.Query || d.Kind == recovery.Cancel {
+				// A client's tool: its agent was told to ask it.
+				e.deferRun(run.ID, time.Second)
+				return false, nil
 			}
 			if d.Kind == recovery.Wait {
 				e.deferRun(run.ID, 2*time.Second)
@@ -144,4 +157,25 @@ func (e *Engine) stepCancel(ctx context.Context, run *ledger.Run, c *ledger.Canc
 		return false, e.finish(ctx, run, ledger.StopUserCancelled, map[string]any{"cancellation": c.ID})
 	}
 	return false, nil
+}
+
+// leaseLive reports whether the last attempt of a client's action holds a
+// lease that has not lapsed.
+func (e *Engine) leaseLive(ctx context.Context, id ledger.ActionID) (bool, error) {
+	atts, err := e.store.FindAttempts(ctx, ledger.AttemptFilter{ActionID: &id})
+	if err != nil || len(atts) == 0 {
+		return false, err
+	}
+	last := atts[len(atts)-1]
+	if last.Status != ledger.AttemptStarted {
+		return false, nil
+	}
+	l, err := e.store.FindAttemptLease(ctx, last.ID)
+	if ledger.Code(err) == ledger.CodeNotFound {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	return !l.Lapsed(e.now()), nil
 }

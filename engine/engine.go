@@ -112,6 +112,13 @@ type Config struct {
 	// LogInterval is how often a failure that repeats is logged: once at
 	// first, then once per interval with a count. 0 means 10s.
 	LogInterval time.Duration
+	// AttemptTokenKey derives the secret tokens of attempts clients begin
+	// (the agent protocol), so that a replayed begin gets its token again
+	// while only its hash is stored. Keep it across restarts (cmd/ledger
+	// derives it from the redaction key); nil means a random key of this
+	// process, and a begin replayed after a restart then cannot be answered
+	// with its token.
+	AttemptTokenKey []byte
 }
 
 // ToolCallStats describe one call of a tool (Config.OnToolCall).
@@ -152,6 +159,9 @@ type Engine struct {
 	health   *StoreHealth
 	backoff  backoff
 	failLogs *failureLog
+	tokenKey []byte
+	// clientAgents names the agents a client drives, in name order.
+	clientAgents []string
 }
 
 type registeredAgent struct {
@@ -216,7 +226,13 @@ func New(cfg Config) (*Engine, error) {
 		}
 		cfg.Redactor = r
 	}
-	e := &Engine{store: cfg.Store, approvals: cfg.Approvals, agents: map[string]*registeredAgent{},
+	if len(cfg.AttemptTokenKey) == 0 {
+		cfg.AttemptTokenKey = make([]byte, 32)
+		if _, err := rand.Read(cfg.AttemptTokenKey); err != nil {
+			return nil, fmt.Errorf("engine: attempt token key: %w", err)
+		}
+	}
+	e := &Engine{store: cfg.Store, tokenKey: cfg.AttemptTokenKey, approvals: cfg.Approvals, agents: map[string]*registeredAgent{},
 		now: cfg.Now, cfg: cfg, log: cfg.Logger, calls: map[ledger.RunID]func(){},
 		notBefore: map[ledger.RunID]time.Time{}, failures: map[ledger.RunID]int{}, policy: cfg.Policy.WithDefaults(),
 		health: cfg.Health, backoff: backoff{min: cfg.RetryMin, max: cfg.RetryMax},
@@ -248,7 +264,11 @@ func New(cfg Config) (*Engine, error) {
 			ra.tools[d.Name] = registeredTool{Tool: t, desc: d, args: v}
 		}
 		e.agents[a.Name] = ra
+		if a.Driver == DriverClient {
+			e.clientAgents = append(e.clientAgents, a.Name)
+		}
 	}
+	slices.Sort(e.clientAgents)
 	e.recoverer = recovery.New(recovery.Config{Store: cfg.Store, Probes: e.probe, Retry: e.retryVerdict, Now: cfg.Now,
 		OnDecision: cfg.OnDecision})
 	return e, nil
@@ -262,6 +282,11 @@ func (e *Engine) probe(name, version string) (recovery.Probe, bool) {
 			continue
 		}
 		p := recovery.Probe{Tool: recovery.ToolFor(t.desc)}
+		if _, client := LeaseOf(t.Tool); client {
+			// The agent asks its tool for recovery (the agent protocol).
+			p.Client = true
+			return p, true
+		}
 		if broken("retry_unknown") {
 			p.Tool.Guarantees.Dedup = true
 		}
@@ -285,9 +310,14 @@ func (e *Engine) probe(name, version string) (recovery.Probe, bool) {
 }
 
 // retryVerdict is the budget's answer to "may this action have one more
-// attempt?": the run's persisted budgets, then the engine's cap.
+// attempt?": the run's persisted budgets under its agent's policy, then the
+// engine's cap.
 func (e *Engine) retryVerdict(run *ledger.Run, a *ledger.Action, now time.Time) (ledger.StopReason, string) {
-	if v := e.policy.BeforeAttempt(run, a, now); v.Stopped() {
+	policy := e.policy
+	if agent, ok := e.agents[run.Agent]; ok {
+		policy = e.policyOf(agent)
+	}
+	if v := policy.BeforeAttempt(run, a, now); v.Stopped() {
 		return v.Stop, v.Rationale
 	}
 	if run.Budget.Limits.MaxAttemptsPerAction == 0 && a.AttemptCount >= e.cfg.MaxAttemptsPerAction {
@@ -438,6 +468,9 @@ func (e *Engine) stepRunning(ctx context.Context, run *ledger.Run) (bool, error)
 	if !ok {
 		return false, e.finish(ctx, run, ledger.StopInternalError, map[string]any{"error": "agent " + run.Agent + " is not registered"})
 	}
+	if agent.Driver == DriverClient {
+		return false, nil // its client takes every step (protocol_steps.go)
+	}
 	actions, err := e.store.FindActions(ctx, ledger.ActionFilter{RunID: &run.ID})
 	if err != nil {
 		return false, err
@@ -472,14 +505,17 @@ func (e *Engine) stepRunning(ctx context.Context, run *ledger.Run) (bool, error)
 		case ledger.ActionNeedsReview:
 			return e.moveRun(ctx, run, ledger.RunNeedsReview, map[string]any{"action_id": last.ID})
 		case ledger.ActionFailed:
-			return false, e.finish(ctx, run, ledger.StopToolError, map[string]any{"action_id": last.ID})
+			if !agent.ContinueOnToolError {
+				return false, e.finish(ctx, run, ledger.StopToolError, map[string]any{"action_id": last.ID})
+			}
+			// The failure is the model's to answer: on to its next step.
 		case ledger.ActionAbandoned:
 			return false, e.finish(ctx, run, ledger.StopUserCancelled, map[string]any{"action_id": last.ID, "cause": "a person abandoned the action in review"})
 		case ledger.ActionCancelled:
 			return false, e.finish(ctx, run, ledger.StopUserCancelled, map[string]any{"action_id": last.ID})
 		}
 	}
-	if v := e.policy.BeforeStep(run, e.now()); v.Stopped() {
+	if v := e.policyOf(agent).BeforeStep(run, e.now()); v.Stopped() {
 		return false, e.finish(ctx, run, v.Stop, map[string]any{"rationale": v.Rationale})
 	}
 	return e.modelStep(ctx, run, agent, actions)
@@ -593,7 +629,7 @@ func (e *Engine) modelStep(ctx context.Context, run *ledger.Run, agent *register
 		for i, h := range hist.Entries {
 			entries[i] = budget.Entry{Action: h.Action, Attempt: h.Attempt}
 		}
-		if v, err := e.policy.Loop(entries, s.Tool, s.Arguments); err != nil {
+		if v, err := e.policyOf(agent).Loop(entries, s.Tool, s.Arguments); err != nil {
 			return false, failStep(ledger.StopInvalidModelResponse, map[string]any{"error": err.Error()})
 		} else if v.Stopped() {
 			return false, failStep(v.Stop, map[string]any{"rationale": v.Rationale})
@@ -730,6 +766,9 @@ func (e *Engine) finishCall(ctx context.Context, run *ledger.Run, tool registere
 	e.fault(FaultAfterResultRecorded)
 	switch fin.ActionState {
 	case ledger.ActionFailed:
+		if agent, ok := e.agents[run.Agent]; ok && agent.ContinueOnToolError {
+			return true, nil // the model answers the failure (stepRunning)
+		}
 		return false, e.finish(ctx, run, ledger.StopToolError, map[string]any{"action_id": a.ID, "error": fin.Error})
 	default: // succeeded: the next model step; uncertain: recovery decides
 		return true, nil

@@ -91,10 +91,10 @@ func NewStoreHealth(cfg StoreHealthConfig) *StoreHealth {
 var (
 	storeWrites = [...]string{"submit_run", "transition_run", "create_action", "transition_action", "start_attempt",
 		"finish_attempt", "record_observation", "settle_review", "decide_approval", "expire_approvals", "request_cancel",
-		"transition_cancellation", "settle_cancellations", "add_usage", "record_recovery"}
+		"transition_cancellation", "settle_cancellations", "add_usage", "record_recovery", "begin_attempt", "renew_lease"}
 	storeReads = [...]string{"find_run_by_id", "find_runs", "find_action_by_id", "find_actions", "find_attempts",
 		"find_observations", "find_approvals", "find_cancellation", "find_recovery_facts", "find_events", "verify_chain",
-		"find_chain", "count_by_state"}
+		"find_chain", "count_by_state", "find_attempt_lease", "find_lapsed_leases", "find_agent_decision"}
 )
 
 // StoreOps lists the operations StoreHealth counts, writes first.
@@ -355,6 +355,36 @@ func (s *watchedStore) FindActionByID(ctx context.Context, id ledger.ActionID) (
 func (s *watchedStore) FindActions(ctx context.Context, f ledger.ActionFilter) ([]*ledger.Action, error) {
 	r, err := s.store.FindActions(ctx, f)
 	s.h.read("find_actions", err)
+	return r, err
+}
+
+func (s *watchedStore) BeginAttempt(ctx context.Context, p ledger.BeginAttemptParams) (ledger.BeginAttemptResult, error) {
+	r, err := s.store.BeginAttempt(ctx, p)
+	s.h.write(ctx, "begin_attempt", err, !r.Replayed)
+	return r, err
+}
+
+func (s *watchedStore) RenewLease(ctx context.Context, p ledger.RenewLeaseParams) (*ledger.AttemptLease, error) {
+	r, err := s.store.RenewLease(ctx, p)
+	s.h.write(ctx, "renew_lease", err, true)
+	return r, err
+}
+
+func (s *watchedStore) FindAttemptLease(ctx context.Context, id ledger.AttemptID) (*ledger.AttemptLease, error) {
+	r, err := s.store.FindAttemptLease(ctx, id)
+	s.h.read("find_attempt_lease", err)
+	return r, err
+}
+
+func (s *watchedStore) FindLapsedLeases(ctx context.Context, before time.Time, limit int) ([]*ledger.AttemptLease, error) {
+	r, err := s.store.FindLapsedLeases(ctx, before, limit)
+	s.h.read("find_lapsed_leases", err)
+	return r, err
+}
+
+func (s *watchedStore) FindAgentDecision(ctx context.Context, id ledger.ActionID) (ledger.AgentDecision, error) {
+	r, err := s.store.FindAgentDecision(ctx, id)
+	s.h.read("find_agent_decision", err)
 	return r, err
 }
 

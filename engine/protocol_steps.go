@@ -2,49 +2,918 @@ package engine
 
 import (
 	"context"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/hex"
+	"encoding/json"
 	"errors"
+	"fmt"
 
+	"github.com/actionledger/ledger/budget"
+	"github.com/actionledger/ledger/contracts"
 	"github.com/actionledger/ledger/ledger"
+	"github.com/actionledger/ledger/recovery"
 )
 
-var errProtocolPending = errors.New("agent protocol: not built yet")
+// ClientDriven reports whether runs of agent are driven by a client.
+func (e *Engine) ClientDriven(agent string) bool {
+	a, ok := e.agents[agent]
+	return ok && a.Driver == DriverClient
+}
 
-// Propose records a client's proposal of one tool call through the gate.
+// clientRun reads a run the caller may drive, of a client-driven agent.
+func (e *Engine) clientRun(ctx context.Context, c Caller, id ledger.RunID) (*ledger.Run, *registeredAgent, error) {
+	run, err := e.store.FindRunByID(ctx, id)
+	if err != nil {
+		return nil, nil, err
+	}
+	if run.Tenant != c.Tenant || c.MayDrive != nil && !c.MayDrive(run) {
+		return nil, nil, ledger.Errorf(ledger.CodeNotFound, "run %s not found", id)
+	}
+	agent, ok := e.agents[run.Agent]
+	if !ok || agent.Driver != DriverClient {
+		return nil, nil, protoErr(CodeNotClientDriven, "run %s is driven by the ledger, not by a client", id)
+	}
+	return run, agent, nil
+}
+
+// clientAction reads an action of a run the caller may drive.
+func (e *Engine) clientAction(ctx context.Context, c Caller, id ledger.ActionID) (*ledger.Action, *ledger.Run, *registeredAgent, error) {
+	a, err := e.store.FindActionByID(ctx, id)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	run, agent, err := e.clientRun(ctx, c, a.RunID)
+	if ledger.Code(err) == ledger.CodeNotFound {
+		err = ledger.Errorf(ledger.CodeNotFound, "action %s not found", id)
+	}
+	return a, run, agent, err
+}
+
+// clientAttempt reads an attempt with its lease, of a run the caller may
+// drive.
+func (e *Engine) clientAttempt(ctx context.Context, c Caller, id ledger.AttemptID) (*ledger.Attempt, *ledger.AttemptLease, *ledger.Run, *registeredAgent, error) {
+	lease, err := e.store.FindAttemptLease(ctx, id)
+	if err != nil {
+		if ledger.Code(err) == ledger.CodeNotFound {
+			err = ledger.Errorf(ledger.CodeNotFound, "attempt %s not found", id)
+		}
+		return nil, nil, nil, nil, err
+	}
+	run, agent, err := e.clientRun(ctx, c, lease.RunID)
+	if err != nil {
+		if ledger.Code(err) == ledger.CodeNotFound {
+			err = ledger.Errorf(ledger.CodeNotFound, "attempt %s not found", id)
+		}
+		return nil, nil, nil, nil, err
+	}
+	atts, err := e.store.FindAttempts(ctx, ledger.AttemptFilter{ActionID: &lease.ActionID})
+	if err != nil {
+		return nil, nil, nil, nil, err
+	}
+	for _, a := range atts {
+		if a.ID == id {
+			return a, lease, run, agent, nil
+		}
+	}
+	return nil, nil, nil, nil, ledger.Errorf(ledger.CodeNotFound, "attempt %s not found", id)
+}
+
+// stopped is the run_stopped refusal of a run that has ended.
+func stopped(run *ledger.Run) *ProtocolError {
+	pe := protoErr(CodeRunStopped, "run %s has ended: %s", run.ID, run.StopReason)
+	pe.StopReason = run.StopReason
+	return pe
+}
+
+// Propose implements the first step of a client's tool call: the proposal
+// is recorded as an action through the gate, in one write with the step's
+// usage. The step key makes it idempotent; the loop policies and budgets
+// are checked first, and one that stops the run stops it.
 func (e *Engine) Propose(ctx context.Context, p ProposeParams) (ProposeResult, error) {
-	return ProposeResult{}, errProtocolPending
+	if !ledger.ValidIdempotencyKey(p.StepKey) {
+		return ProposeResult{}, ledger.Errorf(ledger.CodeInvalid, "the step key must be 1–255 printable ASCII characters")
+	}
+	run, agent, err := e.clientRun(ctx, p.Caller, p.RunID)
+	if err != nil {
+		return ProposeResult{}, err
+	}
+	actions, err := e.store.FindActions(ctx, ledger.ActionFilter{RunID: &run.ID})
+	if err != nil {
+		return ProposeResult{}, err
+	}
+	if res, err, seen := e.replayProposal(ctx, actions, p); seen {
+		return res, err
+	}
+	switch {
+	case run.State.Terminal():
+		return ProposeResult{}, stopped(run)
+	case run.State == ledger.RunStopping:
+		return ProposeResult{}, protoErr(CodeRunCancelled, "run %s is being cancelled", run.ID)
+	case run.State == ledger.RunNeedsReview:
+		return ProposeResult{}, protoErr(CodeActionInDoubt, "run %s waits for a person to settle an action in review", run.ID)
+	}
+	tool, ok := agent.tools[p.Tool]
+	if !ok {
+		if _, exists := e.Tool(p.Tool); exists {
+			return ProposeResult{}, protoErr(CodeToolNotAllowed, "agent %s may not call %s", agent.Name, p.Tool)
+		}
+		return ProposeResult{}, protoErr(CodeUnknownTool, "no tool %q is declared", p.Tool)
+	}
+	if err := tool.args.Validate(p.Arguments); err != nil {
+		pe := protoErr(CodeInvalidArgs, "the arguments do not match the schema of %s", p.Tool)
+		var ve *contracts.ValidationError
+		if errors.As(err, &ve) {
+			pe.Issues = ve.Issues
+		} else {
+			pe.Issues = []contracts.Issue{{Message: err.Error()}}
+		}
+		return ProposeResult{}, pe
+	}
+	if tool.desc.Effect == contracts.EffectWrite {
+		for _, a := range actions {
+			if a.Effect == ledger.EffectWrite && (a.State == ledger.ActionRunning || a.State == ledger.ActionUncertain || a.State == ledger.ActionNeedsReview) {
+				return ProposeResult{}, protoErr(CodeActionInDoubt, "write %s of this run is %s: no other write until its effect is settled", a.ID, a.State)
+			}
+		}
+	}
+	usage := ledger.AddUsageParams{RunID: run.ID, Steps: 1, TokensUnavailable: p.Usage == nil}
+	if p.Usage != nil {
+		usage.Tokens = p.Usage.InputTokens + p.Usage.OutputTokens
+	}
+	policy := e.policyOf(agent)
+	if v := policy.BeforeStep(run, e.now()); v.Stopped() {
+		return ProposeResult{}, e.stopClient(ctx, run, v, &usage)
+	}
+	if v, err := policy.Loop(historyOf(actions, nil), p.Tool, p.Arguments); err != nil {
+		return ProposeResult{}, err
+	} else if v.Stopped() {
+		return ProposeResult{}, e.stopClient(ctx, run, v, &usage)
+	}
+	gate := e.approvals.Gate(run.Tenant, tool.desc)
+	res, err := e.store.CreateAction(ctx, ledger.CreateActionParams{
+		RunID: run.ID, IdempotencyKey: p.StepKey, Tool: tool.desc.Name, ToolVersion: tool.desc.Version, Effect: tool.desc.Effect,
+		Arguments: p.Arguments, Supersedes: p.Supersedes, Gate: gate.Gate, ApprovalTTL: gate.ApprovalTTL, Actor: p.Caller.Principal,
+		Usage: &usage,
+	})
+	if ledger.Code(err) == ledger.CodeConflict {
+		// Another process presented the same step key meanwhile, or the
+		// run moved: answer from what is recorded now.
+		if actions, ferr := e.store.FindActions(ctx, ledger.ActionFilter{RunID: &run.ID}); ferr == nil {
+			if res, rerr, seen := e.replayProposal(ctx, actions, p); seen {
+				return res, rerr
+			}
+		}
+	}
+	if err != nil {
+		return ProposeResult{}, err
+	}
+	e.Notify()
+	return ProposeResult{Action: res.Action, Approval: res.Approval, Replayed: res.Duplicate}, nil
 }
 
-// Begin begins an attempt of an approved action, durable before it answers.
+// replayProposal answers a step key the run has seen: the same action for
+// the same call, step_key_reused for another; seen is false for a new key.
+func (e *Engine) replayProposal(ctx context.Context, actions []*ledger.Action, p ProposeParams) (ProposeResult, error, bool) {
+	for _, a := range actions {
+		if a.IdempotencyKey != p.StepKey {
+			continue
+		}
+		same := a.Tool == p.Tool && a.Supersedes == p.Supersedes
+		if same {
+			want, err := ledger.Canonicalize(p.Arguments)
+			same = err == nil && string(want) == string(mustCanon(a.Arguments))
+		}
+		if !same {
+			pe := protoErr(CodeStepKeyReused, "step key %q was used in this run for another call", p.StepKey)
+			pe.Action = a
+			return ProposeResult{}, pe, true
+		}
+		res := ProposeResult{Action: a, Replayed: true}
+		if a.State == ledger.ActionAwaitingApproval {
+			pending, err := e.store.FindApprovals(ctx, ledger.ApprovalFilter{ActionID: &a.ID, State: ptr(ledger.ApprovalPending)})
+			if err != nil {
+				return ProposeResult{}, err, true
+			}
+			if len(pending) > 0 {
+				res.Approval = pending[0]
+			}
+		}
+		return res, nil, true
+	}
+	return ProposeResult{}, nil, false
+}
+
+func mustCanon(raw json.RawMessage) []byte {
+	c, err := ledger.Canonicalize(raw)
+	if err != nil {
+		return raw
+	}
+	return c
+}
+
+// historyOf is a run's history for the loop policies: every action with
+// its last attempt.
+func historyOf(actions []*ledger.Action, attempts []*ledger.Attempt) []budget.Entry {
+	last := map[ledger.ActionID]*ledger.Attempt{}
+	for _, a := range attempts {
+		last[a.ActionID] = a
+	}
+	out := make([]budget.Entry, len(actions))
+	for i, a := range actions {
+		out[i] = budget.Entry{Action: a, Attempt: last[a.ID]}
+	}
+	return out
+}
+
+// stopClient ends a client-driven run with a policy's or budget's verdict,
+// counting the step that was refused, and answers run_stopped.
+func (e *Engine) stopClient(ctx context.Context, run *ledger.Run, v budget.Verdict, usage *ledger.AddUsageParams) error {
+	if usage != nil {
+		if _, err := e.store.AddUsage(ctx, *usage); err != nil {
+			return err
+		}
+	}
+	if err := e.finish(ctx, run, v.Stop, map[string]any{"rationale": v.Rationale}); err != nil {
+		return err
+	}
+	pe := protoErr(CodeRunStopped, "%s", v.Rationale)
+	pe.StopReason = v.Stop
+	return pe
+}
+
+// attemptToken is an attempt's secret token: derived from the engine's
+// token key, the action and the begin's key, so that a replay of the begin
+// can answer it again while only its hash is stored.
+func (e *Engine) attemptToken(action ledger.ActionID, key string) string {
+	m := hmac.New(sha256.New, e.tokenKey)
+	m.Write([]byte(action))
+	m.Write([]byte{0})
+	m.Write([]byte(key))
+	return "at_" + base64.RawURLEncoding.EncodeToString(m.Sum(nil))
+}
+
+func tokenHash(token string) string {
+	h := sha256.Sum256([]byte(token))
+	return hex.EncodeToString(h[:])
+}
+
+// leaseOf is the lease of a client's tool.
+func leaseOf(t registeredTool) Lease {
+	l, ok := LeaseOf(t.Tool)
+	if !ok {
+		l = Lease{HeartbeatTimeout: DefaultHeartbeatTimeout, MaxDuration: max(t.desc.Timeout(), DefaultHeartbeatTimeout)}
+	}
+	return l
+}
+
+// Begin begins an attempt of an approved action, durable before it
+// answers, with a lease and a secret token.
 func (e *Engine) Begin(ctx context.Context, p BeginParams) (BeginResult, error) {
-	return BeginResult{}, errProtocolPending
+	if !ledger.ValidIdempotencyKey(p.Key) {
+		return BeginResult{}, ledger.Errorf(ledger.CodeInvalid, "the key must be 1–255 printable ASCII characters")
+	}
+	a, run, agent, err := e.clientAction(ctx, p.Caller, p.ActionID)
+	if err != nil {
+		return BeginResult{}, err
+	}
+	tool, ok := agent.tools[a.Tool]
+	if !ok {
+		return BeginResult{}, protoErr(CodeToolNotAllowed, "agent %s may no longer call %s", agent.Name, a.Tool)
+	}
+	if a.State == ledger.ActionApproved && run.State == ledger.RunRunning {
+		if reason, why := e.retryVerdict(run, a, e.now()); reason != "" {
+			return BeginResult{}, e.stopClient(ctx, run, budget.Verdict{Stop: reason, Rationale: why}, nil)
+		}
+	}
+	lease := leaseOf(tool)
+	token := e.attemptToken(a.ID, p.Key)
+	res, err := e.store.BeginAttempt(ctx, ledger.BeginAttemptParams{ActionID: a.ID, Key: p.Key, TokenSHA256: tokenHash(token),
+		Lease: lease.HeartbeatTimeout, MaxDuration: lease.MaxDuration, Actor: p.Caller.Principal})
+	if err != nil {
+		return BeginResult{}, e.whyNoAttempt(ctx, a.ID, err)
+	}
+	if res.Replayed && res.Lease.TokenSHA256 != tokenHash(token) {
+		// The token key changed since (a restart without a fixed key).
+		return BeginResult{}, protoErr(CodeAttemptOpen, "attempt %s was begun with this key, but its token cannot be given again: abandon it and follow /next", res.Attempt.ID)
+	}
+	action, err := e.store.FindActionByID(ctx, a.ID)
+	if err != nil {
+		return BeginResult{}, err
+	}
+	return BeginResult{Attempt: res.Attempt, Action: action, Token: token, Replayed: res.Replayed,
+		LeaseRemaining: max(res.Lease.Until.Sub(e.now()), 0)}, nil
 }
 
-// Heartbeat renews an attempt's lease.
+// whyNoAttempt turns the store's refusal of an attempt into the protocol's
+// code, from the facts as they stand now.
+func (e *Engine) whyNoAttempt(ctx context.Context, id ledger.ActionID, err error) error {
+	switch ledger.Code(err) {
+	case ledger.CodeApprovalRequired:
+		return protoErr(CodeNotApproved, "%s", err.Error())
+	case ledger.CodeBudgetExceeded:
+		a, ferr := e.store.FindActionByID(ctx, id)
+		if ferr != nil {
+			return ferr
+		}
+		run, ferr := e.store.FindRunByID(ctx, a.RunID)
+		if ferr != nil {
+			return ferr
+		}
+		return e.stopClient(ctx, run, budget.Verdict{Stop: ledger.StopRetryBudgetExhausted, Rationale: err.Error()}, nil)
+	case ledger.CodeConflict:
+	default:
+		return err
+	}
+	a, ferr := e.store.FindActionByID(ctx, id)
+	if ferr != nil {
+		return ferr
+	}
+	run, ferr := e.store.FindRunByID(ctx, a.RunID)
+	if ferr != nil {
+		return ferr
+	}
+	c, ferr := e.store.FindCancellation(ctx, run.ID)
+	switch {
+	case ferr != nil && ledger.Code(ferr) != ledger.CodeNotFound:
+		return ferr
+	case run.State.Terminal():
+		return stopped(run)
+	case ferr == nil && c.State != ledger.CancelRequested:
+		return protoErr(CodeRunCancelled, "run %s: its cancel was accepted, no attempt starts", run.ID)
+	case a.State == ledger.ActionRunning:
+		return protoErr(CodeAttemptOpen, "action %s has an attempt open: follow /next", a.ID)
+	case a.State != ledger.ActionApproved:
+		return protoErr(CodeNotApproved, "action %s is %s, not approved", a.ID, a.State)
+	}
+	return err
+}
+
+// Heartbeat renews an attempt's lease and says whether the run's cancel
+// was accepted.
 func (e *Engine) Heartbeat(ctx context.Context, p HeartbeatParams) (HeartbeatResult, error) {
-	return HeartbeatResult{}, errProtocolPending
+	att, _, run, _, err := e.clientAttempt(ctx, p.Caller, p.AttemptID)
+	if err != nil {
+		return HeartbeatResult{}, err
+	}
+	lease, err := e.store.RenewLease(ctx, ledger.RenewLeaseParams{AttemptID: att.ID, TokenSHA256: tokenHash(p.Token),
+		Progress: e.redactJSON(p.Progress)})
+	switch ledger.Code(err) {
+	case "":
+	case ledger.CodeForbidden:
+		return HeartbeatResult{}, protoErr(CodeBadToken, "that is not the token of attempt %s", att.ID)
+	case ledger.CodeConflict:
+		e.Notify()
+		return HeartbeatResult{}, protoErr(CodeAttemptClosed, "attempt %s is closed: its lease lapsed or it was finished; follow /next", att.ID)
+	default:
+		return HeartbeatResult{}, err
+	}
+	c, err := e.store.FindCancellation(ctx, run.ID)
+	if err != nil && ledger.Code(err) != ledger.CodeNotFound {
+		return HeartbeatResult{}, err
+	}
+	return HeartbeatResult{LeaseRemaining: max(lease.Until.Sub(e.now()), 0),
+		CancelRequested: err == nil && c.State != ledger.CancelRequested}, nil
 }
 
-// Complete records what a client's call did.
+// outcomeOf checks a reported outcome against the table of
+// docs/agent-protocol.md and returns where the action goes and the effect
+// to record.
+func outcomeOf(d contracts.ToolDescriptor, o Outcome) (ledger.ActionState, ledger.EffectFact, error) {
+	bad := func(why string) error {
+		return protoErr(CodeOutcomeInvalid, "status %q with effect %q is not an outcome of a %s: %s", o.Status, o.Effect, d.Effect, why)
+	}
+	if d.Effect == contracts.EffectRead {
+		if o.Effect != "" {
+			return "", "", bad("a read carries no effect")
+		}
+		switch o.Status {
+		case ledger.AttemptSucceeded:
+			return ledger.ActionSucceeded, ledger.EffectNotHappened, nil
+		case ledger.AttemptFailed, ledger.AttemptTimedOut, ledger.AttemptCancelled:
+			return ledger.ActionFailed, ledger.EffectNotHappened, nil
+		}
+		return "", "", bad("the status must be succeeded, failed, timed_out or cancelled")
+	}
+	switch [2]string{string(o.Status), string(o.Effect)} {
+	case [2]string{"succeeded", "happened"}:
+		return ledger.ActionSucceeded, ledger.EffectHappened, nil
+	case [2]string{"failed", "not_happened"}, [2]string{"cancelled", "not_happened"}:
+		return ledger.ActionFailed, ledger.EffectNotHappened, nil
+	case [2]string{"failed", "unknown"}, [2]string{"timed_out", "unknown"}, [2]string{"cancelled", "unknown"}:
+		return ledger.ActionUncertain, ledger.EffectUnknown, nil
+	case [2]string{"failed", "happened"}, [2]string{"cancelled", "happened"}:
+		return ledger.ActionNeedsReview, ledger.EffectHappened, nil
+	}
+	switch o.Status {
+	case ledger.AttemptSucceeded:
+		return "", "", bad("a write that succeeded must have happened")
+	case ledger.AttemptTimedOut:
+		return "", "", bad("a timeout's effect is unknown")
+	}
+	return "", "", bad("see the table of outcomes")
+}
+
+// Complete records what a client's call did, through the attempt's lease.
+// A replay of the same outcome answers the same; another outcome is
+// outcome_conflict. An outcome that arrives after the lease lapsed, or
+// after the attempt was closed otherwise, is kept as a late_outcome
+// observation and refused with attempt_closed; a late happened counts as
+// a query's answer.
 func (e *Engine) Complete(ctx context.Context, p CompleteParams) (CompleteResult, error) {
-	return CompleteResult{}, errProtocolPending
+	att, lease, run, agent, err := e.clientAttempt(ctx, p.Caller, p.AttemptID)
+	if err != nil {
+		return CompleteResult{}, err
+	}
+	if !hmac.Equal([]byte(tokenHash(p.Token)), []byte(lease.TokenSHA256)) {
+		return CompleteResult{}, protoErr(CodeBadToken, "that is not the token of attempt %s", att.ID)
+	}
+	a, err := e.store.FindActionByID(ctx, att.ActionID)
+	if err != nil {
+		return CompleteResult{}, err
+	}
+	tool, ok := agent.tools[a.Tool]
+	desc := tool.desc
+	if !ok {
+		d, found := e.Tool(a.Tool)
+		if !found {
+			return CompleteResult{}, protoErr(CodeToolNotAllowed, "tool %s is no longer declared", a.Tool)
+		}
+		desc = d
+	}
+	actionTo, effect, err := outcomeOf(desc, p.Outcome)
+	if err != nil {
+		return CompleteResult{}, err
+	}
+	if len(p.Outcome.Output) > 0 {
+		if err := ledger.CheckJSON(p.Outcome.Output); err != nil {
+			return CompleteResult{}, ledger.Errorf(ledger.CodeInvalid, "output: %s", err.Error())
+		}
+	}
+	body, err := ledger.CanonicalJSON(p.Outcome)
+	if err != nil {
+		return CompleteResult{}, ledger.Errorf(ledger.CodeInvalid, "outcome: %v", err)
+	}
+	digest := ledger.DigestCanonical(body)
+	for range 2 {
+		if lease.OutcomeDigest != "" {
+			return e.replayOutcome(ctx, att, lease, digest)
+		}
+		if att.Status != ledger.AttemptStarted || lease.Lapsed(e.now()) {
+			return CompleteResult{}, e.lateOutcome(ctx, run, a, att, p, effect)
+		}
+		recorded := e.redactOutcome(p.Outcome)
+		recordedJSON, err := ledger.CanonicalJSON(recorded)
+		if err != nil {
+			return CompleteResult{}, err
+		}
+		fin := ledger.FinishAttemptParams{AttemptID: att.ID, Status: p.Outcome.Status, ActionState: actionTo,
+			Observation: &ledger.ObservationInput{Source: ledger.ObservedResult, Effect: effect, Detail: recorded.Output},
+			Result:      recorded.Output, Error: recorded.Error, Actor: p.Caller.Principal,
+			Lease: &ledger.LeaseOutcome{TokenSHA256: lease.TokenSHA256, Digest: digest, Outcome: recordedJSON}}
+		res, err := e.store.FinishAttempt(ctx, fin)
+		switch ledger.Code(err) {
+		case "":
+			e.toolCalled(a.Tool, p.Outcome.Status, res.Attempt.FinishedAt.Sub(att.StartedAt))
+			if actionTo == ledger.ActionNeedsReview {
+				if err := e.reviewRun(ctx, run.ID, a.ID, "the client reported the call failed but took effect: a person decides"); err != nil {
+					return CompleteResult{}, err
+				}
+			}
+			e.Notify()
+			return CompleteResult{Attempt: res.Attempt, Action: res.Action}, nil
+		case ledger.CodeForbidden:
+			return CompleteResult{}, protoErr(CodeBadToken, "that is not the token of attempt %s", att.ID)
+		case ledger.CodeConflict:
+			// Closed meanwhile (a lapse, an abandon, another complete):
+			// read again and answer from what is recorded.
+			if att, lease, run, _, err = e.clientAttempt(ctx, p.Caller, p.AttemptID); err != nil {
+				return CompleteResult{}, err
+			}
+			continue
+		default:
+			return CompleteResult{}, err
+		}
+	}
+	return CompleteResult{}, protoErr(CodeAttemptClosed, "attempt %s is closed", att.ID)
 }
 
-// Abandon closes an attempt whose call the agent lost.
+// redactOutcome is an outcome as it is stored: output and error text
+// redacted.
+func (e *Engine) redactOutcome(o Outcome) Outcome {
+	o.Output = e.redactJSON(o.Output)
+	if o.Error != nil {
+		er := *o.Error
+		er.Message = e.cfg.Redactor.RedactString(er.Message)
+		o.Error = &er
+	}
+	return o
+}
+
+// replayOutcome answers a complete of an attempt completed before: the
+// same outcome is a replay, another a conflict.
+func (e *Engine) replayOutcome(ctx context.Context, att *ledger.Attempt, lease *ledger.AttemptLease, digest ledger.Digest) (CompleteResult, error) {
+	if lease.OutcomeDigest != digest {
+		pe := protoErr(CodeOutcomeConflict, "attempt %s was completed with another outcome", att.ID)
+		var o Outcome
+		if err := json.Unmarshal(lease.Outcome, &o); err == nil {
+			pe.Recorded = &o
+		}
+		return CompleteResult{}, pe
+	}
+	a, err := e.store.FindActionByID(ctx, att.ActionID)
+	if err != nil {
+		return CompleteResult{}, err
+	}
+	return CompleteResult{Attempt: att, Action: a, Replayed: true}, nil
+}
+
+// lateOutcome keeps an outcome reported for a closed attempt as evidence,
+// lets a happened in it settle the action as a query's answer would, and
+// refuses the complete with attempt_closed.
+func (e *Engine) lateOutcome(ctx context.Context, run *ledger.Run, a *ledger.Action, att *ledger.Attempt, p CompleteParams, effect ledger.EffectFact) error {
+	closed := protoErr(CodeAttemptClosed, "attempt %s is closed: its lease lapsed or recovery moved on; the outcome is kept as a late_outcome observation", att.ID)
+	recorded := e.redactOutcome(p.Outcome)
+	detail, err := ledger.CanonicalJSON(recorded)
+	if err != nil {
+		return err
+	}
+	if att.Effect != ledger.EffectUnknown && effect != att.Effect {
+		effect = ledger.EffectUnknown // contradicting evidence is kept, the established fact stands
+	}
+	if _, _, err := e.store.RecordObservation(ctx, ledger.RecordObservationParams{AttemptID: att.ID, Source: ledger.ObservedLate,
+		Effect: effect, Detail: detail, Actor: p.Caller.Principal}); err != nil {
+		return err
+	}
+	if effect == ledger.EffectHappened {
+		atts, err := e.store.FindAttempts(ctx, ledger.AttemptFilter{ActionID: &a.ID})
+		if err != nil {
+			return err
+		}
+		if last := atts[len(atts)-1]; last.ID != att.ID && a.State == ledger.ActionUncertain {
+			// A later attempt began: the effect may have happened twice.
+			if _, err := e.store.RecordRecovery(ctx, ledger.RecordRecoveryParams{ActionID: a.ID, ActionState: a.State, AttemptID: last.ID,
+				Steps: []ledger.RecoveryStep{{Decision: &ledger.RecoveryDecision{Decision: string(recovery.Review),
+					Rationale: "a late outcome says attempt " + string(att.ID) + " took effect after a later attempt began: a person decides"}}},
+				Moves: []ledger.ActionMove{{To: ledger.ActionNeedsReview}},
+				Run:   reviewMove(run), Actor: "recovery"}); err != nil && ledger.Code(err) != ledger.CodeConflict {
+				return err
+			}
+		} else if _, err := e.recoverClient(ctx, run.ID, a.ID); err != nil && ledger.Code(err) != ledger.CodeConflict {
+			return err
+		}
+	}
+	return closed
+}
+
+// reviewMove moves a run to needs_review, if it can go there.
+func reviewMove(run *ledger.Run) *ledger.RunTransition {
+	if run.State != ledger.RunRunning && run.State != ledger.RunAwaitingApproval {
+		return nil
+	}
+	return &ledger.RunTransition{ID: run.ID, From: run.State, To: ledger.RunNeedsReview, Actor: "recovery"}
+}
+
+// reviewRun moves a run with an action in review to needs_review.
+func (e *Engine) reviewRun(ctx context.Context, id ledger.RunID, action ledger.ActionID, why string) error {
+	run, err := e.store.FindRunByID(ctx, id)
+	if err != nil {
+		return err
+	}
+	if m := reviewMove(run); m != nil {
+		m.Data = map[string]any{"action_id": action, "rationale": why}
+		if _, err := e.store.TransitionRun(ctx, *m); err != nil && ledger.Code(err) != ledger.CodeConflict {
+			return err
+		}
+	}
+	return nil
+}
+
+// Abandon closes an open attempt whose call the agent lost: uncertain,
+// effect unknown, its token of no more use; recovery decides by the tool's
+// guarantees and /next says what.
 func (e *Engine) Abandon(ctx context.Context, p AbandonParams) (CompleteResult, error) {
-	return CompleteResult{}, errProtocolPending
+	att, _, _, _, err := e.clientAttempt(ctx, p.Caller, p.AttemptID)
+	if err != nil {
+		return CompleteResult{}, err
+	}
+	if att.Status != ledger.AttemptStarted {
+		return CompleteResult{}, protoErr(CodeAttemptClosed, "attempt %s is already %s", att.ID, att.Status)
+	}
+	msg := "the agent lost the call"
+	if p.Reason != "" {
+		msg += ": " + e.cfg.Redactor.RedactString(p.Reason)
+	}
+	res, err := e.store.FinishAttempt(ctx, ledger.FinishAttemptParams{AttemptID: att.ID, Status: ledger.AttemptUncertain,
+		ActionState: ledger.ActionUncertain, Error: &ledger.AttemptError{Code: "abandoned", Message: msg}, Actor: p.Caller.Principal})
+	if ledger.Code(err) == ledger.CodeConflict {
+		return CompleteResult{}, protoErr(CodeAttemptClosed, "attempt %s was closed meanwhile", att.ID)
+	}
+	if err != nil {
+		return CompleteResult{}, err
+	}
+	e.Notify()
+	return CompleteResult{Attempt: res.Attempt, Action: res.Action}, nil
 }
 
-// Observe records what the agent learned from its tool, and decides.
+// Observe records what the agent learned from its tool in answer to a
+// query or cancel directive, and decides.
 func (e *Engine) Observe(ctx context.Context, p ObserveParams) (ObserveResult, error) {
-	return ObserveResult{}, errProtocolPending
+	att, _, run, _, err := e.clientAttempt(ctx, p.Caller, p.AttemptID)
+	if err != nil {
+		return ObserveResult{}, err
+	}
+	told, err := e.store.FindAgentDecision(ctx, att.ActionID)
+	if err != nil && ledger.Code(err) != ledger.CodeNotFound {
+		return ObserveResult{}, err
+	}
+	if err != nil || told.DecisionID != p.DecisionID || told.Answered || told.Kind != string(p.Kind) {
+		return ObserveResult{}, protoErr(CodeStaleDecision, "decision %s is not the current one about this attempt's action: follow /next", p.DecisionID)
+	}
+	obs := ledger.RecordObservationParams{AttemptID: att.ID, Actor: p.Caller.Principal, DecisionID: p.DecisionID,
+		Detail: e.redactJSON(p.Detail), Effect: ledger.EffectUnknown}
+	switch p.Kind {
+	case ObserveQuery:
+		obs.Source = ledger.ObservedQuery
+		if p.Error == nil {
+			if !p.Effect.Valid() {
+				return ObserveResult{}, ledger.Errorf(ledger.CodeInvalid, "a query's answer needs an effect: happened, not_happened or unknown")
+			}
+			obs.Effect = p.Effect
+		}
+	case ObserveCancel:
+		obs.Source = ledger.ObservedCancel
+		if p.Error == nil && p.Confirmed {
+			obs.Effect = ledger.EffectNotHappened
+		}
+	default:
+		return ObserveResult{}, ledger.Errorf(ledger.CodeInvalid, "kind must be query or cancel")
+	}
+	if p.Error != nil {
+		raw, err := json.Marshal(map[string]string{"error": p.Error.Code + ": " + e.cfg.Redactor.RedactString(p.Error.Message)})
+		if err != nil {
+			return ObserveResult{}, err
+		}
+		obs.Detail = raw
+	}
+	o, _, err := e.store.RecordObservation(ctx, obs)
+	if ledger.Code(err) == ledger.CodeConflict {
+		return ObserveResult{}, protoErr(CodeStaleDecision, "decision %s was answered or superseded meanwhile, or the answer contradicts an established effect: follow /next", p.DecisionID)
+	}
+	if err != nil {
+		return ObserveResult{}, err
+	}
+	if _, err := e.recoverClient(ctx, run.ID, att.ActionID); err != nil && ledger.Code(err) != ledger.CodeConflict {
+		return ObserveResult{}, err
+	}
+	next, err := e.Next(ctx, p.Caller, run.ID)
+	if err != nil {
+		return ObserveResult{}, err
+	}
+	return ObserveResult{Observation: o, Next: next.Directives}, nil
 }
 
-// Next says what the agent of a run must do now.
-func (e *Engine) Next(ctx context.Context, c Caller, run ledger.RunID) (NextResult, error) {
-	return NextResult{}, errProtocolPending
+// recoverClient applies the recovery table to an unsettled action of a
+// client-driven run, with the agent as its tool's hands.
+func (e *Engine) recoverClient(ctx context.Context, runID ledger.RunID, id ledger.ActionID) (recovery.Decision, error) {
+	var last error
+	for range 3 {
+		run, err := e.store.FindRunByID(ctx, runID)
+		if err != nil {
+			return recovery.Decision{}, err
+		}
+		a, err := e.store.FindActionByID(ctx, id)
+		if err != nil {
+			return recovery.Decision{}, err
+		}
+		switch a.State {
+		case ledger.ActionRunning, ledger.ActionUncertain:
+		default:
+			return recovery.Decision{}, nil
+		}
+		d, err := e.recoverer.Recover(ctx, run, a)
+		if ledger.Code(err) == ledger.CodeConflict {
+			last = err
+			continue
+		}
+		return d, err
+	}
+	return recovery.Decision{}, last
 }
 
-// FinishRun ends a client-driven run.
+// Next says what the agent of a run must do now: one directive per
+// action that is not settled, or one propose, or one stop. Where an
+// attempt was interrupted (its lease lapsed) or its effect is unknown, it
+// applies the recovery table first, recording a decision only when the
+// facts changed.
+func (e *Engine) Next(ctx context.Context, c Caller, id ledger.RunID) (NextResult, error) {
+	run, agent, err := e.clientRun(ctx, c, id)
+	if err != nil {
+		return NextResult{}, err
+	}
+	for range 2 {
+		actions, err := e.store.FindActions(ctx, ledger.ActionFilter{RunID: &run.ID})
+		if err != nil {
+			return NextResult{}, err
+		}
+		var out []Directive
+		recovered := false
+		for _, a := range actions {
+			if a.State.Terminal() {
+				continue
+			}
+			d, moved, err := e.directive(ctx, run, agent, a)
+			if err != nil {
+				return NextResult{}, err
+			}
+			recovered = recovered || moved
+			out = append(out, d)
+		}
+		if run, err = e.store.FindRunByID(ctx, run.ID); err != nil {
+			return NextResult{}, err
+		}
+		if recovered {
+			continue // recovery moved something: read the run again
+		}
+		switch {
+		case run.State.Terminal():
+			return NextResult{Run: run, Directives: []Directive{{Kind: DirectiveStop, StopReason: run.StopReason,
+				DecisionID: factsID(string(run.ID), run.Version, "stop"), Rationale: "the run has ended"}}}, nil
+		case len(out) == 0 && run.State == ledger.RunStopping:
+			return NextResult{Run: run, Directives: []Directive{{Kind: DirectiveStop, StopReason: ledger.StopUserCancelled,
+				DecisionID: factsID(string(run.ID), run.Version, "stop"), Rationale: "the run's cancel was accepted"}}}, nil
+		case len(out) == 0:
+			out = []Directive{{Kind: DirectivePropose, DecisionID: factsID(string(run.ID), run.Version, "propose"),
+				Rationale: "no action is open: propose the next tool call, or finish"}}
+		}
+		return NextResult{Run: run, Directives: out}, nil
+	}
+	return e.Next(ctx, c, id)
+}
+
+// factsID is the decision id of a directive that records nothing: it names
+// the object and version it rests on.
+func factsID(id string, version int64, kind string) string {
+	h := sha256.Sum256(fmt.Appendf(nil, "%s\x00%d\x00%s", id, version, kind))
+	return "dec_" + hex.EncodeToString(h[:])[:32]
+}
+
+// directive is what the agent must do about one action that is not
+// settled; moved says recovery changed the facts (read them again).
+func (e *Engine) directive(ctx context.Context, run *ledger.Run, agent *registeredAgent, a *ledger.Action) (Directive, bool, error) {
+	d := Directive{ActionID: a.ID, Tool: a.Tool, DedupKey: a.DedupKey}
+	switch a.State {
+	case ledger.ActionProposed, ledger.ActionAwaitingApproval:
+		d.Kind, d.Rationale = DirectiveWaitApproval, "a person must approve the action's digest"
+	case ledger.ActionNeedsReview:
+		d.Kind, d.Rationale = DirectiveReview, "the effect is in doubt: a person decides"
+	case ledger.ActionApproved:
+		if run.State == ledger.RunStopping {
+			d.Kind, d.StopReason, d.Rationale = DirectiveStop, ledger.StopUserCancelled, "the run's cancel was accepted: do not begin"
+			break
+		}
+		if reason, why := e.retryVerdict(run, a, e.now()); reason != "" && run.State == ledger.RunRunning {
+			err := e.stopClient(ctx, run, budget.Verdict{Stop: reason, Rationale: why}, nil)
+			var pe *ProtocolError
+			if !errors.As(err, &pe) {
+				return d, false, err
+			}
+			return d, true, nil
+		}
+		d.Kind, d.Rationale = DirectiveExecute, "approved: begin an attempt"
+		if a.AttemptCount > 0 {
+			d.Kind, d.Rationale = DirectiveResend, "begin a new attempt: the tool gets the same dedup key"
+		}
+	case ledger.ActionRunning, ledger.ActionUncertain:
+		atts, err := e.store.FindAttempts(ctx, ledger.AttemptFilter{ActionID: &a.ID})
+		if err != nil {
+			return d, false, err
+		}
+		if len(atts) > 0 {
+			d.AttemptID = atts[len(atts)-1].ID
+		}
+		if a.State == ledger.ActionRunning {
+			lease, err := e.store.FindAttemptLease(ctx, d.AttemptID)
+			if err != nil && ledger.Code(err) != ledger.CodeNotFound {
+				return d, false, err
+			}
+			if err == nil && !lease.Lapsed(e.now()) {
+				d.Kind, d.LeaseRemaining = DirectiveInFlight, lease.Until.Sub(e.now())
+				d.Rationale = "an attempt is open: complete it, or abandon it if this process lost the call"
+				break
+			}
+		}
+		rd, err := e.recoverClient(ctx, run.ID, a.ID)
+		if err != nil {
+			return d, false, err
+		}
+		switch rd.Kind {
+		case recovery.Query:
+			d.Kind = DirectiveQuery
+		case recovery.Cancel:
+			d.Kind = DirectiveCancel
+		case recovery.Wait:
+			d.Kind = DirectiveInFlight
+		default:
+			return d, true, nil // the action moved: its next directive follows from the new facts
+		}
+		d.DecisionID, d.Rationale = rd.ID, rd.Rationale
+	default:
+		d.Kind, d.Rationale = DirectiveReview, fmt.Sprintf("action is %s", a.State)
+	}
+	if d.DecisionID == "" {
+		d.DecisionID = factsID(string(a.ID), a.Version, string(d.Kind))
+	}
+	return d, false, nil
+}
+
+// FinishRun ends a client-driven run: completed, or failed with a stop
+// reason of the failed family. Actions that never began are cancelled
+// (their pending approvals invalidated); an action in doubt refuses it.
 func (e *Engine) FinishRun(ctx context.Context, p FinishParams) (*ledger.Run, error) {
-	return nil, errProtocolPending
+	run, _, err := e.clientRun(ctx, p.Caller, p.RunID)
+	if err != nil {
+		return nil, err
+	}
+	reason := ledger.StopCompleted
+	switch p.Outcome {
+	case "completed":
+		if p.StopReason != "" && p.StopReason != ledger.StopCompleted {
+			return nil, protoErr(CodeFinishInvalid, "a completed run's stop reason is completed")
+		}
+	case "failed":
+		reason = ledger.StopInternalError
+		if p.StopReason != "" {
+			reason = p.StopReason
+		}
+		if !reason.Valid() || reason.TerminalState() != ledger.RunFailed {
+			return nil, protoErr(CodeFinishInvalid, "a failed run's stop reason is provider_error, tool_error, invalid_model_response or internal_error")
+		}
+	default:
+		return nil, protoErr(CodeFinishInvalid, "outcome must be completed or failed")
+	}
+	if run.State.Terminal() {
+		if run.StopReason == reason {
+			return run, nil
+		}
+		return nil, stopped(run)
+	}
+	actions, err := e.store.FindActions(ctx, ledger.ActionFilter{RunID: &run.ID})
+	if err != nil {
+		return nil, err
+	}
+	for _, a := range actions {
+		switch a.State {
+		case ledger.ActionRunning, ledger.ActionUncertain, ledger.ActionNeedsReview:
+			return nil, protoErr(CodeActionInDoubt, "action %s is %s: settle it before the run finishes", a.ID, a.State)
+		}
+	}
+	for _, a := range actions {
+		switch a.State {
+		case ledger.ActionProposed, ledger.ActionAwaitingApproval, ledger.ActionApproved:
+			if _, err := e.store.TransitionAction(ctx, ledger.ActionTransition{ID: a.ID, From: a.State, To: ledger.ActionCancelled,
+				Actor: p.Caller.Principal, Data: map[string]any{"cause": "the run finished"}}); err != nil {
+				return nil, err
+			}
+		}
+	}
+	if p.Usage != nil {
+		if _, err := e.store.AddUsage(ctx, ledger.AddUsageParams{RunID: run.ID, Steps: 1, Tokens: p.Usage.InputTokens + p.Usage.OutputTokens}); err != nil {
+			return nil, err
+		}
+	}
+	data := map[string]any{"finished_by": p.Caller.Principal}
+	if len(p.Output) > 0 {
+		if err := ledger.CheckJSON(p.Output); err != nil {
+			return nil, ledger.Errorf(ledger.CodeInvalid, "output: %s", err.Error())
+		}
+		data["output"] = p.Output
+	}
+	if run, err = e.store.FindRunByID(ctx, run.ID); err != nil {
+		return nil, err
+	}
+	if err := e.finish(ctx, run, reason, data); err != nil {
+		return nil, err
+	}
+	return e.store.FindRunByID(ctx, run.ID)
+}
+
+// sweepLeases applies the recovery table to attempts whose lease lapsed,
+// so that an agent that never comes back leaves its unknown effects in
+// review, not open. It runs with the pool's passes.
+func (e *Engine) sweepLeases(ctx context.Context) error {
+	lapsed, err := e.store.FindLapsedLeases(ctx, e.now(), 100)
+	if err != nil {
+		return err
+	}
+	for _, l := range lapsed {
+		if told, err := e.store.FindAgentDecision(ctx, l.ActionID); err == nil && !told.Answered && told.DecidedAt.After(l.Until) {
+			continue // decided since it lapsed; the agent was told what to do
+		}
+		if _, err := e.recoverClient(ctx, l.RunID, l.ActionID); err != nil && ledger.Code(err) != ledger.CodeConflict {
+			return err
+		}
+	}
+	return nil
 }

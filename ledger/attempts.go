@@ -153,6 +153,11 @@ func (s *GormStore) FinishAttempt(ctx context.Context, p FinishAttemptParams) (F
 		if err != nil {
 			return err
 		}
+		if p.Lease != nil {
+			if err := tx.completeLease(att.ID, p.Lease); err != nil {
+				return err
+			}
+		}
 		action, obs, err := tx.finishAttempt(att, attemptOutcome{Status: p.Status, Result: result, Error: p.Error,
 			Observation: p.Observation, ActionState: p.ActionState, Actor: p.Actor})
 		if err != nil {
@@ -250,6 +255,11 @@ func (s *GormStore) RecordObservation(ctx context.Context, p RecordObservationPa
 		a, err := tx.findAttempt(p.AttemptID)
 		if err != nil {
 			return err
+		}
+		if p.DecisionID != "" {
+			if err := tx.answerDecision(a.ActionID, p.DecisionID); err != nil {
+				return err
+			}
 		}
 		if obs, err = tx.observe(a, p.Source, p.Effect, p.Detail, p.Actor); err != nil {
 			return err

@@ -135,12 +135,16 @@ const (
 	ObservedQuery  ObservationSource = "tool_query"  // a query by dedup key
 	ObservedCancel ObservationSource = "tool_cancel" // the tool's answer to Cancel
 	ObservedPerson ObservationSource = "person"      // a person settling a review
+	// ObservedLate is an outcome a client reported after its attempt's
+	// lease lapsed or recovery moved on: kept as evidence, and a happened
+	// in it counts as a query's answer.
+	ObservedLate ObservationSource = "late_outcome"
 )
 
 // Valid reports whether s is a known source.
 func (s ObservationSource) Valid() bool {
 	switch s {
-	case ObservedResult, ObservedQuery, ObservedCancel, ObservedPerson:
+	case ObservedResult, ObservedQuery, ObservedCancel, ObservedPerson, ObservedLate:
 		return true
 	}
 	return false

@@ -39,6 +39,12 @@ type RecoveryFacts struct {
 	// recovery records when a query fails, as opposed to a tool answering
 	// "unknown".
 	FailedQueries int
+	// UnknownQueries counts every query about Attempt that did not
+	// establish its effect (failed, or answered unknown); UnknownCancels
+	// every cancel about it that was not confirmed. An agent that answers
+	// for its tool (the agent protocol) is asked again only while these
+	// say it has not answered yet.
+	UnknownQueries, UnknownCancels int
 	// Cancellation is the state of the run's cancellation; "" if none was
 	// requested.
 	Cancellation CancellationState
@@ -83,7 +89,7 @@ const recoveryRunsPage = ` AND a.run_id IN (SELECT run_id FROM (
 // an unknown effect about the selected actions; whether one is a failed
 // query is decided in Go (isFailedQuery). The selection's WHERE clause
 // follows it.
-const recoveryUnknownQueries = `SELECT o.attempt_id, o.detail
+const recoveryUnknownQueries = `SELECT o.attempt_id, o.detail, o.source
 FROM actions a
 JOIN runs r ON r.id = a.run_id
 JOIN observations o ON o.action_id = a.id
@@ -130,19 +136,27 @@ func (s *GormStore) FindRecoveryFacts(ctx context.Context, f RecoveryFilter) ([]
 		if len(byAttempt) == 0 {
 			return nil
 		}
-		rows, err := db.Raw(recoveryUnknownQueries+where+` AND o.source = ? AND o.effect = ?`,
-			append(args, string(ObservedQuery), string(EffectUnknown))...).Rows()
+		rows, err := db.Raw(recoveryUnknownQueries+where+` AND o.source IN (?, ?) AND o.effect = ?`,
+			append(args, string(ObservedQuery), string(ObservedCancel), string(EffectUnknown))...).Rows()
 		if err != nil {
 			return err
 		}
 		defer rows.Close()
 		for rows.Next() {
-			var att, detail sql.NullString
-			if err := rows.Scan(&att, &detail); err != nil {
+			var att, detail, source sql.NullString
+			if err := rows.Scan(&att, &detail, &source); err != nil {
 				return err
 			}
-			if rf := byAttempt[AttemptID(att.String)]; rf != nil && isFailedQuery(detail.String) {
-				rf.FailedQueries++
+			rf := byAttempt[AttemptID(att.String)]
+			switch {
+			case rf == nil:
+			case source.String == string(ObservedCancel):
+				rf.UnknownCancels++
+			default:
+				rf.UnknownQueries++
+				if isFailedQuery(detail.String) {
+					rf.FailedQueries++
+				}
 			}
 		}
 		return rows.Err()

@@ -36,6 +36,10 @@ type RecordRecoveryParams struct {
 	// CodeConflict if the run is no longer in Run.From.
 	Run   *RunTransition
 	Actor string
+	// TellAgent, if set, records that the action's agent is told this
+	// decision (agent protocol): when it was told it already, the write
+	// records nothing and Told is false.
+	TellAgent *AgentDecision
 }
 
 // RecoveryStep is one record of a recovery pass: exactly one of Decision
@@ -70,6 +74,8 @@ type ActionMove struct {
 type RecordRecoveryResult struct {
 	Decisions   []*Event
 	ActionState ActionState
+	// Told is set when p.TellAgent was recorded now.
+	Told bool
 }
 
 // RecordRecovery implements Store.
@@ -86,6 +92,13 @@ func (s *GormStore) RecordRecovery(ctx context.Context, p RecordRecoveryParams) 
 		}
 		if state != p.ActionState {
 			return Errorf(CodeConflict, "action %s is %s, not %s: decided on stale facts", p.ActionID, state, p.ActionState)
+		}
+		if t := p.TellAgent; t != nil {
+			told, err := tx.tellDecision(p.ActionID, t.DecisionID, t.Kind)
+			if err != nil || !told {
+				return err
+			}
+			out.Told = true
 		}
 		for _, st := range p.Steps {
 			if d := st.Decision; d != nil {

@@ -171,6 +171,12 @@ func (s *GormStore) SubmitRun(ctx context.Context, p SubmitRunParams) (SubmitRun
 			bind(RunContentOf(created), BudgetContentOf(created.ID, created.Budget))); err != nil {
 			return err
 		}
+		if p.Start {
+			if err := tx.transitionRun(RunTransition{ID: created.ID, From: RunQueued, To: RunRunning, Actor: p.Principal,
+				Data: map[string]any{"cause": "a client drives the run"}}); err != nil {
+				return err
+			}
+		}
 		run, err := tx.findRun(RunID(row.ID))
 		out = SubmitRunResult{Run: run}
 		return err
@@ -313,6 +319,9 @@ func (s *GormStore) FindRuns(ctx context.Context, f RunFilter) ([]*Run, error) {
 	}
 	if f.AfterID != nil {
 		q = q.Where("id > ?", *f.AfterID)
+	}
+	if len(f.NotAgents) > 0 {
+		q = q.Where("agent NOT IN ?", f.NotAgents)
 	}
 	if f.Limit > 0 {
 		q = q.Limit(f.Limit)

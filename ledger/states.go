@@ -137,9 +137,11 @@ var actionTransitions = transitions[ActionState]{
 	ActionProposed:         {ActionApproved, ActionAwaitingApproval, ActionDenied, ActionCancelled, ActionSuperseded},
 	ActionAwaitingApproval: {ActionApproved, ActionDenied, ActionExpired, ActionCancelled, ActionSuperseded},
 	ActionApproved:         {ActionRunning, ActionCancelled, ActionSuperseded},
-	ActionRunning:          {ActionSucceeded, ActionFailed, ActionUncertain},
-	ActionUncertain:        {ActionSucceeded, ActionApproved, ActionNeedsReview, ActionFailed},
-	ActionNeedsReview:      {ActionSucceeded, ActionFailed, ActionAbandoned},
+	// running → needs_review: a client reported that its call failed but
+	// took effect (docs/agent-protocol.md): a person settles it.
+	ActionRunning:     {ActionSucceeded, ActionFailed, ActionUncertain, ActionNeedsReview},
+	ActionUncertain:   {ActionSucceeded, ActionApproved, ActionNeedsReview, ActionFailed},
+	ActionNeedsReview: {ActionSucceeded, ActionFailed, ActionAbandoned},
 }
 
 var attemptTransitions = transitions[AttemptStatus]{

@@ -150,6 +150,9 @@ type Store interface {
 	// snapshot. CodeNotFound if the run is unknown.
 	FindChain(ctx context.Context, run RunID) (*Chain, error)
 
+	// LeaseStore: the agent protocol's leases and decisions (leases.go).
+	LeaseStore
+
 	// CountByState counts every run, action and approval by state, and
 	// every attempt by status and effect, across tenants, from one
 	// snapshot and without loading rows (metrics).
@@ -173,6 +176,9 @@ type SubmitRunParams struct {
 	// (such a run may ask for one at its next step): CodeBudgetExceeded.
 	// 0: no cap.
 	MaxPendingApprovals int
+	// Start creates the run running instead of queued (a client-driven
+	// run: nothing in the ledger takes its first step).
+	Start bool
 }
 
 // SubmitRunResult is the run and whether it already existed.
@@ -201,6 +207,9 @@ type RunFilter struct {
 	State       *RunState
 	AfterID     *RunID // cursor: ids strictly after this one
 	Limit       int    // 0: no limit
+	// NotAgents leaves out runs of these agents (the engine's pool skips
+	// runs a client drives).
+	NotAgents []string
 }
 
 // CreateActionParams records an action.
@@ -288,6 +297,10 @@ type FinishAttemptParams struct {
 	// ActionState is where the action goes from running.
 	ActionState ActionState
 	Actor       string
+	// Lease, if set, is the client's lease the outcome is reported
+	// through: CodeForbidden for another token, CodeConflict if it lapsed
+	// or was completed before; its digest is kept for replays.
+	Lease *LeaseOutcome
 }
 
 // FinishAttemptResult is the attempt and action after the outcome.
@@ -304,6 +317,10 @@ type RecordObservationParams struct {
 	Effect    EffectFact
 	Detail    json.RawMessage
 	Actor     string
+	// DecisionID, if set, is the agent decision (LeaseStore) the
+	// observation answers: CodeConflict, and nothing recorded, unless it is
+	// the action's current decision and not answered yet.
+	DecisionID string
 }
 
 // AttemptFilter selects attempts.

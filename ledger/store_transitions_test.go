@@ -131,7 +131,8 @@ func (f *actionFixture) apply(t *testing.T, from, to ledger.ActionState) error {
 		}
 	case "FinishAttempt":
 		status := map[ledger.ActionState]ledger.AttemptStatus{ledger.ActionSucceeded: ledger.AttemptSucceeded,
-			ledger.ActionFailed: ledger.AttemptFailed, ledger.ActionUncertain: ledger.AttemptUncertain}[to]
+			ledger.ActionFailed: ledger.AttemptFailed, ledger.ActionUncertain: ledger.AttemptUncertain,
+			ledger.ActionNeedsReview: ledger.AttemptFailed}[to]
 		_, err = s.FinishAttempt(ctx, ledger.FinishAttemptParams{AttemptID: f.attempt.ID, Status: status, ActionState: to})
 	default:
 		_, err = s.TransitionAction(ctx, ledger.ActionTransition{ID: f.action.ID, From: from, To: to, ApprovalTTL: time.Hour})

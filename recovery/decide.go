@@ -105,6 +105,9 @@ type Decision struct {
 	// established one (happened or not_happened).
 	Effect    ledger.EffectFact
 	Rationale string
+	// ID names the facts a decision told to an agent rests on
+	// (DecisionID); set only for a client's tool's query and cancel.
+	ID string
 }
 
 // Decide is the decision table of docs/recovery.md as one pure function.

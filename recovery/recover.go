@@ -2,6 +2,8 @@ package recovery
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"sync"
@@ -17,6 +19,12 @@ type Probe struct {
 	Tool       Tool
 	QueryFunc  func(ctx context.Context, dedupKey string) (ledger.EffectFact, json.RawMessage, error)
 	CancelFunc func(ctx context.Context, dedupKey string) (bool, json.RawMessage, error)
+	// Client marks a tool an outside agent executes (the agent protocol):
+	// recovery cannot ask it, the agent can. A query or cancel decision is
+	// then recorded once, told to the agent (ledger.AgentDecision) and
+	// returned as the pass's result; the agent's answer, recorded as an
+	// observation, makes the next pass decide.
+	Client bool
 }
 
 // ProbeFunc returns the probe of a tool by name and version.
@@ -107,6 +115,13 @@ func (r *Recoverer) recover(ctx context.Context, lf *ledger.RecoveryFacts) (Deci
 	var p pass
 	for range 4 { // at most a cancel and a query before a final decision
 		d := Decide(f)
+		if probe.Client && (d.Kind == Query || d.Kind == Cancel) {
+			// The agent is the tool's hands: tell it, once.
+			d.ID = DecisionID(f, d.Kind)
+			p.decide(f, d)
+			p.tell = &ledger.AgentDecision{ActionID: f.Action.ID, DecisionID: d.ID, Kind: string(d.Kind)}
+			return d, r.write(ctx, lf.Run, f, &p, nil)
+		}
 		p.decide(f, d)
 		switch d.Kind {
 		case Query:
@@ -141,6 +156,10 @@ func (r *Recoverer) facts(lf *ledger.RecoveryFacts) (Facts, Probe) {
 	}
 	f.Tool = probe.Tool
 	f.Retry, f.RetryRationale = r.cfg.Retry(withInterrupted(lf.Run, lf.Attempt, f.Now), a, f.Now)
+	if probe.Client {
+		clientAnswers(&f, lf)
+		return f, probe
+	}
 	// A guarantee without the means to use it is no guarantee.
 	if probe.QueryFunc == nil {
 		f.Tool.Guarantees.Query = false
@@ -149,6 +168,39 @@ func (r *Recoverer) facts(lf *ledger.RecoveryFacts) (Facts, Probe) {
 		f.Tool.Guarantees.Cancel = false
 	}
 	return f, probe
+}
+
+// clientAnswers puts into f what an agent answered for its tool since the
+// attempt: an unknown answer to a query, queries that failed (asked again
+// until the recovery budget is spent), a cancel not confirmed. An answer
+// that established the effect is on the attempt already.
+func clientAnswers(f *Facts, lf *ledger.RecoveryFacts) {
+	if f.Attempt == nil || f.Attempt.Effect != ledger.EffectUnknown {
+		return
+	}
+	switch {
+	case lf.UnknownQueries > lf.FailedQueries:
+		f.Query = &QueryAnswer{Effect: ledger.EffectUnknown}
+	case lf.FailedQueries >= f.MaxQueryFailures:
+		f.Query = &QueryAnswer{Effect: ledger.EffectUnknown, Err: fmt.Errorf("the agent reported %d failed queries", lf.FailedQueries)}
+	}
+	if lf.UnknownCancels > 0 {
+		f.Cancel = &CancelAnswer{}
+	}
+}
+
+// DecisionID names the facts a decision of kind rests on: the action and
+// its version, its last attempt and its version, and the answers recorded
+// about that attempt. It changes whenever they change, so an agent's
+// answer to an older decision is recognised as stale.
+func DecisionID(f Facts, kind Kind) string {
+	h := sha256.New()
+	fmt.Fprintf(h, "%s\x00%d\x00%s\x00", f.Action.ID, f.Action.Version, kind)
+	if f.Attempt != nil {
+		fmt.Fprintf(h, "%s\x00%d\x00%s\x00", f.Attempt.ID, f.Attempt.Version, f.Attempt.Effect)
+	}
+	fmt.Fprintf(h, "%d\x00%t", f.QueryFailures, f.Cancel != nil)
+	return "dec_" + hex.EncodeToString(h.Sum(nil))[:32]
 }
 
 // withInterrupted returns run with the time of its interrupted attempt,
@@ -172,12 +224,17 @@ func withInterrupted(run *ledger.Run, att *ledger.Attempt, now time.Time) *ledge
 type pass struct {
 	steps     []ledger.RecoveryStep
 	decisions []Decision
+	// tell is the decision the agent is told, for a client's tool.
+	tell *ledger.AgentDecision
 }
 
 func (p *pass) decide(f Facts, d Decision) {
 	data := map[string]any{"query": f.Tool.Guarantees.Query, "dedup": f.Tool.Guarantees.Dedup, "cancel": f.Tool.Guarantees.Cancel}
 	if d.StopReason != "" {
 		data["stop_reason"] = d.StopReason
+	}
+	if d.ID != "" {
+		data["decision_id"] = d.ID
 	}
 	p.steps = append(p.steps, ledger.RecoveryStep{Decision: &ledger.RecoveryDecision{Decision: string(d.Kind), Rationale: d.Rationale, Data: data}})
 	p.decisions = append(p.decisions, d)
@@ -191,7 +248,7 @@ func (p *pass) observe(src ledger.ObservationSource, effect ledger.EffectFact, d
 // final if it is set, and then reports p's decisions to OnDecision.
 func (r *Recoverer) write(ctx context.Context, run *ledger.Run, f Facts, p *pass, final *Decision) error {
 	a := f.Action
-	w := ledger.RecordRecoveryParams{ActionID: a.ID, ActionState: a.State, Steps: p.steps, Actor: "recovery"}
+	w := ledger.RecordRecoveryParams{ActionID: a.ID, ActionState: a.State, Steps: p.steps, Actor: "recovery", TellAgent: p.tell}
 	if f.Attempt != nil {
 		w.AttemptID = f.Attempt.ID
 	}
@@ -201,10 +258,11 @@ func (r *Recoverer) write(ctx context.Context, run *ledger.Run, f Facts, p *pass
 			return err
 		}
 	}
-	if _, err := r.cfg.Store.RecordRecovery(ctx, w); err != nil {
+	res, err := r.cfg.Store.RecordRecovery(ctx, w)
+	if err != nil {
 		return fmt.Errorf("recover %s: %s: %w", a.ID, kind, err)
 	}
-	if r.cfg.OnDecision != nil {
+	if r.cfg.OnDecision != nil && (w.TellAgent == nil || res.Told) {
 		for _, d := range p.decisions {
 			r.cfg.OnDecision(d)
 		}

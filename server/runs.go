@@ -86,7 +86,7 @@ func (s *Server) submitRun(c echo.Context) error {
 	}
 	res, err := s.store.SubmitRun(c.Request().Context(), ledger.SubmitRunParams{
 		Tenant: id.Tenant, IdempotencyKey: key, Principal: id.Principal, Agent: req.Agent, Input: req.Input,
-		Budgets: budgetLimits(req.Budgets), MaxPendingApprovals: s.maxPending,
+		Budgets: budgetLimits(req.Budgets), MaxPendingApprovals: s.maxPending, Start: s.engine.ClientDriven(req.Agent),
 	})
 	switch {
 	case ledger.Code(err) == ledger.CodeConflict:
@@ -106,7 +106,7 @@ func (s *Server) submitRun(c echo.Context) error {
 	} else {
 		s.engine.Notify()
 	}
-	return sendJSON(c, http.StatusCreated, submitResponse(res.Run))
+	return sendJSON(c, http.StatusCreated, submitResponse(res.Run, s.engine.ClientDriven(res.Run.Agent)))
 }
 
 // idempotencyKey reads the one Idempotency-Key header.

@@ -15,12 +15,17 @@ func runSummary(r *ledger.Run) RunSummary {
 		SubmittedBy: r.SubmittedBy, CreatedAt: r.CreatedAt}
 }
 
-func submitResponse(r *ledger.Run) SubmitResponse {
+func submitResponse(r *ledger.Run, clientDriven bool) SubmitResponse {
+	// The state at acceptance, whatever the run is in now: a replay
+	// answers byte for byte as the first request did. A client-driven
+	// run is accepted running.
+	state := ledger.RunQueued
+	if clientDriven {
+		state = ledger.RunRunning
+	}
 	return SubmitResponse{
 		ID: r.ID, Tenant: r.Tenant, Agent: r.Agent,
-		// The state at acceptance, whatever the run is in now: a replay
-		// answers byte for byte as the first request did.
-		State:         ledger.RunQueued,
+		State:         state,
 		RequestDigest: r.RequestDigest,
 		CreatedAt:     r.CreatedAt,
 		Links:         map[string]string{"self": runPath(r.ID)},

@@ -3,6 +3,8 @@ package main
 import (
 	"context"
 	"crypto/ed25519"
+	"crypto/hmac"
+	"crypto/sha256"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -120,7 +122,8 @@ func openService(ctx context.Context, cfg serviceConfig) (*service, error) {
 		engineStore = cfg.WrapStore(engineStore)
 	}
 	rt.engine, err = engine.New(engine.Config{Store: engineStore, Approvals: rt.approvals, Agents: []engine.Agent{agent}, Logger: cfg.Logger, FaultFunc: cfg.FaultFunc,
-		OnDecision: cfg.OnDecision, OnToolCall: cfg.OnToolCall, Redactor: redactor, Health: health})
+		OnDecision: cfg.OnDecision, OnToolCall: cfg.OnToolCall, Redactor: redactor, Health: health,
+		AttemptTokenKey: attemptTokenKey(key)})
 	if err != nil {
 		return nil, errors.Join(fmt.Errorf("wire engine: %w", err), rt.Close())
 	}
@@ -135,4 +138,14 @@ func (rt *service) Close() error {
 	}
 	err := errors.Join(rt.effects.Close(), rt.store.Close())
 	return errors.Join(err, rt.lock.Release())
+}
+
+// attemptTokenKey derives the key of attempt tokens (the agent protocol)
+// from the redaction key, so that with LEDGER_REDACTION_KEY set a begin
+// replayed after a restart gets its token again; the two keys stay
+// independent (an HMAC of a fixed label).
+func attemptTokenKey(redactionKey []byte) []byte {
+	m := hmac.New(sha256.New, redactionKey)
+	m.Write([]byte("ledger attempt tokens v1"))
+	return m.Sum(nil)
 }

@@ -33,6 +33,9 @@ var allowed = map[string][]string{
 	"faultmatrix":       {"*"},
 	"cmd/ledger":        {"*"},
 	"internal/archtest": {},
+	// An outside program embedding the ledger: the library's packages
+	// only, never the command's wiring or the simulator.
+	"examples/go-agent": {"ledger", "contracts", "approval", "engine"},
 	// Test support of the HTTP API; it reads the server over HTTP only.
 	"server/servertest": {},
 }
