@@ -532,8 +532,6 @@ func TestProtocolAbandonAndNext(t *testing.T) {
 			require.Equal(t, ledger.AttemptUncertain, cr.Attempt.Status)
 			require.Equal(t, ledger.EffectUnknown, cr.Attempt.Effect)
 			requireProblem(t, e.attemptPost(t, "alice", b.Attempt.ID, "abandon", ""), http.StatusConflict, "attempt_closed")
-			requireProblem(t, e.attemptPost(t, "alice", b.Attempt.ID, "complete", tokenBody(b.AttemptToken, `"status":"succeeded","effect":"happened"`)),
-				http.StatusConflict, "attempt_closed")
 
 			n := e.nextOK(t, run)
 			d := n.Directives[0]
@@ -572,6 +570,23 @@ func TestProtocolAbandonAndNext(t *testing.T) {
 		})
 	}
 
+	t.Run("LateOutcome", func(t *testing.T) {
+		// An outcome after the abandon is refused, and kept: a late
+		// happened answers recovery's question.
+		run := e.clientRun(t, "alice", "late")
+		a := e.approvedWrite(t, run, "w", toolNone, `{"id":"x1"}`)
+		b := e.beginOK(t, a.ID, "b")
+		res := e.attemptPost(t, "alice", b.Attempt.ID, "abandon", "")
+		require.Equal(t, http.StatusOK, res.Status, string(res.Body))
+		requireProblem(t, e.attemptPost(t, "alice", b.Attempt.ID, "complete", tokenBody(b.AttemptToken, `"status":"succeeded","effect":"happened"`)),
+			http.StatusConflict, "attempt_closed")
+		res = e.get(t, "alice", "/v1/actions/"+string(a.ID))
+		require.Equal(t, http.StatusOK, res.Status)
+		var got server.Action
+		decode(t, res, &got)
+		require.Equal(t, ledger.ActionSucceeded, got.State)
+		require.Equal(t, "propose", e.nextOK(t, run).Directives[0].Directive)
+	})
 	t.Run("ErrObservationBody", func(t *testing.T) {
 		run := e.clientRun(t, "alice", "obs")
 		a := e.approvedWrite(t, run, "w", toolQuery, `{"to":"acct_1","cents":1}`)
