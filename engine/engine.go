@@ -638,7 +638,7 @@ func (e *Engine) modelStep(ctx context.Context, run *ledger.Run, agent *register
 		p := ledger.CreateActionParams{
 			RunID: run.ID, IdempotencyKey: fmt.Sprintf("step-%d", len(actions)+1),
 			Tool: tool.desc.Name, ToolVersion: tool.desc.Version, Effect: tool.desc.Effect, Arguments: s.Arguments,
-			Gate: gate.Gate, ApprovalTTL: gate.ApprovalTTL, Actor: "engine", Usage: &usage,
+			Gate: gate.Gate, ApprovalTTL: gate.ApprovalTTL, GateAudit: gateParams(gate), Actor: "engine", Usage: &usage,
 		}
 		// An action the rules approve starts its attempt in the same
 		// commit: everything that must be durable before the call, at once.
@@ -659,6 +659,14 @@ func (e *Engine) modelStep(ctx context.Context, run *ledger.Run, agent *register
 	default:
 		return false, e.finish(ctx, run, ledger.StopInvalidModelResponse, map[string]any{"error": fmt.Sprintf("unknown step kind %q", s.Kind)})
 	}
+}
+
+// gateParams is the gate's audit of a decision, as CreateAction records it
+// with the action and in its gate event: the rule that decided (-1 for the
+// default), the reason and the digest of the rules in force. Every path
+// that records an action the gate decided passes it.
+func gateParams(d approval.Decision) ledger.GateAudit {
+	return ledger.GateAudit{Rule: d.Rule, Reason: d.Reason, RulesDigest: d.RulesDigest}
 }
 
 // history rebuilds what the model has seen from the ledger alone.

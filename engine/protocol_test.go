@@ -328,3 +328,15 @@ func TestProtocolLoopPolicies(t *testing.T) {
 	require.Equal(t, engine.DirectiveStop, next.Directives[0].Kind)
 	require.Equal(t, ledger.StopConsecutiveErrors, next.Directives[0].StopReason)
 }
+
+func TestProtocolProposalRecordsGate(t *testing.T) {
+	b := setupClient(t)
+	ctx := context.Background()
+	run := b.run(t, "r")
+	res, err := b.engine.Propose(ctx, engine.ProposeParams{Caller: b.caller, RunID: run.ID, StepKey: "s", Tool: "kv.get",
+		Arguments: json.RawMessage(`{"n":1}`)})
+	require.NoError(t, err)
+	require.NotNil(t, res.Action.Gate, "a client's proposal records the rule that decided")
+	require.Equal(t, -1, res.Action.Gate.Rule)
+	require.Equal(t, b.approvals.RulesDigest(), res.Action.Gate.RulesDigest)
+}

@@ -111,6 +111,14 @@ ledger process holds it, serve exits with status 7 and names that process.`,
 	return asUsage(cmd)
 }
 
+// rulesCount is how many rules a rules file holds; 0 without one.
+func rulesCount(r *contracts.Rules) int {
+	if r == nil {
+		return 0
+	}
+	return len(r.Rules)
+}
+
 // newLogger builds the structured logger of serve.
 func newLogger(w io.Writer, format, level string) (*slog.Logger, error) {
 	var lvl slog.Level
@@ -223,6 +231,10 @@ func runServe(ctx context.Context, o *serveOptions, stderr io.Writer) (err error
 	if err != nil {
 		return err
 	}
+	// The digest every gated action records, so an auditor can match an
+	// action's rules digest to the process and rules file that gated it.
+	log.Info("approval rules in force", "rules_digest", svc.approvals.RulesDigest(), "rules_file", o.rulesPath,
+		"rules", rulesCount(rules))
 	defer func() {
 		// Last: the workers are stopped by now (Close stops them again,
 		// harmlessly), so nothing writes to the stores while they close.
