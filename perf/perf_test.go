@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/actionledger/ledger/evidence"
+	"github.com/actionledger/ledger/ledger"
 	"github.com/actionledger/ledger/perf"
 	"github.com/actionledger/ledger/redact"
 )
@@ -96,4 +97,19 @@ func TestPercentile(t *testing.T) {
 	require.Equal(t, time.Duration(3), perf.Percentile(ds, 0.5))
 	require.Equal(t, time.Duration(5), perf.Percentile(ds, 0.99))
 	require.Equal(t, time.Duration(1), perf.Percentile(ds, 0))
+}
+
+func TestProtocolDrive(t *testing.T) {
+	ctx := t.Context()
+	p, err := perf.OpenProtocol(ctx, filepath.Join(t.TempDir(), "ledger.db"))
+	require.NoError(t, err)
+	defer p.Close()
+	lv, err := p.Drive(ctx, 2, 6, 0)
+	require.NoError(t, err)
+	require.Equal(t, 6, lv.Calls)
+	require.Len(t, lv.Latencies, 6)
+	require.Positive(t, lv.P(0.5))
+	n, err := p.Store.CountByState(ctx)
+	require.NoError(t, err)
+	require.Equal(t, int64(6), n.Actions[ledger.ActionSucceeded], "every call recorded as a succeeded action")
 }
