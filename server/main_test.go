@@ -33,19 +33,26 @@ import (
 // clients, engines and stores must all be closed.
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
-// principals of the test tokens file: name → tenant and roles.
+// principals of the test tokens file: name → tenant, roles and, with the
+// role agent, the agents it drives.
 var principals = map[string]struct {
 	tenant string
 	roles  []string
+	agents []string
 }{
-	"alice": {"acme", []string{"submitter"}},
-	"amy":   {"acme", []string{"submitter"}},
-	"bob":   {"acme", []string{"approver"}},
-	"carol": {"acme", []string{"auditor"}},
-	"root":  {"acme", []string{"admin"}},
-	"sam":   {"acme", []string{"submitter", "approver"}},
-	"eve":   {"globex", []string{"submitter"}},
-	"gina":  {"globex", []string{"approver", "auditor"}},
+	"alice": {"acme", []string{"submitter"}, nil},
+	"amy":   {"acme", []string{"submitter"}, nil},
+	"bob":   {"acme", []string{"approver"}, nil},
+	"carol": {"acme", []string{"auditor"}, nil},
+	"root":  {"acme", []string{"admin"}, nil},
+	"sam":   {"acme", []string{"submitter", "approver"}, nil},
+	"eve":   {"globex", []string{"submitter"}, nil},
+	"gina":  {"globex", []string{"approver", "auditor"}, nil},
+	"andy":  {"acme", []string{"agent"}, []string{"payer"}},
+	"alf":   {"acme", []string{"agent", "auditor"}, []string{"payer"}},
+	// ada and gus drive clientAgent's runs (newProtocolEnv), in two tenants.
+	"ada": {"acme", []string{"agent"}, []string{"my-agent"}},
+	"gus": {"globex", []string{"agent"}, []string{"my-agent"}},
 }
 
 // options tune an env.
@@ -58,6 +65,11 @@ type options struct {
 	// recovery decisions to the server's metrics, as serve does.
 	hooks bool
 	fault func(engine.FaultPoint) // the engine's FaultFunc
+	// agents are registered beside practice-cards.
+	agents []engine.Agent
+	// client adds the client-driven agent my-agent (clientAgent) and its
+	// tools, for the agent protocol's tests (newProtocolEnv).
+	client bool
 }
 
 // testRedactionKey is the one redaction key of an env, as a process has
@@ -104,9 +116,15 @@ func newEnv(t testing.TB, o options) *env {
 		desc.SecretPaths = o.secretPaths
 		agent.Tools[0] = simulator.NewTool(desc, effects, o.sim.Tools[simulator.CardsWriteTool])
 	}
+	agents := append([]engine.Agent{agent}, o.agents...)
+	if o.client {
+		agents = append(agents, engine.Agent{Name: clientAgent, Driver: engine.DriverClient, Tools: clientTools()})
+	}
 	tools := map[string]contracts.ToolDescriptor{}
-	for _, tool := range agent.Tools {
-		tools[tool.Descriptor().Name] = tool.Descriptor()
+	for _, a := range agents {
+		for _, tool := range a.Tools {
+			tools[tool.Descriptor().Name] = tool.Descriptor()
+		}
 	}
 	redactor, err := redact.NewRedactor(testRedactionKey)
 	require.NoError(t, err)
@@ -116,7 +134,7 @@ func newEnv(t testing.TB, o options) *env {
 		d, ok := tools[n]
 		return d, ok
 	}, approval.Options{RelaxSeparationOfDuties: o.dev})
-	ecfg := engine.Config{Store: lb.Store, Approvals: svc, Agents: []engine.Agent{agent},
+	ecfg := engine.Config{Store: lb.Store, Approvals: svc, Agents: agents,
 		Now: lb.Clock.Now, PollInterval: 10 * time.Millisecond, FaultFunc: o.fault, Redactor: redactor}
 	if o.hooks {
 		ecfg.OnToolCall = func(c engine.ToolCallStats) {
@@ -158,13 +176,67 @@ func newEnv(t testing.TB, o options) *env {
 	return e
 }
 
+// clientAgent is the client-driven agent of newProtocolEnv: the engine
+// takes no step of its runs, the test is its client.
+const clientAgent = "my-agent"
+
+// The tools of clientAgent, one for each way recovery can go after a
+// lost call: a read; a write that can be queried, one that dedups, one
+// that can be cancelled, and one that promises nothing (review).
+const (
+	toolRead   = "notes.read"
+	toolQuery  = "payments.send"
+	toolDedup  = "mail.send"
+	toolCancel = "jobs.run"
+	toolNone   = "files.delete"
+)
+
+// clientLease is every client tool's lease: 30 s from the last
+// heartbeat, at most 2 minutes from the start.
+var clientLease = engine.Lease{HeartbeatTimeout: 30 * time.Second, MaxDuration: 2 * time.Minute}
+
+// clientTools are clientAgent's tools (engine.ClientTool): the engine
+// never calls them.
+func clientTools() []engine.Tool {
+	const idSchema = `{"$schema": "https://json-schema.org/draft/2020-12/schema", "type": "object",
+		"additionalProperties": false, "required": ["id"], "properties": {"id": {"type": "string", "minLength": 1}}}`
+	tool := func(name string, effect contracts.Effect, schema string, g contracts.Guarantees) engine.Tool {
+		d := contracts.ToolDescriptor{SchemaVersion: contracts.DefaultVersion, Name: name, Version: "1", Effect: effect,
+			ArgumentsSchema: json.RawMessage(schema), Guarantees: g, TimeoutMS: 60_000}
+		if g.Dedup {
+			d.DedupRetentionMS = 24 * 60 * 60 * 1000
+		}
+		return engine.ClientTool(d, clientLease)
+	}
+	return []engine.Tool{
+		tool(toolRead, contracts.EffectRead, `{"$schema": "https://json-schema.org/draft/2020-12/schema", "type": "object",
+			"additionalProperties": false, "required": ["q"], "properties": {"q": {"type": "string", "minLength": 1}}}`,
+			contracts.Guarantees{Dedup: true}),
+		tool(toolQuery, contracts.EffectWrite, `{"$schema": "https://json-schema.org/draft/2020-12/schema", "type": "object",
+			"additionalProperties": false, "required": ["to", "cents"],
+			"properties": {"to": {"type": "string", "minLength": 1}, "cents": {"type": "integer", "minimum": 1}}}`,
+			contracts.Guarantees{Query: true}),
+		tool(toolDedup, contracts.EffectWrite, idSchema, contracts.Guarantees{Dedup: true}),
+		tool(toolCancel, contracts.EffectWrite, idSchema, contracts.Guarantees{Cancel: true}),
+		tool(toolNone, contracts.EffectWrite, idSchema, contracts.Guarantees{}),
+	}
+}
+
+// newProtocolEnv is newEnv with clientAgent registered beside
+// practice-cards.
+func newProtocolEnv(t testing.TB, o options) *env {
+	t.Helper()
+	o.client = true
+	return newEnv(t, o)
+}
+
 // writeTokens makes a token per principal, writes the tokens file and
 // loads it the way serve does.
 func (e *env) writeTokens(t testing.TB) *server.Tokens {
 	t.Helper()
 	var f server.TokensFile
 	for name, p := range principals {
-		tok, line, err := server.NewTokenLine(name, p.tenant, p.roles)
+		tok, line, err := server.NewTokenLine(name, p.tenant, p.roles, p.agents...)
 		require.NoError(t, err)
 		e.tokens[name] = tok
 		f.Tokens = append(f.Tokens, line)
