@@ -4,7 +4,7 @@ STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 BIN         := bin/ledger
 VERSION     ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 
-.PHONY: build test lint bench bench-smoke fmt
+.PHONY: build test lint bench bench-smoke fmt test-typescript
 
 build:
 	$(GO) build -ldflags "-X main.Version=$(VERSION)" -o $(BIN) ./cmd/ledger
@@ -20,6 +20,13 @@ lint:
 test: lint
 	$(GO) test -race -count=1 ./...
 	$(MAKE) bench-smoke
+	$(MAKE) test-typescript
+
+# The TypeScript client and the example agent, tested against the real
+# binary (bin/ledger); needs node (18 or later) and npm.
+test-typescript: build
+	cd clients/typescript && npm ci --no-audit --no-fund && npm test
+	cd examples/typescript-agent && npm ci --no-audit --no-fund && npm test
 
 bench-smoke:
 	$(GO) test -run '^$$' -bench . -benchtime 1x ./...
