@@ -4,7 +4,7 @@ STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 BIN         := bin/ledger
 VERSION     ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 
-.PHONY: build test lint bench bench-smoke fmt
+.PHONY: build test test-python lint bench bench-smoke fmt
 
 build:
 	$(GO) build -ldflags "-X main.Version=$(VERSION)" -o $(BIN) ./cmd/ledger
@@ -20,6 +20,14 @@ lint:
 test: lint
 	$(GO) test -race -count=1 ./...
 	$(MAKE) bench-smoke
+	$(MAKE) test-python
+
+# The Python client and the Python example agent, against the real binary
+# (standard library only: python3 >= 3.9, nothing to install).
+PYTHON ?= python3
+test-python: build
+	cd clients/python && LEDGER_BIN=$(CURDIR)/$(BIN) $(PYTHON) -m unittest discover -s tests -t tests
+	LEDGER_BIN=$(CURDIR)/$(BIN) $(PYTHON) -m unittest discover -s examples/python-agent -t examples/python-agent
 
 bench-smoke:
 	$(GO) test -run '^$$' -bench . -benchtime 1x ./...
