@@ -16,6 +16,7 @@ The ledger must declare the agent and its tools: see config.yaml beside this fil
 
 import argparse
 import hashlib
+import json
 import os
 import sqlite3
 import sys
@@ -118,7 +119,7 @@ def say(msg: str) -> None:
 def ask_for_approval(action: ledger_client.Action) -> None:
     """Tell the person at the terminal how to approve the action's exact digest."""
     say("waiting for a person to approve %s %s: ledger approve %s --digest %s" %
-        (action.tool, action.arguments, action.id, action.action_digest))
+        (action.tool, json.dumps(action.arguments), action.id, action.action_digest))
 
 
 def run_agent(client: Client, agent: str, notes: Notes, text: str, key: str,
@@ -129,6 +130,8 @@ def run_agent(client: Client, agent: str, notes: Notes, text: str, key: str,
     crash resumes the same run and replays the same steps.
     """
     run = client.start_run(agent, {"text": text}, key=key)
+    if run.replayed:
+        run.refresh()  # a replayed submit answers as it did the first time
     say("run %s (%s)%s" % (run.id, run.state, ", resumed" if run.replayed else ""))
     if run.state in ("completed", "stopped", "failed"):
         return run

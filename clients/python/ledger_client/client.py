@@ -8,9 +8,9 @@ import urllib.error
 import urllib.parse
 import urllib.request
 from http.client import HTTPException
-from typing import Any, Dict, Iterator, List, Mapping, Optional, Tuple, TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Dict, Iterator, List, Mapping, Optional, Tuple
 
-from .errors import LedgerError, NotExecuted, Denied, Expired, TransportError, from_problem
+from .errors import Denied, Expired, NotExecuted, TransportError, from_problem
 from .models import UNDECIDED_STATES, Action, BegunAttempt, Completed, Event, Heartbeat, Next
 from . import events as _events
 
@@ -461,4 +461,4 @@ def _decode(raw: bytes, ctype: str, method: str, path: str, status: int) -> Any:
         raise TransportError("%s %s: answer is not JSON: %s" % (method, path, e), status=status) from e
 
 
-__all__ = ["Client", "Response", "LedgerError", "MAX_WAIT_S"]
+__all__ = ["Client", "Response", "MAX_WAIT_S"]

@@ -5,7 +5,7 @@ import json
 import socket
 import time
 import urllib.parse
-from typing import Any, Dict, Iterator, Optional, TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Dict, Iterator, Optional, Tuple
 
 from .errors import TransportError, from_problem
 from .models import TERMINAL_RUN_STATES, Event
@@ -20,7 +20,7 @@ TERMINAL_EVENT_TYPES = tuple("run." + s for s in TERMINAL_RUN_STATES)
 IDLE_TIMEOUT_S = 90.0
 
 
-def _connect(client: "Client", path: str, last_event_id: Optional[int]) -> "http.client.HTTPResponse":
+def _connect(client: "Client", path: str, last_event_id: Optional[int]) -> Tuple[http.client.HTTPConnection, http.client.HTTPResponse]:
     u = urllib.parse.urlsplit(client.base_url)
     conn: http.client.HTTPConnection
     if u.scheme == "https":
@@ -32,8 +32,12 @@ def _connect(client: "Client", path: str, last_event_id: Optional[int]) -> "http
         headers["Authorization"] = "Bearer " + client.token
     if last_event_id is not None:
         headers["Last-Event-ID"] = str(last_event_id)
-    conn.request("GET", (u.path.rstrip("/") or "") + path, headers=headers)
-    resp = conn.getresponse()
+    try:
+        conn.request("GET", (u.path.rstrip("/") or "") + path, headers=headers)
+        resp = conn.getresponse()
+    except BaseException:
+        conn.close()
+        raise
     if resp.status != 200:
         raw = resp.read()
         conn.close()
@@ -42,10 +46,10 @@ def _connect(client: "Client", path: str, last_event_id: Optional[int]) -> "http
         except ValueError:
             body = {"detail": raw[:200].decode("utf-8", "replace")}
         raise from_problem(resp.status, body if isinstance(body, dict) else {})
-    return resp
+    return conn, resp
 
 
-def _read(resp: "http.client.HTTPResponse") -> Iterator[Event]:
+def _read(resp: http.client.HTTPResponse) -> Iterator[Event]:
     """The events of one connection, per the SSE format: fields up to a blank line."""
     data_lines = []
     ev_type = ""
@@ -90,9 +94,11 @@ def stream(client: "Client", run_id: str, last_event_id: Optional[int] = None, r
     while True:
         got = False
         try:
-            resp = _connect(client, path, last_event_id)
+            conn, resp = _connect(client, path, last_event_id)
             try:
                 for ev in _read(resp):
+                    if ev.id and last_event_id is not None and ev.id <= last_event_id:
+                        continue  # seen already: a server that resumed too early
                     got = True
                     failures = 0
                     if ev.id:
@@ -102,6 +108,7 @@ def stream(client: "Client", run_id: str, last_event_id: Optional[int] = None, r
                         return
             finally:
                 resp.close()
+                conn.close()
         except (OSError, http.client.HTTPException, socket.timeout) as e:
             failures += 1
             if not reconnect or failures > client.retries:

@@ -93,6 +93,7 @@ class LedgerServer:
         self.proc: Optional["subprocess.Popen[bytes]"] = None
         self.url = ""
         self.log: List[str] = []
+        self._drain: Optional[threading.Thread] = None
 
     def make_token(self, principal: str, roles: List[str], agents: Optional[List[str]] = None) -> str:
         """A fresh token added to the tokens file, made by ``ledger token new``."""
@@ -128,7 +129,8 @@ class LedgerServer:
                         self.url = str(rec["url"])
                         found.set()
 
-        threading.Thread(target=drain, daemon=True).start()
+        self._drain = threading.Thread(target=drain, daemon=True)
+        self._drain.start()
         deadline = time.monotonic() + timeout
         while not found.wait(0.05):
             if self.proc.poll() is not None or time.monotonic() > deadline:
@@ -145,6 +147,10 @@ class LedgerServer:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()
+        if self.proc is not None and self.proc.stderr is not None:
+            if self._drain is not None:
+                self._drain.join(5)  # the log up to the process's end
+            self.proc.stderr.close()
         self.proc = None
 
     def close(self) -> None:

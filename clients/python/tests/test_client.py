@@ -270,6 +270,21 @@ class ClientTest(unittest.TestCase):
                 call.succeeded({"ok": True})
         t.join()
 
+    def test_a_heartbeat_tells_the_call_of_the_runs_cancel(self) -> None:
+        run = self.start("cancel")
+        t = self.approve_later(run)
+        with run.call("notes.slow", {"text": "stop me"}, step_key="cancel-1", approval_timeout=20) as call:
+            self.assertFalse(call.cancel_requested)
+            self.agent.cancel_run(run.id, reason="changed my mind")
+            deadline = time.monotonic() + 5
+            while not call.cancel_requested and time.monotonic() < deadline:
+                time.sleep(0.05)
+            self.assertTrue(call.cancel_requested)
+            done = call.cancelled(effect="not_happened")
+        t.join()
+        self.assertEqual(done.attempt["status"], "cancelled")
+        self.assertEqual(run.next().kinds(), ["stop"])
+
     # ------------------------------------------------------------ recovery
 
     def crash_after_begin(self, tool: str, label: str) -> Dict[str, Any]:
