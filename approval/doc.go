@@ -4,7 +4,10 @@
 // A Policy evaluates the approval rules of package contracts (first match
 // wins, in file order) and falls back to the defaults when none matches:
 // read actions are approved without a person, write actions wait for one.
-// The engine asks it, through Service.Gate, which state a new action enters.
+// The engine asks it, through Service.Gate, which state a new action enters;
+// each Decision names the rule that decided (or the default) and carries the
+// digest of the rules in force, defaults included (Policy.RulesDigest), which
+// the ledger records with the action.
 //
 // A Service decides pending approvals for people. It keeps tenants apart (an
 // action of another tenant is not found, never forbidden) and enforces

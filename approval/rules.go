@@ -41,13 +41,49 @@ type Decision struct {
 	// "rule 2: cards.write requires approval" or
 	// "default: write actions require approval".
 	Reason string
+	// RulesDigest is the digest of the rule set that decided, defaults
+	// included (Policy.RulesDigest): with Rule it says which rule of which
+	// rule set the action went through.
+	RulesDigest ledger.Digest
 }
 
 // Policy evaluates approval rules. It is immutable once built and safe for
 // concurrent use.
 type Policy struct {
-	rules []contracts.Rule
-	ttl   time.Duration
+	rules  []contracts.Rule
+	ttl    time.Duration
+	digest ledger.Digest
+}
+
+// defaultDecisions is what the defaults decide, by the tool's effect, when
+// no rule matches; a tool of any other effect gets defaultUnknownEffect.
+// Evaluate and the rules digest both read them, so a changed default
+// changes the digest.
+var defaultDecisions = map[contracts.Effect]contracts.RuleDecision{
+	contracts.EffectRead:  contracts.RuleDecisionAutoApprove,
+	contracts.EffectWrite: contracts.RuleDecisionRequireApproval,
+}
+
+// defaultUnknownEffect is the default for a tool whose effect is neither
+// read nor write: when in doubt, a person decides.
+const defaultUnknownEffect = contracts.RuleDecisionRequireApproval
+
+// rulesInForce is the document a rules digest covers: every rule in file
+// order as the contract encodes it (absent optional fields left out, so
+// neither key order nor spacing of the file counts) and the defaults that
+// apply where no rule says otherwise.
+type rulesInForce struct {
+	Rules    []contracts.Rule `json:"rules"`
+	Defaults defaultsInForce  `json:"defaults"`
+}
+
+type defaultsInForce struct {
+	// ApprovalTTLMS is the TTL of an approval whose rule sets none.
+	ApprovalTTLMS int64 `json:"approval_ttl_ms"`
+	// Effects is the decision by effect when no rule matches.
+	Effects map[contracts.Effect]contracts.RuleDecision `json:"effects"`
+	// UnknownEffect is the decision for a tool of neither effect.
+	UnknownEffect contracts.RuleDecision `json:"unknown_effect"`
 }
 
 // NewPolicy builds a Policy from rules, which it copies, and defaults. Nil
@@ -66,17 +102,43 @@ func NewPolicy(r *contracts.Rules, defaults Defaults) (*Policy, error) {
 	if p.ttl == 0 {
 		p.ttl = DefaultApprovalTTL
 	}
-	if r == nil {
-		return p, nil
-	}
-	for i, rule := range r.Rules {
-		if err := checkRule(rule); err != nil {
-			return nil, ledger.Errorf(ledger.CodeInvalid, "approval policy: rule %d: %s", i, err)
+	if r != nil {
+		for i, rule := range r.Rules {
+			if err := checkRule(rule); err != nil {
+				return nil, ledger.Errorf(ledger.CodeInvalid, "approval policy: rule %d: %s", i, err)
+			}
 		}
+		p.rules = slices.Clone(r.Rules)
 	}
-	p.rules = slices.Clone(r.Rules)
+	doc := rulesInForce{Rules: p.rules, Defaults: defaultsInForce{
+		ApprovalTTLMS: ledger.CeilMS(p.ttl), Effects: defaultDecisions, UnknownEffect: defaultUnknownEffect,
+	}}
+	if doc.Rules == nil {
+		doc.Rules = []contracts.Rule{} // no rules is [], never null
+	}
+	var err error
+	if p.digest, err = ledger.DigestOf(doc); err != nil {
+		return nil, ledger.Errorf(ledger.CodeInternal, "approval policy: rules digest: %w", err)
+	}
 	return p, nil
 }
+
+// RulesDigest is the digest (sha256 of the RFC 8785 canonical JSON) of the
+// rules in force: the rules in file order and the defaults that apply where
+// none matches (the default approval TTL; reads approved, writes and tools
+// of unknown effect waiting for a person). Two policies built from the same
+// rules and defaults have the same digest, however the rules file ordered
+// its keys; a changed rule, rule order or default changes it. Every
+// Decision carries it, and the ledger records it with the gate's decision.
+//
+// The document is
+//
+//	{"defaults": {"approval_ttl_ms": N, "effects": {"read": D, "write": D}, "unknown_effect": D},
+//	 "rules": [ rule, … ]}
+//
+// with each rule as the rules contract encodes it, optional fields that are
+// absent left out.
+func (p *Policy) RulesDigest() ledger.Digest { return p.digest }
 
 // checkRule mirrors the constraints of the rules schema for rules that did
 // not come through contracts.ParseRules.
@@ -111,7 +173,7 @@ func (p *Policy) Evaluate(tenant string, tool contracts.ToolDescriptor) Decision
 		if !matches(r, tenant, tool) {
 			continue
 		}
-		d := Decision{Rule: i}
+		d := Decision{Rule: i, RulesDigest: p.digest}
 		switch r.Decision {
 		case contracts.RuleDecisionAutoApprove:
 			d.Gate = ledger.ActionApproved
@@ -130,16 +192,26 @@ func (p *Policy) Evaluate(tenant string, tool contracts.ToolDescriptor) Decision
 		}
 		return d
 	}
-	switch tool.Effect {
-	case contracts.EffectRead:
-		return Decision{Gate: ledger.ActionApproved, Rule: -1, Reason: "default: read actions are auto-approved"}
-	case contracts.EffectWrite:
-		return Decision{Gate: ledger.ActionAwaitingApproval, ApprovalTTL: p.ttl, Rule: -1,
-			Reason: "default: write actions require approval"}
-	default:
-		return Decision{Gate: ledger.ActionAwaitingApproval, ApprovalTTL: p.ttl, Rule: -1,
-			Reason: fmt.Sprintf("default: %s declares no known effect and requires approval", tool.Name)}
+	d := Decision{Rule: -1, RulesDigest: p.digest}
+	decision, known := defaultDecisions[tool.Effect]
+	if !known {
+		decision = defaultUnknownEffect
 	}
+	var does, do string // the decision in words, for one tool and for many
+	switch decision {
+	case contracts.RuleDecisionAutoApprove:
+		d.Gate, does, do = ledger.ActionApproved, "is auto-approved", "are auto-approved"
+	case contracts.RuleDecisionDeny:
+		d.Gate, does, do = ledger.ActionDenied, "is denied", "are denied"
+	default:
+		d.Gate, d.ApprovalTTL, does, do = ledger.ActionAwaitingApproval, p.ttl, "requires approval", "require approval"
+	}
+	if known {
+		d.Reason = fmt.Sprintf("default: %s actions %s", tool.Effect, do)
+	} else {
+		d.Reason = fmt.Sprintf("default: %s declares no known effect and %s", tool.Name, does)
+	}
+	return d
 }
 
 func matches(r contracts.Rule, tenant string, tool contracts.ToolDescriptor) bool {

@@ -2,6 +2,7 @@ package approval_test
 
 import (
 	"os"
+	"slices"
 	"testing"
 	"time"
 
@@ -130,7 +131,10 @@ func TestPolicyEvaluate(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			p, err := approval.NewPolicy(tt.rules, tt.defaults)
 			require.NoError(t, err)
-			require.Equal(t, tt.want, p.Evaluate(tt.tenant, tt.tool))
+			want := tt.want
+			want.RulesDigest = p.RulesDigest()
+			require.True(t, want.RulesDigest.Valid())
+			require.Equal(t, want, p.Evaluate(tt.tenant, tt.tool))
 		})
 	}
 }
@@ -174,5 +178,81 @@ func TestNewPolicy(t *testing.T) {
 		require.NoError(t, err)
 		r.Rules[0].Decision = contracts.RuleDecisionDeny
 		require.Equal(t, ledger.ActionApproved, p.Evaluate("acme", cardsWrite).Gate)
+	})
+}
+
+// TestRulesDigest: the digest covers the rules in force, defaults
+// included, in one canonical form: the same rules and defaults agree
+// whatever the file's key order or spacing, and a changed rule, rule order
+// or default changes it.
+func TestRulesDigest(t *testing.T) {
+	digest := func(t *testing.T, r *contracts.Rules, d approval.Defaults) ledger.Digest {
+		t.Helper()
+		p, err := approval.NewPolicy(r, d)
+		require.NoError(t, err)
+		return p.RulesDigest()
+	}
+	parse := func(t *testing.T, doc string) *contracts.Rules {
+		t.Helper()
+		r, err := contracts.ParseRules([]byte(doc))
+		require.NoError(t, err)
+		return r
+	}
+	file := validRules(t)
+
+	t.Run("OK the document it covers", func(t *testing.T) {
+		defaults := `"defaults":{"approval_ttl_ms":86400000,"effects":{"read":"auto_approve","write":"require_approval"},"unknown_effect":"require_approval"}`
+		want, err := ledger.DigestJSON([]byte(`{` + defaults + `,"rules":[]}`))
+		require.NoError(t, err)
+		require.Equal(t, want, digest(t, nil, approval.Defaults{}))
+		want, err = ledger.DigestJSON([]byte(`{` + defaults + `,"rules":[
+			{"tool":"cards.write","tenant":"acme","decision":"require_approval","approval_ttl_ms":3600000},
+			{"tool":"payments.refund","decision":"deny"},
+			{"tool":"*","effect":"read","decision":"auto_approve"},
+			{"tool":"*","tenant":"*","effect":"write","decision":"require_approval"}]}`))
+		require.NoError(t, err)
+		require.Equal(t, want, digest(t, file, approval.Defaults{}))
+	})
+	t.Run("OK stable across key order and spacing of the file", func(t *testing.T) {
+		reordered := parse(t, `{"rules": [
+			{"approval_ttl_ms": 3600000, "decision": "require_approval", "tenant": "acme", "tool": "cards.write"},
+			{"decision":"deny","tool":"payments.refund"},
+			{"decision": "auto_approve", "effect": "read", "tool": "*"},
+			{"allow_self_approval": false, "decision": "require_approval", "effect": "write", "tenant": "*", "tool": "*"}
+		], "schema_version": "1.3"}`)
+		require.Equal(t, digest(t, file, approval.Defaults{}), digest(t, reordered, approval.Defaults{}))
+	})
+	t.Run("OK no rules and an empty list agree, as do the default TTL unset and given", func(t *testing.T) {
+		require.Equal(t, digest(t, nil, approval.Defaults{}), digest(t, rules(), approval.Defaults{}))
+		require.Equal(t, digest(t, file, approval.Defaults{}), digest(t, file, approval.Defaults{ApprovalTTL: approval.DefaultApprovalTTL}))
+	})
+	t.Run("OK every decision of a policy carries it", func(t *testing.T) {
+		p, err := approval.NewPolicy(file, approval.Defaults{})
+		require.NoError(t, err)
+		for _, tool := range []contracts.ToolDescriptor{cardsWrite, refund, docsSearch, noEffect} {
+			require.Equal(t, p.RulesDigest(), p.Evaluate("acme", tool).RulesDigest, tool.Name)
+		}
+	})
+	t.Run("OK a changed rule, order or default changes it", func(t *testing.T) {
+		base := digest(t, file, approval.Defaults{})
+		seen := map[ledger.Digest]string{base: "the file"}
+		changed := func(name string, d ledger.Digest) {
+			t.Helper()
+			require.NotContains(t, seen, d, "%s has the digest of %s", name, seen[d])
+			seen[d] = name
+		}
+		edit := func(f func(r []contracts.Rule)) *contracts.Rules {
+			r := rules(slices.Clone(file.Rules)...)
+			f(r.Rules)
+			return r
+		}
+		changed("a decision", digest(t, edit(func(r []contracts.Rule) { r[1].Decision = contracts.RuleDecisionAutoApprove }), approval.Defaults{}))
+		changed("a rule's TTL", digest(t, edit(func(r []contracts.Rule) { r[0].ApprovalTTLMS = 60000 }), approval.Defaults{}))
+		changed("a tenant", digest(t, edit(func(r []contracts.Rule) { r[0].Tenant = "globex" }), approval.Defaults{}))
+		changed("self-approval", digest(t, edit(func(r []contracts.Rule) { r[3].AllowSelfApproval = true }), approval.Defaults{}))
+		changed("the order", digest(t, edit(func(r []contracts.Rule) { r[0], r[1] = r[1], r[0] }), approval.Defaults{}))
+		changed("a rule fewer", digest(t, rules(file.Rules[:3]...), approval.Defaults{}))
+		changed("the default TTL", digest(t, file, approval.Defaults{ApprovalTTL: time.Hour}))
+		changed("no rules", digest(t, nil, approval.Defaults{}))
 	})
 }

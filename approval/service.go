@@ -51,7 +51,10 @@ func NewService(store ledger.Store, policy *Policy, tools ToolLookupFunc, opts O
 		panic("approval: NewService needs a store")
 	}
 	if policy == nil {
-		policy = &Policy{ttl: DefaultApprovalTTL}
+		var err error
+		if policy, err = NewPolicy(nil, Defaults{}); err != nil {
+			panic("approval: the default policy: " + err.Error())
+		}
 	}
 	if tools == nil {
 		tools = func(string) (contracts.ToolDescriptor, bool) { return contracts.ToolDescriptor{}, false }
@@ -205,11 +208,15 @@ func (s *Service) Pending(ctx context.Context, tenant string, limit int) ([]*led
 }
 
 // Gate decides which state a new action of tool enters in tenant; the
-// engine passes Gate and ApprovalTTL to Store.CreateAction. See
-// Policy.Evaluate.
+// engine passes Gate and ApprovalTTL to Store.CreateAction, and the rule,
+// reason and rules digest as the gate's audit. See Policy.Evaluate.
 func (s *Service) Gate(tenant string, tool contracts.ToolDescriptor) Decision {
 	return s.policy.Evaluate(tenant, tool)
 }
+
+// RulesDigest is the digest of the rules in force (Policy.RulesDigest),
+// which every decision of Gate carries.
+func (s *Service) RulesDigest() ledger.Digest { return s.policy.RulesDigest() }
 
 // wrap adds context to err and keeps its code, so the outermost error is a
 // *ledger.Error with the code of the cause.

@@ -436,12 +436,16 @@ func TestServiceGate(t *testing.T) {
 	b := ledgertest.OpenStore(t)
 	svc := approval.NewService(b.Store, policy, nil, approval.Options{})
 	require.Equal(t, policy.Evaluate("acme", cardsWrite), svc.Gate("acme", cardsWrite))
+	require.Equal(t, policy.RulesDigest(), svc.RulesDigest())
 	require.Equal(t, ledger.ActionDenied, svc.Gate("acme", refund).Gate)
 
 	t.Run("OK nil policy means defaults", func(t *testing.T) {
 		svc := approval.NewService(b.Store, nil, nil, approval.Options{})
+		defaults, err := approval.NewPolicy(nil, approval.Defaults{})
+		require.NoError(t, err)
+		require.Equal(t, defaults.RulesDigest(), svc.RulesDigest())
 		require.Equal(t, approval.Decision{Gate: ledger.ActionAwaitingApproval, ApprovalTTL: approval.DefaultApprovalTTL,
-			Rule: -1, Reason: "default: write actions require approval"}, svc.Gate("acme", cardsWrite))
+			Rule: -1, Reason: "default: write actions require approval", RulesDigest: defaults.RulesDigest()}, svc.Gate("acme", cardsWrite))
 		require.Equal(t, ledger.ActionApproved, svc.Gate("acme", docsSearch).Gate)
 	})
 }

@@ -17,22 +17,27 @@ const (
 // Policy holds the loop-policy thresholds; zero fields take the defaults.
 // A negative field also takes its default: loop policies are a safety net,
 // and a threshold that cannot be met would silently switch one off. To make a
-// policy lenient, set a large threshold.
+// policy lenient, set a large threshold. Its JSON form is
+// {"repeat_limit": 2, "no_progress_window": 10, "consecutive_errors": 3},
+// every field optional.
 //
 // The budgets themselves (steps, tokens, attempts, execution time, deadline)
 // are not here: they belong to the run and are persisted with it
-// (ledger.Budget).
+// (ledger.Budget). The thresholds belong to the agent: an engine holds one
+// Policy per agent (engine.Agent.Policy), falling back to its own.
 type Policy struct {
 	// RepeatLimit: an action whose fingerprint already appears this many
 	// times is refused; default 2, so the 3rd identical proposal stops the
 	// run.
-	RepeatLimit int
-	// NoProgressWindow: this many consecutive model steps (actions) with no
-	// action that succeeded stop the run with no_progress; default 10.
-	NoProgressWindow int
-	// ConsecutiveErrors: this many consecutive failed attempts (status failed
-	// or timed_out) stop the run with consecutive_errors; default 3.
-	ConsecutiveErrors int
+	RepeatLimit int `json:"repeat_limit,omitempty"`
+	// NoProgressWindow: this many consecutive model steps (actions, in any
+	// state, superseded ones included) without an action that succeeded
+	// stop the run with no_progress; default 10.
+	NoProgressWindow int `json:"no_progress_window,omitempty"`
+	// ConsecutiveErrors: this many failed actions in a row (state failed,
+	// superseded actions left out; any other state breaks the row) stop the
+	// run with consecutive_errors; default 3. Policy.Loop says what counts.
+	ConsecutiveErrors int `json:"consecutive_errors,omitempty"`
 }
 
 // DefaultPolicy returns the policy with every threshold at its default.

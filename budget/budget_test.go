@@ -1,6 +1,7 @@
 package budget_test
 
 import (
+	"encoding/json"
 	"testing"
 	"time"
 
@@ -196,4 +197,18 @@ func TestPolicyDefaults(t *testing.T) {
 			require.Equal(t, tt.want, tt.in.WithDefaults())
 		})
 	}
+}
+
+func TestPolicyJSON(t *testing.T) {
+	p := budget.Policy{RepeatLimit: 5, NoProgressWindow: 7, ConsecutiveErrors: 2}
+	data, err := json.Marshal(p)
+	require.NoError(t, err)
+	require.JSONEq(t, `{"repeat_limit":5,"no_progress_window":7,"consecutive_errors":2}`, string(data))
+	var back budget.Policy
+	require.NoError(t, json.Unmarshal(data, &back))
+	require.Equal(t, p, back)
+
+	data, err = json.Marshal(budget.Policy{})
+	require.NoError(t, err)
+	require.JSONEq(t, `{}`, string(data), "an unset threshold is absent: the engine's or the default applies")
 }

@@ -10,9 +10,13 @@
 //   - Policy.BeforeAttempt, before every attempt (and before a retry chosen by
 //     recovery): retry_budget_exhausted and max_runtime.
 //   - Policy.Loop, when a model proposes an action: repeated_action,
-//     consecutive_errors and no_progress, over the run's history.
+//     consecutive_errors and no_progress, over the run's history. An error
+//     is an action in state failed (its effect established as not
+//     happened); progress is an action in state succeeded; an uncertain
+//     action is recovery's and never an error. Loop's doc has the rule.
 //
-// Each returns a Verdict; the zero Verdict means go on. The checks only
+// The thresholds are per agent (engine.Agent.Policy); the budgets are per
+// run. Each returns a Verdict; the zero Verdict means go on. The checks only
 // decide: the engine records the stop, and ledger.Store.StartAttempt enforces
 // the attempt budgets again in the transaction that counts the attempt, so a
 // race between deciding and recording cannot overspend.

@@ -3,6 +3,7 @@ package budget
 import (
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/actionledger/ledger/ledger"
@@ -10,7 +11,9 @@ import (
 
 // Entry is one action of a run's history with its last attempt; Attempt is
 // nil when the action was never attempted (awaiting approval, denied,
-// superseded before it ran).
+// superseded before it ran). The loop policies decide from the action alone
+// (its tool, arguments and state); Attempt is carried for callers that show
+// the history, as a model does.
 type Entry struct {
 	Action  *ledger.Action
 	Attempt *ledger.Attempt
@@ -54,17 +57,34 @@ func Fingerprint(tool string, arguments json.RawMessage) (ledger.Digest, error) 
 
 // Loop is checked when the model proposes an action, over the run's history
 // so far: every action the run recorded, oldest first, with its last attempt.
-// The proposed action is not part of history. The first that applies, in this
-// order, decides:
+// The proposed action is not part of history. The same check serves a
+// built-in agent's model step and a client's proposal. The first that
+// applies, in this order, decides:
 //
 //   - repeated_action: the proposed fingerprint already occurs RepeatLimit
 //     times among the history's actions, whatever their state — superseded,
 //     denied and failed ones count, since the model proposed them all;
-//   - consecutive_errors: the last ConsecutiveErrors actions' last attempts
-//     all have status failed or timed_out; an action never attempted, or one
-//     whose last attempt ended any other way, breaks the streak;
+//   - consecutive_errors: the last ConsecutiveErrors actions, superseded ones
+//     left out, are all in state failed;
 //   - no_progress: history holds at least NoProgressWindow actions and none
 //     of the last NoProgressWindow is in state succeeded.
+//
+// What counts as an error is an action in state failed: its call failed and
+// its effect is established as not happened — by the tool's answer, a query
+// or a person's verdict. Every other state breaks a streak of errors: an
+// action that succeeded; one denied, expired, cancelled or abandoned, which
+// a person or a rule ended, not a tool; and one still unsettled (uncertain,
+// running, in review, awaiting approval), whose outcome is recovery's or a
+// person's to establish, never an error by default — a timed-out call whose
+// effect recovery then finds to have happened is a success. A superseded
+// action neither counts nor breaks: it was replaced before it ran, and its
+// replacement's outcome is the one that counts.
+//
+// What counts as progress is an action in state succeeded, nothing else: a
+// window of model steps each of which failed, was refused, was abandoned or
+// was superseded made none. So for a built-in agent, whose history between
+// model steps holds only succeeded and failed actions, no_progress fires
+// before consecutive_errors only when NoProgressWindow is the smaller.
 //
 // Consecutive errors come before no progress because, when both hold, they
 // say more about why. An error (ledger.CodeInvalid) means the proposal or a
@@ -93,10 +113,9 @@ func (p Policy) Loop(history []Entry, proposedTool string, proposedArgs json.Raw
 			proposedTool, len(seen), p.RepeatLimit, joinIDs(seen)), nil
 	}
 
-	if n := p.ConsecutiveErrors; len(history) >= n && allFailed(history[len(history)-n:]) {
-		last := history[len(history)-n:]
-		return stop(ledger.StopConsecutiveErrors, "the last attempts of the last %d actions all failed or timed out: %s",
-			n, joinIDs(actionIDs(last))), nil
+	if streak := lastErrors(history, p.ConsecutiveErrors); len(streak) == p.ConsecutiveErrors {
+		return stop(ledger.StopConsecutiveErrors, "the last %d actions all failed (limit %d): %s",
+			len(streak), p.ConsecutiveErrors, joinIDs(streak)), nil
 	}
 
 	if n := p.NoProgressWindow; len(history) >= n && noneSucceeded(history[len(history)-n:]) {
@@ -107,16 +126,23 @@ func (p Policy) Loop(history []Entry, proposedTool string, proposedArgs json.Raw
 	return Verdict{}, nil
 }
 
-func allFailed(es []Entry) bool {
-	for _, e := range es {
-		if e.Attempt == nil {
-			return false
+// lastErrors returns the ids of the failed actions at the end of history,
+// oldest first, superseded ones left out, at most n of them: fewer than n
+// means the streak is shorter.
+func lastErrors(history []Entry, n int) []ledger.ActionID {
+	var ids []ledger.ActionID
+	for i := len(history) - 1; i >= 0 && len(ids) < n; i-- {
+		a := history[i].Action
+		if a.State == ledger.ActionSuperseded {
+			continue
 		}
-		if s := e.Attempt.Status; s != ledger.AttemptFailed && s != ledger.AttemptTimedOut {
-			return false
+		if a.State != ledger.ActionFailed {
+			break // the streak ends here
 		}
+		ids = append(ids, a.ID)
 	}
-	return true
+	slices.Reverse(ids)
+	return ids
 }
 
 func noneSucceeded(es []Entry) bool {
@@ -126,14 +152,6 @@ func noneSucceeded(es []Entry) bool {
 		}
 	}
 	return true
-}
-
-func actionIDs(es []Entry) []ledger.ActionID {
-	ids := make([]ledger.ActionID, len(es))
-	for i, e := range es {
-		ids[i] = e.Action.ID
-	}
-	return ids
 }
 
 func joinIDs(ids []ledger.ActionID) string {

@@ -118,10 +118,11 @@ const (
 
 func TestLoop(t *testing.T) {
 	var (
-		ok       = func(n int) []budget.Entry { return distinct(n, ledger.ActionSucceeded, ledger.AttemptSucceeded) }
-		failed   = func(n int) []budget.Entry { return distinct(n, ledger.ActionFailed, ledger.AttemptFailed) }
-		timedOut = func(n int) []budget.Entry { return distinct(n, ledger.ActionFailed, ledger.AttemptTimedOut) }
-		denied   = func(n int) []budget.Entry { return distinct(n, ledger.ActionDenied, "") }
+		ok         = func(n int) []budget.Entry { return distinct(n, ledger.ActionSucceeded, ledger.AttemptSucceeded) }
+		failed     = func(n int) []budget.Entry { return distinct(n, ledger.ActionFailed, ledger.AttemptFailed) }
+		timedOut   = func(n int) []budget.Entry { return distinct(n, ledger.ActionFailed, ledger.AttemptTimedOut) }
+		denied     = func(n int) []budget.Entry { return distinct(n, ledger.ActionDenied, "") }
+		superseded = func(n int) []budget.Entry { return distinct(n, ledger.ActionSuperseded, "") }
 	)
 	tests := []struct {
 		name      string
@@ -155,14 +156,32 @@ func TestLoop(t *testing.T) {
 
 		{name: "ErrorsOneBelow", history: concat(ok(2), failed(2))},
 		{name: "ErrorsAtLimit", history: concat(ok(2), failed(1), timedOut(1), failed(1)),
-			want: ledger.StopConsecutiveErrors, rationale: "the last attempts of the last 3 actions all failed or timed out"},
+			want: ledger.StopConsecutiveErrors, rationale: "the last 3 actions all failed (limit 3)"},
 		{name: "ErrorsOnlyHistory", history: failed(3), want: ledger.StopConsecutiveErrors},
 		{name: "ErrorsResetBySuccess", history: concat(failed(2), ok(1), failed(2))},
-		{name: "ErrorsResetByUnattempted", history: concat(failed(2), denied(1), failed(2))},
+		{name: "ErrorsResetByDenied", history: concat(failed(2), denied(1), failed(2))},
+		{name: "ErrorsResetByExpired", history: concat(failed(2), distinct(1, ledger.ActionExpired, ""), failed(2))},
+		{name: "ErrorsResetByCancelled", history: concat(failed(2),
+			distinct(1, ledger.ActionCancelled, ledger.AttemptCancelled), failed(2))},
+		{name: "ErrorsResetByAbandoned", history: concat(failed(2),
+			distinct(1, ledger.ActionAbandoned, ledger.AttemptTimedOut), failed(2))},
+		// An uncertain action is recovery's, never an error, whatever its
+		// last attempt said.
 		{name: "ErrorsResetByUncertain", history: concat(failed(2),
-			distinct(1, ledger.ActionUncertain, ledger.AttemptUncertain), failed(2))},
-		{name: "ErrorsResetByCancelled", history: concat(failed(1),
-			distinct(1, ledger.ActionFailed, ledger.AttemptCancelled), failed(2))},
+			distinct(1, ledger.ActionUncertain, ledger.AttemptTimedOut), failed(2))},
+		{name: "ErrorsResetByInReview", history: concat(failed(2),
+			distinct(1, ledger.ActionNeedsReview, ledger.AttemptFailed), failed(2))},
+		// A timed-out call whose effect recovery found to have happened is
+		// a success: the action's state decides, not the attempt's status.
+		{name: "ErrorsResetByReconciledTimeout", history: concat(failed(2),
+			distinct(1, ledger.ActionSucceeded, ledger.AttemptTimedOut), failed(2))},
+		{name: "ErrorsCountFailedAfterTimeout", history: concat(ok(1), timedOut(3)),
+			want: ledger.StopConsecutiveErrors},
+		{name: "ErrorsCountFailedWhateverTheAttempt", history: concat(ok(1), failed(2),
+			distinct(1, ledger.ActionFailed, ledger.AttemptUncertain)), want: ledger.StopConsecutiveErrors},
+		{name: "ErrorsSkipSuperseded", history: concat(ok(1), failed(1), superseded(2), failed(2)),
+			want: ledger.StopConsecutiveErrors},
+		{name: "ErrorsSupersededAloneIsNoStreak", history: concat(failed(2), superseded(3))},
 		{name: "ErrorsAfterResetAtLimit", history: concat(failed(2), ok(1), failed(3)), want: ledger.StopConsecutiveErrors},
 		{name: "ErrorsCustomLimit", policy: budget.Policy{ConsecutiveErrors: 5}, history: failed(4)},
 		{name: "ErrorsCustomLimitReached", policy: budget.Policy{ConsecutiveErrors: 5}, history: failed(5),
@@ -175,12 +194,19 @@ func TestLoop(t *testing.T) {
 		{name: "NoProgressSuccessInWindow", history: concat(denied(5), ok(1), denied(4))},
 		{name: "NoProgressCountsAttemptSucceededOnlyByActionState",
 			history: distinct(10, ledger.ActionNeedsReview, ledger.AttemptSucceeded), want: ledger.StopNoProgress},
+		{name: "NoProgressCountsSuperseded", history: concat(failed(1), superseded(9)),
+			want: ledger.StopNoProgress},
+		{name: "NoProgressCountsEveryUnsuccessfulState", history: concat(failed(2), denied(2),
+			distinct(2, ledger.ActionExpired, ""), distinct(2, ledger.ActionCancelled, ""), distinct(2, ledger.ActionAbandoned, "")),
+			want: ledger.StopNoProgress},
 		{name: "NoProgressCustomWindow", policy: budget.Policy{NoProgressWindow: 4}, history: concat(ok(3), denied(4)),
 			want: ledger.StopNoProgress, rationale: "last 4 actions"},
 
 		{name: "RepeatBeforeErrors", history: repeat(3, send, sendArgs, ledger.ActionFailed, ledger.AttemptFailed),
 			want: ledger.StopRepeatedAction},
 		{name: "ErrorsBeforeNoProgress", history: failed(10), want: ledger.StopConsecutiveErrors},
+		{name: "NoProgressBeforeErrorsWhenWindowIsSmaller", policy: budget.Policy{NoProgressWindow: 2, ConsecutiveErrors: 4},
+			history: failed(3), want: ledger.StopNoProgress, rationale: "none of the last 2 actions succeeded"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -214,6 +240,16 @@ func TestLoopRationaleNamesActions(t *testing.T) {
 	v, err = budget.DefaultPolicy().Loop(h, send, json.RawMessage(sendArgs))
 	require.NoError(t, err)
 	require.Contains(t, v.Rationale, string(h[0].Action.ID)+" … "+string(h[9].Action.ID))
+
+	// The errors are named oldest first; a superseded action between them
+	// is not one of them.
+	h = concat(distinct(1, ledger.ActionFailed, ledger.AttemptFailed), distinct(1, ledger.ActionSuperseded, ""),
+		distinct(2, ledger.ActionFailed, ledger.AttemptFailed))
+	v, err = budget.DefaultPolicy().Loop(h, send, json.RawMessage(sendArgs))
+	require.NoError(t, err)
+	require.Equal(t, ledger.StopConsecutiveErrors, v.Stop)
+	require.Equal(t, "the last 3 actions all failed (limit 3): "+string(h[0].Action.ID)+", "+string(h[2].Action.ID)+", "+string(h[3].Action.ID),
+		v.Rationale)
 }
 
 func TestLoopDefaultsForZeroPolicy(t *testing.T) {

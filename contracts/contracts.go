@@ -40,6 +40,11 @@ const (
 	// SchemaFaultMatrixReport is what `ledger faultmatrix run --report`
 	// writes. schema_version is required.
 	SchemaFaultMatrixReport Schema = "faultmatrix_report"
+	// SchemaConfig is the operator's config file (ledger serve --config):
+	// tools, agents and rules. schema_version is required. The schema
+	// checks each part; ParseConfig also checks the rules against
+	// SchemaRules and that the names agree.
+	SchemaConfig Schema = "config"
 )
 
 // SupportedMajor is the major schema version this build reads. Any minor
@@ -56,7 +61,8 @@ const CurrentVersion = "1.0"
 //go:embed schemas/*.json
 var schemaFS embed.FS
 
-var allSchemas = []Schema{SchemaRunSubmission, SchemaToolDescriptor, SchemaRules, SchemaAction, SchemaReport, SchemaFaultMatrixReport}
+var allSchemas = []Schema{SchemaRunSubmission, SchemaToolDescriptor, SchemaRules, SchemaAction, SchemaReport, SchemaFaultMatrixReport,
+	SchemaConfig}
 
 // compiledSchema is one embedded schema, ready to validate with. It is
 // built once at init and never changed, so sharing it is safe.

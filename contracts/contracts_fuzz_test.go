@@ -224,3 +224,28 @@ func FuzzParseToolDescriptor(f *testing.F) {
 		require.True(t, reflect.DeepEqual(d, back), "round trip changed the descriptor:\n%+v\n%+v", d, back)
 	})
 }
+
+// FuzzParseConfig: a config file, read as JSON or as YAML, is parsed or
+// refused with located issues (or a version error), never with a panic or
+// an untyped error.
+func FuzzParseConfig(f *testing.F) {
+	addAll(f, seedsFor(f, "config"))
+	for _, s := range []string{configYAML, "a: &x [*x]\n", "schema_version: \"1.0\"\ntools: [{name: a, name: b}]\n",
+		"schema_version: \"1.0\"\n<<: {tools: []}\n", "? [a]\n: b\n", "schema_version: !!binary aGk=\n"} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, doc []byte) {
+		for _, parse := range []func([]byte, contracts.ConfigOptions) (*contracts.Config, error){
+			contracts.ParseConfig, contracts.ParseConfigYAML,
+		} {
+			c, err := parse(doc, buildOptions)
+			if err != nil {
+				require.Nil(t, c)
+				requireRefusal(t, err)
+				continue
+			}
+			require.NotNil(t, c)
+			require.NotEmpty(t, c.SchemaVersion)
+		}
+	})
+}

@@ -28,6 +28,7 @@ var validDocs = map[contracts.Schema]string{
 	contracts.SchemaAction:            "action.valid.json",
 	contracts.SchemaReport:            "report.valid.json",
 	contracts.SchemaFaultMatrixReport: "faultmatrix_report.valid.json",
+	contracts.SchemaConfig:            "config.valid.json",
 }
 
 func readTestdata(t *testing.T, name string) []byte {
@@ -96,6 +97,23 @@ func requireIssue(t *testing.T, err error, location, messagePart string) {
 		}
 	}
 	t.Fatalf("no issue at %q containing %q in %+v", location, messagePart, ve.Issues)
+}
+
+// reportGate is an action's gate in a report, decided by rule (nil: the
+// default).
+func reportGate(rule any) map[string]any {
+	return map[string]any{"decision": "approved", "rule": rule, "reason": "rule 2: cards.write is auto-approved",
+		"rules_digest": "sha256:" + strings.Repeat("ab", 32)}
+}
+
+// with is m with key set to v, or removed for remove.
+func with(m map[string]any, key string, v any) map[string]any {
+	if v == remove {
+		delete(m, key)
+	} else {
+		m[key] = v
+	}
+	return m
 }
 
 func TestValidate(t *testing.T) {
@@ -212,6 +230,12 @@ func TestValidate(t *testing.T) {
 		{"report/bad key id", contracts.SchemaReport, "/redaction/key_id", "the-key", "/redaction/key_id", "pattern"},
 		{"report/bad event hash", contracts.SchemaReport, "/timeline/0/hash", "md5:00", "/timeline/0/hash", "pattern"},
 		{"report/omitted null", contracts.SchemaReport, "/actions/0/supersedes", remove, "/actions/0", "missing properties: 'supersedes'"},
+		{"report/gate", contracts.SchemaReport, "/actions/0/gate", reportGate(2), "", ""},
+		{"report/gate of the default", contracts.SchemaReport, "/actions/0/gate", reportGate(nil), "", ""},
+		{"report/gate not recorded", contracts.SchemaReport, "/actions/0/gate", nil, "", ""},
+		{"report/gate negative rule", contracts.SchemaReport, "/actions/0/gate", reportGate(-1), "/actions/0/gate", ""},
+		{"report/gate bad decision", contracts.SchemaReport, "/actions/0/gate", with(reportGate(0), "decision", "running"), "/actions/0/gate", ""},
+		{"report/gate without digest", contracts.SchemaReport, "/actions/0/gate", with(reportGate(0), "rules_digest", remove), "/actions/0/gate", ""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -522,6 +546,9 @@ func TestTypesMatchSchemas(t *testing.T) {
 		{contracts.SchemaToolDescriptor, "/properties/guarantees", contracts.Guarantees{}},
 		{contracts.SchemaRules, "", contracts.Rules{}},
 		{contracts.SchemaRules, "/properties/rules/items", contracts.Rule{}},
+		{contracts.SchemaConfig, "", contracts.Config{}},
+		{contracts.SchemaConfig, "/properties/agents/items", contracts.ConfigAgent{}},
+		{contracts.SchemaConfig, "/properties/agents/items/properties/policies", contracts.AgentPolicies{}},
 	}
 	for _, tt := range tests {
 		typ := reflect.TypeOf(tt.typ)

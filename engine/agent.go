@@ -147,8 +147,19 @@ type Agent struct {
 	// submitted for; empty means every tenant.
 	Tenants []string
 	// Policy holds the agent's loop-policy thresholds; its zero fields take
-	// the engine's (Config.Policy), and those take budget's defaults.
+	// the engine's (Config.Policy), and those take budget's defaults. Every
+	// budget and loop check of the agent's runs uses it.
 	Policy budget.Policy
+	// ContinueOnToolError, for a built-in agent, reports a failed action
+	// back to the model instead of ending the run with tool_error: the
+	// action (state failed, its effect established as not happened) stays
+	// in the history and the model takes its next step. Such a run is
+	// bounded by the loop policies consecutive_errors and no_progress
+	// (budget.Policy.Loop says what counts), and by its budgets. An
+	// uncertain action is still recovery's: only a failure whose effect is
+	// known not to have happened reaches the model. False, the default,
+	// keeps the first failed action the end of the run.
+	ContinueOnToolError bool
 }
 
 // Lease bounds an attempt a client executes (docs/agent-protocol.md,

@@ -160,6 +160,8 @@ type Engine struct {
 	backoff  backoff
 	failLogs *failureLog
 	tokenKey []byte
+	// clientAgents names the agents a client drives, in name order.
+	clientAgents []string
 }
 
 type registeredAgent struct {
@@ -262,7 +264,11 @@ func New(cfg Config) (*Engine, error) {
 			ra.tools[d.Name] = registeredTool{Tool: t, desc: d, args: v}
 		}
 		e.agents[a.Name] = ra
+		if a.Driver == DriverClient {
+			e.clientAgents = append(e.clientAgents, a.Name)
+		}
 	}
+	slices.Sort(e.clientAgents)
 	e.recoverer = recovery.New(recovery.Config{Store: cfg.Store, Probes: e.probe, Retry: e.retryVerdict, Now: cfg.Now,
 		OnDecision: cfg.OnDecision})
 	return e, nil
@@ -304,9 +310,14 @@ func (e *Engine) probe(name, version string) (recovery.Probe, bool) {
 }
 
 // retryVerdict is the budget's answer to "may this action have one more
-// attempt?": the run's persisted budgets, then the engine's cap.
+// attempt?": the run's persisted budgets under its agent's policy, then the
+// engine's cap.
 func (e *Engine) retryVerdict(run *ledger.Run, a *ledger.Action, now time.Time) (ledger.StopReason, string) {
-	if v := e.policy.BeforeAttempt(run, a, now); v.Stopped() {
+	policy := e.policy
+	if agent, ok := e.agents[run.Agent]; ok {
+		policy = e.policyOf(agent)
+	}
+	if v := policy.BeforeAttempt(run, a, now); v.Stopped() {
 		return v.Stop, v.Rationale
 	}
 	if run.Budget.Limits.MaxAttemptsPerAction == 0 && a.AttemptCount >= e.cfg.MaxAttemptsPerAction {
@@ -494,14 +505,17 @@ func (e *Engine) stepRunning(ctx context.Context, run *ledger.Run) (bool, error)
 		case ledger.ActionNeedsReview:
 			return e.moveRun(ctx, run, ledger.RunNeedsReview, map[string]any{"action_id": last.ID})
 		case ledger.ActionFailed:
-			return false, e.finish(ctx, run, ledger.StopToolError, map[string]any{"action_id": last.ID})
+			if !agent.ContinueOnToolError {
+				return false, e.finish(ctx, run, ledger.StopToolError, map[string]any{"action_id": last.ID})
+			}
+			// The failure is the model's to answer: on to its next step.
 		case ledger.ActionAbandoned:
 			return false, e.finish(ctx, run, ledger.StopUserCancelled, map[string]any{"action_id": last.ID, "cause": "a person abandoned the action in review"})
 		case ledger.ActionCancelled:
 			return false, e.finish(ctx, run, ledger.StopUserCancelled, map[string]any{"action_id": last.ID})
 		}
 	}
-	if v := e.policy.BeforeStep(run, e.now()); v.Stopped() {
+	if v := e.policyOf(agent).BeforeStep(run, e.now()); v.Stopped() {
 		return false, e.finish(ctx, run, v.Stop, map[string]any{"rationale": v.Rationale})
 	}
 	return e.modelStep(ctx, run, agent, actions)
@@ -615,7 +629,7 @@ func (e *Engine) modelStep(ctx context.Context, run *ledger.Run, agent *register
 		for i, h := range hist.Entries {
 			entries[i] = budget.Entry{Action: h.Action, Attempt: h.Attempt}
 		}
-		if v, err := e.policy.Loop(entries, s.Tool, s.Arguments); err != nil {
+		if v, err := e.policyOf(agent).Loop(entries, s.Tool, s.Arguments); err != nil {
 			return false, failStep(ledger.StopInvalidModelResponse, map[string]any{"error": err.Error()})
 		} else if v.Stopped() {
 			return false, failStep(v.Stop, map[string]any{"rationale": v.Rationale})
@@ -624,7 +638,7 @@ func (e *Engine) modelStep(ctx context.Context, run *ledger.Run, agent *register
 		p := ledger.CreateActionParams{
 			RunID: run.ID, IdempotencyKey: fmt.Sprintf("step-%d", len(actions)+1),
 			Tool: tool.desc.Name, ToolVersion: tool.desc.Version, Effect: tool.desc.Effect, Arguments: s.Arguments,
-			Gate: gate.Gate, ApprovalTTL: gate.ApprovalTTL, Actor: "engine", Usage: &usage,
+			Gate: gate.Gate, ApprovalTTL: gate.ApprovalTTL, GateAudit: gateParams(gate), Actor: "engine", Usage: &usage,
 		}
 		// An action the rules approve starts its attempt in the same
 		// commit: everything that must be durable before the call, at once.
@@ -645,6 +659,14 @@ func (e *Engine) modelStep(ctx context.Context, run *ledger.Run, agent *register
 	default:
 		return false, e.finish(ctx, run, ledger.StopInvalidModelResponse, map[string]any{"error": fmt.Sprintf("unknown step kind %q", s.Kind)})
 	}
+}
+
+// gateParams is the gate's audit of a decision, as CreateAction records it
+// with the action and in its gate event: the rule that decided (-1 for the
+// default), the reason and the digest of the rules in force. Every path
+// that records an action the gate decided passes it.
+func gateParams(d approval.Decision) ledger.GateAudit {
+	return ledger.GateAudit{Rule: d.Rule, Reason: d.Reason, RulesDigest: d.RulesDigest}
 }
 
 // history rebuilds what the model has seen from the ledger alone.
@@ -752,6 +774,9 @@ func (e *Engine) finishCall(ctx context.Context, run *ledger.Run, tool registere
 	e.fault(FaultAfterResultRecorded)
 	switch fin.ActionState {
 	case ledger.ActionFailed:
+		if agent, ok := e.agents[run.Agent]; ok && agent.ContinueOnToolError {
+			return true, nil // the model answers the failure (stepRunning)
+		}
 		return false, e.finish(ctx, run, ledger.StopToolError, map[string]any{"action_id": a.ID, "error": fin.Error})
 	default: // succeeded: the next model step; uncertain: recovery decides
 		return true, nil

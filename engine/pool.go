@@ -224,11 +224,17 @@ func (e *Engine) logFailure(ctx context.Context, msg string, err error, attrs ..
 
 // Runnable lists runs the engine can advance without a person: queued,
 // running and stopping ones, oldest first, less those recovery told to
-// wait a while.
+// wait a while. A running run of a client-driven agent is its client's
+// to advance, so it is not listed (nor counted against the page, so that
+// long-lived client runs cannot crowd out the engine's own).
 func (e *Engine) Runnable(ctx context.Context) ([]ledger.RunID, error) {
 	var ids []ledger.RunID
 	for _, st := range []ledger.RunState{ledger.RunQueued, ledger.RunRunning, ledger.RunStopping} {
-		runs, err := e.store.FindRuns(ctx, ledger.RunFilter{State: &st, Limit: 256})
+		f := ledger.RunFilter{State: &st, Limit: 256}
+		if st == ledger.RunRunning {
+			f.NotAgents = e.clientAgents
+		}
+		runs, err := e.store.FindRuns(ctx, f)
 		if err != nil {
 			return nil, err
 		}

@@ -155,7 +155,7 @@ func (e *Engine) Propose(ctx context.Context, p ProposeParams) (ProposeResult, e
 	res, err := e.store.CreateAction(ctx, ledger.CreateActionParams{
 		RunID: run.ID, IdempotencyKey: p.StepKey, Tool: tool.desc.Name, ToolVersion: tool.desc.Version, Effect: tool.desc.Effect,
 		Arguments: p.Arguments, Supersedes: p.Supersedes, Gate: gate.Gate, ApprovalTTL: gate.ApprovalTTL, Actor: p.Caller.Principal,
-		Usage: &usage,
+		Usage: &usage, GateAudit: gateParams(gate),
 	})
 	if ledger.Code(err) == ledger.CodeConflict {
 		// Another process presented the same step key meanwhile, or the

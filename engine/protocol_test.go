@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -268,4 +269,74 @@ func TestProtocolRefusals(t *testing.T) {
 	got, err := b.Store.FindRunByID(ctx, run.ID)
 	require.NoError(t, err)
 	require.Equal(t, ledger.RunNeedsReview, got.State)
+}
+
+func TestRunnableLeavesClientRunsToTheirClient(t *testing.T) {
+	b := setupClient(t)
+	ctx := context.Background()
+	run := b.run(t, "r")
+	ids, err := b.engine.Runnable(ctx)
+	require.NoError(t, err)
+	require.NotContains(t, ids, run.ID, "a running client run is its client's to advance")
+	_, err = b.engine.Cancel(ctx, engine.CancelParams{RunID: run.ID, Principal: "bot"})
+	require.NoError(t, err)
+	ids, err = b.engine.Runnable(ctx)
+	require.NoError(t, err)
+	require.Contains(t, ids, run.ID, "a stopping one is the engine's to stop")
+	require.NoError(t, b.engine.Advance(ctx, run.ID))
+	got, err := b.Store.FindRunByID(ctx, run.ID)
+	require.NoError(t, err)
+	require.Equal(t, ledger.RunStopped, got.State)
+	require.Equal(t, ledger.StopUserCancelled, got.StopReason)
+}
+
+// TestProtocolLoopPolicies: a client's failing calls stop its run by the
+// loop policies, with one stop reason, refusing the proposal that tripped
+// them.
+func TestProtocolLoopPolicies(t *testing.T) {
+	b := setupClient(t)
+	ctx := context.Background()
+	run := b.run(t, "r")
+	for i := range 3 {
+		res, err := b.engine.Propose(ctx, engine.ProposeParams{Caller: b.caller, RunID: run.ID, StepKey: fmt.Sprintf("s%d", i),
+			Tool: "kv.get", Arguments: json.RawMessage(fmt.Sprintf(`{"n":%d}`, i))})
+		require.NoError(t, err)
+		begin, err := b.engine.Begin(ctx, engine.BeginParams{Caller: b.caller, ActionID: res.Action.ID, Key: "b"})
+		require.NoError(t, err)
+		done, err := b.engine.Complete(ctx, engine.CompleteParams{Caller: b.caller, AttemptID: begin.Attempt.ID, Token: begin.Token,
+			Outcome: engine.Outcome{Status: ledger.AttemptFailed, Error: &ledger.AttemptError{Code: "down", Message: "503"}}})
+		require.NoError(t, err)
+		require.Equal(t, ledger.ActionFailed, done.Action.State)
+	}
+	_, err := b.engine.Propose(ctx, engine.ProposeParams{Caller: b.caller, RunID: run.ID, StepKey: "s3", Tool: "kv.get",
+		Arguments: json.RawMessage(`{"n":3}`)})
+	require.Equal(t, engine.CodeRunStopped, protoCode(t, err))
+	var pe *engine.ProtocolError
+	require.ErrorAs(t, err, &pe)
+	require.Equal(t, ledger.StopConsecutiveErrors, pe.StopReason)
+	got, err := b.Store.FindRunByID(ctx, run.ID)
+	require.NoError(t, err)
+	require.Equal(t, ledger.RunStopped, got.State)
+	require.Equal(t, ledger.StopConsecutiveErrors, got.StopReason)
+	require.Equal(t, int64(4), got.Budget.Used.Steps, "the refused proposal is counted as a step")
+
+	_, err = b.engine.Propose(ctx, engine.ProposeParams{Caller: b.caller, RunID: run.ID, StepKey: "s4", Tool: "kv.get",
+		Arguments: json.RawMessage(`{"n":4}`)})
+	require.Equal(t, engine.CodeRunStopped, protoCode(t, err))
+	next, err := b.engine.Next(ctx, b.caller, run.ID)
+	require.NoError(t, err)
+	require.Equal(t, engine.DirectiveStop, next.Directives[0].Kind)
+	require.Equal(t, ledger.StopConsecutiveErrors, next.Directives[0].StopReason)
+}
+
+func TestProtocolProposalRecordsGate(t *testing.T) {
+	b := setupClient(t)
+	ctx := context.Background()
+	run := b.run(t, "r")
+	res, err := b.engine.Propose(ctx, engine.ProposeParams{Caller: b.caller, RunID: run.ID, StepKey: "s", Tool: "kv.get",
+		Arguments: json.RawMessage(`{"n":1}`)})
+	require.NoError(t, err)
+	require.NotNil(t, res.Action.Gate, "a client's proposal records the rule that decided")
+	require.Equal(t, -1, res.Action.Gate.Rule)
+	require.Equal(t, b.approvals.RulesDigest(), res.Action.Gate.RulesDigest)
 }

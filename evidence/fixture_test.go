@@ -34,6 +34,10 @@ var testKey = []byte("evidence-golden-key-0123456789ab")
 // actions, so the report shows it correlated by one marker.
 const goldenSecret = "sk-GOLDENgoldenGOLDEN0123456789"
 
+// goldenRulesDigest stands for the digest of the rules that gated the
+// golden run's actions.
+const goldenRulesDigest = ledger.Digest("sha256:5eed5eed5eed5eed5eed5eed5eed5eed5eed5eed5eed5eed5eed5eed5eed5eed")
+
 // fixture is a real store with a fixed clock and sequential ids, so that
 // every id and time in a report is stable.
 type fixture struct {
@@ -84,9 +88,9 @@ func (f *fixture) tick() { f.clock.Advance(time.Second) }
 //
 //   - budgets with every limit and a deadline, usage with tokens
 //     unavailable;
-//   - a write that waited for approval, was granted by bob, ran once and
-//     took effect, with its tool_result observation;
-//   - a second write whose attempt was interrupted, a cancel of the run
+//   - a write the default gate sent to a person, granted by bob, that ran
+//     once and took effect, with its tool_result observation;
+//   - a second write auto-approved by rule 0, whose attempt was interrupted, a cancel of the run
 //     accepted meanwhile, and recovery's decisions (cancel, then
 //     cancelled) with their rationale and the tool's cancel observation;
 //   - the cancellation confirmed and the run stopped with user_cancelled.
@@ -115,7 +119,8 @@ func goldenRun(t testing.TB, f *fixture) ledger.RunID {
 		Arguments: json.RawMessage(`{"title":"Go channels","cards":[{"front":"What does an unbuffered send do?","back":"It blocks until a receiver is <ready> & waiting."}],` +
 			`"api_key":"` + goldenSecret + `","callback":"https://cards:hunter2@hooks.example/notify",` +
 			`"note":"sent with Authorization: Bearer tok_golden.12345","deck":{"owner":{"name":"alice","password":"correct horse"}}}`),
-		Gate: ledger.ActionAwaitingApproval, ApprovalTTL: time.Hour, Actor: "engine"})
+		Gate: ledger.ActionAwaitingApproval, ApprovalTTL: time.Hour, Actor: "engine",
+		GateAudit: ledger.GateAudit{Rule: -1, Reason: "default: write actions require approval", RulesDigest: goldenRulesDigest}})
 	require.NoError(t, err)
 	a1 := created.Action
 	f.tick()
@@ -145,7 +150,8 @@ func goldenRun(t testing.TB, f *fixture) ledger.RunID {
 	created, err = s.CreateAction(ctx, ledger.CreateActionParams{RunID: run.ID, IdempotencyKey: "step-2",
 		Tool: simulator.CardsWriteTool, ToolVersion: "1", Effect: ledger.EffectWrite,
 		Arguments: json.RawMessage(`{"title":"Go channels, part 2","cards":[{"front":"Who closes a channel?","back":"The sender."}],"api_key":"` + goldenSecret + `"}`),
-		Gate:      ledger.ActionApproved, Actor: "engine"})
+		Gate:      ledger.ActionApproved, Actor: "engine",
+		GateAudit: ledger.GateAudit{Rule: 0, Reason: "rule 0: cards.write is auto-approved", RulesDigest: goldenRulesDigest}})
 	require.NoError(t, err)
 	a2 := created.Action
 	f.tick()

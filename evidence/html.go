@@ -28,18 +28,21 @@ func (r *Report) HTML(w io.Writer) error {
 }
 
 var htmlTemplate = template.Must(template.New("report").Funcs(template.FuncMap{
-	"time":     timeText,
-	"optTime":  func(t *time.Time) string { return dash(timePtrText(t)) },
-	"text":     derefString,
-	"opt":      func(p any) string { return dash(derefString(p)) },
-	"pretty":   prettyJSON,
-	"compact":  compactJSON,
-	"limit":    limitText,
-	"verdict":  func(r *Report) string { return r.chainVerdict() },
-	"signed":   func(r *Report) string { return r.signatureText() },
-	"errText":  func(a Attempt) string { return errorText(&a) },
-	"tokens":   func(u BudgetUsage) string { return u.tokensText() },
-	"deadline": func(b Budget) string { return b.deadlineText() },
+	"time":        timeText,
+	"optTime":     func(t *time.Time) string { return dash(timePtrText(t)) },
+	"text":        derefString,
+	"opt":         func(p any) string { return dash(derefString(p)) },
+	"pretty":      prettyJSON,
+	"compact":     compactJSON,
+	"limit":       limitText,
+	"verdict":     func(r *Report) string { return r.chainVerdict() },
+	"signed":      func(r *Report) string { return r.signatureText() },
+	"errText":     func(a Attempt) string { return errorText(&a) },
+	"tokens":      func(u BudgetUsage) string { return u.tokensText() },
+	"deadline":    func(b Budget) string { return b.deadlineText() },
+	"gate":        func(a Action) string { return a.gateText() },
+	"rulesDigest": func(a Action) string { return a.rulesDigest() },
+	"dash":        dash,
 }).Parse(htmlSource))
 
 // dash stands in for an absent value.
@@ -118,6 +121,8 @@ pre { background: #f6f8fa; padding: .5rem; overflow-x: auto; white-space: pre-wr
 <tr><th>Action digest</th><td><code>{{.ActionDigest}}</code></td></tr>
 <tr><th>Dedup key</th><td><code>{{.DedupKey}}</code></td></tr>
 <tr><th>Supersedes</th><td><code>{{opt .Supersedes}}</code></td></tr>
+<tr><th>Gate</th><td>{{gate .}}</td></tr>
+<tr><th>Rules digest</th><td><code>{{dash (rulesDigest .)}}</code></td></tr>
 <tr><th>Created</th><td>{{time .CreatedAt}}</td></tr>
 <tr><th>Updated</th><td>{{time .UpdatedAt}}</td></tr>
 </table>

@@ -139,6 +139,8 @@ func (m *mdWriter) actions(r *Report) {
 		m.row("Action digest", mdCode(string(a.ActionDigest)))
 		m.row("Dedup key", mdCode(a.DedupKey))
 		m.row("Supersedes", mdCode(strText(a.Supersedes)))
+		m.row("Gate", mdText(a.gateText()))
+		m.row("Rules digest", mdCode(a.rulesDigest()))
 		m.row("Created", mdText(timeText(a.CreatedAt)))
 		m.row("Updated", mdText(timeText(a.UpdatedAt)))
 		m.p("\nArguments (redacted):\n\n")

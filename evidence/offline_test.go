@@ -95,6 +95,14 @@ func TestVerifyReport(t *testing.T) {
 		{"hidden argument digest", func(r map[string]any) {
 			obj(r, "actions", 0, "redacted_fields", "arguments")["/api_key"] = "sha256:" + strings.Repeat("0", 64)
 		}, pub, "action act_00000000000000000000000005 was changed after event 16 recorded it"},
+		{"action gate rule", func(r map[string]any) { obj(r, "actions", 1, "gate")["rule"] = 3 }, pub,
+			"action act_00000000000000000000000023 was changed after event 33 recorded it"},
+		{"action gate decision", func(r map[string]any) { obj(r, "actions", 0, "gate")["decision"] = "approved" }, pub,
+			"action act_00000000000000000000000005 was changed after event 16 recorded it"},
+		{"action gate removed", func(r map[string]any) { obj(r, "actions", 1)["gate"] = nil }, pub,
+			"action act_00000000000000000000000023 was changed after event 33 recorded it"},
+		{"gate event data", func(r map[string]any) { obj(r, "timeline", 18, "data", "gate")["rule"] = 3 }, pub,
+			"event 19: event 19 was changed after it was written (hash differs)"},
 		{"attempt status", func(r map[string]any) { obj(r, "actions", 0, "attempts", 0)["status"] = "failed" }, pub,
 			"attempt att_00000000000000000000000015 was changed after event 15 recorded it"},
 		{"budget usage", func(r map[string]any) { obj(r, "budget", "used")["attempts"] = 1 }, pub,

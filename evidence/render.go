@@ -160,6 +160,31 @@ func (u BudgetUsage) tokensText() string {
 	return s
 }
 
+// gateText is the gate's decision on an action in words: the state it
+// chose, by which rule or the default, and why (the reason's own "rule N: "
+// or "default: " not repeated).
+func (a *Action) gateText() string {
+	g := a.Gate
+	if g == nil {
+		return "not recorded: the action was recorded before the gate was audited"
+	}
+	by, prefix := "the default", "default: "
+	if g.Rule != nil {
+		by = "rule " + strconv.FormatInt(*g.Rule, 10)
+		prefix = by + ": "
+	}
+	return fmt.Sprintf("%s by %s: %s", g.Decision, by, strings.TrimPrefix(g.Reason, prefix))
+}
+
+// rulesDigest is the digest of the rule set that gated the action; "" if
+// none was recorded.
+func (a *Action) rulesDigest() string {
+	if a.Gate == nil {
+		return ""
+	}
+	return string(a.Gate.RulesDigest)
+}
+
 func errorText(e *Attempt) string {
 	if e.Error == nil {
 		return ""

@@ -19,8 +19,9 @@ import (
 // report without the database: each row's digest and the digests of what
 // redaction hid (redacted_fields), each event's hash format, bound rows
 // and data digest, the rows the chain verdict checked, and the signed
-// chain head.
-const SchemaVersion = "1.1"
+// chain head. 1.2 added each action's gate: which rule of which rule set
+// chose the state it entered, and why.
+const SchemaVersion = "1.2"
 
 // DecisionEventType is the type of the events recording recovery decisions.
 const DecisionEventType = "recovery.decision"
@@ -84,6 +85,11 @@ type Action struct {
 	Approvals      []Approval         `json:"approvals"`
 	Digest         ledger.Digest      `json:"digest"`
 	RedactedFields RedactedFields     `json:"redacted_fields"`
+	// Gate is what the gate decided when the action was recorded and why,
+	// as the action's content holds it (rule null: the default decided);
+	// nil for an action recorded before the gate was audited. The policy
+	// writes its reason, so nothing of it is redacted.
+	Gate *ledger.GateContent `json:"gate"`
 }
 
 // Attempt is one try at executing an action. Status (what was seen of the
@@ -362,7 +368,7 @@ func (b *builder) actions(rep *Report, fc *ledger.Chain) error {
 			ID: a.ID, Seq: a.Seq, Tool: a.Tool, ToolVersion: a.ToolVersion, Effect: a.Effect, State: a.State,
 			ActionDigest: a.ActionDigest, DedupKey: a.DedupKey, Supersedes: nonEmpty(a.Supersedes), Arguments: args,
 			CreatedAt: a.CreatedAt.UTC(), UpdatedAt: a.UpdatedAt.UTC(), Attempts: []Attempt{}, Approvals: []Approval{},
-			Digest: c.Digest(), RedactedFields: hidden,
+			Digest: c.Digest(), RedactedFields: hidden, Gate: c.Gate,
 		})
 	}
 	for i := range rep.Actions {

@@ -278,10 +278,12 @@ type failingWriter struct{}
 
 func (failingWriter) Write([]byte) (int, error) { return 0, errors.New("disk full") }
 
-// addedIn11 are the properties version 1.1 of the report added: optional
-// in the schema, so that every 1.0 report stays valid, and always written.
-var addedIn11 = map[string]bool{"digest": true, "redacted_fields": true, "format": true, "rows": true, "redacted_data": true,
-	"unbound_rows": true, "signature": true, "too_late_at": true} // rows: of events and of the chain
+// addedSince10 are the properties versions 1.1 and 1.2 of the report
+// added: optional in the schema, so that every older report stays valid,
+// and always written.
+var addedSince10 = map[string]bool{"digest": true, "redacted_fields": true, "format": true, "rows": true, "redacted_data": true,
+	"unbound_rows": true, "signature": true, "too_late_at": true, // rows: of events and of the chain
+	"gate": true} // 1.2
 
 // TestTypesMatchSchema keeps the Go types and the report schema in step:
 // every property is a JSON field of the type and every JSON field a
@@ -311,6 +313,7 @@ func TestTypesMatchSchema(t *testing.T) {
 		{defs["chain"].(map[string]any), evidence.Chain{}},
 		{props(schema)["redaction"].(map[string]any), evidence.Redaction{}},
 		{defs["signature"].(map[string]any), evidence.Signature{}},
+		{defs["gate"].(map[string]any), ledger.GateContent{}},
 	}
 	for _, tt := range tests {
 		typ := reflect.TypeOf(tt.typ)
@@ -326,14 +329,14 @@ func TestTypesMatchSchema(t *testing.T) {
 				fields = append(fields, name)
 			}
 			require.ElementsMatch(t, want, fields)
-			// Every property is required, but those 1.1 added: a reader
-			// never guesses.
+			// Every property is required, but those 1.1 and 1.2 added: a
+			// reader never guesses.
 			var required, wantRequired []string
 			for _, r := range tt.node["required"].([]any) {
 				required = append(required, r.(string))
 			}
 			for _, name := range want {
-				if !addedIn11[name] || typ == reflect.TypeFor[evidence.Signature]() { // a signature, new in 1.1, has all of its fields
+				if !addedSince10[name] || typ == reflect.TypeFor[evidence.Signature]() { // a signature, new in 1.1, has all of its fields
 					wantRequired = append(wantRequired, name)
 				}
 			}

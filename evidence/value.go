@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"time"
 	"unicode/utf8"
+
+	"github.com/actionledger/ledger/ledger"
 )
 
 // value is the report as its JSON text decodes (encoding/json into an any,
@@ -82,7 +84,16 @@ func (a *Action) value() (any, error) {
 		"dedup_key": text(a.DedupKey), "supersedes": strPtrValue(a.Supersedes), "arguments": args,
 		"created_at": timeValue(a.CreatedAt), "updated_at": timeValue(a.UpdatedAt),
 		"attempts": attempts, "approvals": approvals, "digest": text(a.Digest), "redacted_fields": a.RedactedFields.value(),
+		"gate": gateValue(a.Gate),
 	}, nil
+}
+
+func gateValue(g *ledger.GateContent) any {
+	if g == nil {
+		return nil
+	}
+	return map[string]any{"decision": text(g.Decision), "rule": intPtrValue(g.Rule), "reason": text(g.Reason),
+		"rules_digest": text(g.RulesDigest)}
 }
 
 func (a *Attempt) value() (any, error) {

@@ -243,7 +243,7 @@ func (r *Report) contents() ([]ledger.Content, int, error) {
 	for _, a := range r.Actions {
 		c := ledger.ActionContent{ID: a.ID, RunID: run.ID, Seq: a.Seq, Tool: a.Tool, ToolVersion: a.ToolVersion,
 			Effect: a.Effect, State: a.State, ActionDigest: a.ActionDigest, DedupKey: a.DedupKey, Supersedes: deref(a.Supersedes),
-			CreatedAt: a.CreatedAt, UpdatedAt: a.UpdatedAt}
+			CreatedAt: a.CreatedAt, UpdatedAt: a.UpdatedAt, Gate: a.Gate}
 		if len(a.RedactedFields["arguments"]) == 0 {
 			c.Arguments = a.Arguments
 		}

@@ -40,6 +40,9 @@ func (s *GormStore) CreateAction(ctx context.Context, p CreateActionParams) (Cre
 	case p.StartAttempt && p.Gate != ActionApproved:
 		return CreateActionResult{}, Errorf(CodeInvalid, "create action: an attempt starts only with gate approved")
 	}
+	if err := checkGateAudit(p.Gate, p.GateAudit); err != nil {
+		return CreateActionResult{}, fmt.Errorf("create action: %w", err)
+	}
 	args, err := Canonicalize(p.Arguments)
 	if err != nil {
 		return CreateActionResult{}, fmt.Errorf("create action: arguments: %w", err)
@@ -92,6 +95,7 @@ func (s *GormStore) CreateAction(ctx context.Context, p CreateActionParams) (Cre
 			ActionDigest: string(digest), DedupKey: DedupKeyFor(p.RunID, id), Supersedes: strPtr(string(p.Supersedes)),
 			State: string(ActionProposed), Version: 1, CreatedAt: micros(tx.now), UpdatedAt: micros(tx.now),
 		}
+		row.setGate(p.Gate, p.GateAudit)
 		if p.Supersedes != "" {
 			old, err := tx.findAction(p.Supersedes)
 			if err != nil {
@@ -118,7 +122,8 @@ func (s *GormStore) CreateAction(ctx context.Context, p CreateActionParams) (Cre
 		}
 		if _, err := tx.exec(insertActionSQL, row.ID, row.RunID, row.Tenant, row.Seq, row.IdempotencyKey, row.Tool,
 			row.ToolVersion, row.Effect, row.Arguments, row.ActionDigest, row.DedupKey, row.Supersedes, row.State,
-			row.AttemptCount, row.Version, row.CreatedAt, row.UpdatedAt); err != nil {
+			row.AttemptCount, row.Version, row.CreatedAt, row.UpdatedAt, row.GateDecision, row.GateRule, row.GateReason,
+			row.RulesDigest); err != nil {
 			return err
 		}
 		data := map[string]any{"tool": p.Tool, "tool_version": p.ToolVersion, "effect": p.Effect,
@@ -135,15 +140,22 @@ func (s *GormStore) CreateAction(ctx context.Context, p CreateActionParams) (Cre
 		if _, err := tx.appendEvent(proposed); err != nil {
 			return err
 		}
+		// The gate's event says which rule of which rule set chose the
+		// state it enters, when the caller audited it.
+		var gateData any
+		if p.GateAudit != (GateAudit{}) {
+			g := GateContentOf(row.gate())
+			gateData = gateEventData{Gate: gateEventGate{Rule: g.Rule, Reason: g.Reason, RulesDigest: g.RulesDigest}}
+		}
 		switch {
 		case direct:
-			if _, err := tx.appendEvent(transitionEvent(p.RunID, "action", string(id), ActionProposed, p.Gate, p.Actor, nil).
+			if _, err := tx.appendEvent(transitionEvent(p.RunID, "action", string(id), ActionProposed, p.Gate, p.Actor, gateData).
 				bind(ActionContentOf(row.toAction()))); err != nil {
 				return err
 			}
 		case p.Gate != "":
 			if err := tx.transitionAction(ActionTransition{ID: id, From: ActionProposed, To: p.Gate,
-				ApprovalTTL: p.ApprovalTTL, Actor: p.Actor}); err != nil {
+				ApprovalTTL: p.ApprovalTTL, Actor: p.Actor, Data: gateData}); err != nil {
 				return err
 			}
 		}
@@ -172,6 +184,34 @@ func (s *GormStore) CreateAction(ctx context.Context, p CreateActionParams) (Cre
 		return err
 	})
 	return out, err
+}
+
+// gateEventData is the data of an action's gate event: the gate's content
+// but its decision, which is the event's to_state.
+type gateEventData struct {
+	Gate gateEventGate `json:"gate"`
+}
+
+type gateEventGate struct {
+	Rule        *int64 `json:"rule"` // null: the default decided
+	Reason      string `json:"reason"`
+	RulesDigest Digest `json:"rules_digest"`
+}
+
+// checkGateAudit holds an audit to what CreateActionParams.GateAudit says;
+// the zero audit passes.
+func checkGateAudit(gate ActionState, a GateAudit) error {
+	switch {
+	case a == (GateAudit{}):
+		return nil
+	case gate == "":
+		return Errorf(CodeInvalid, "a gate audit needs a gate")
+	case !a.RulesDigest.Valid():
+		return Errorf(CodeInvalid, "a gate audit needs the rules digest as sha256:<64 hex>, not %q", a.RulesDigest)
+	case a.Rule < -1:
+		return Errorf(CodeInvalid, "gate rule must be a rule's index or -1 for the default, not %d", a.Rule)
+	}
+	return checkText("gate reason", a.Reason, MaxGateReasonLength)
 }
 
 // TransitionAction implements Store.
@@ -242,7 +282,7 @@ var (
 	findActionSQL      = writeStmt(`SELECT ` + actionCols + ` FROM actions WHERE id = ?`)
 	findActionByKeySQL = writeStmt(`SELECT ` + actionCols + ` FROM actions WHERE run_id = ? AND idempotency_key = ?`)
 	maxActionSeqSQL    = writeStmt(`SELECT COALESCE(MAX(seq), 0) FROM actions WHERE run_id = ?`)
-	insertActionSQL    = writeStmt(`INSERT INTO actions (` + actionCols + `) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`)
+	insertActionSQL    = writeStmt(`INSERT INTO actions (` + actionCols + `) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`)
 	moveActionSQL      = writeStmt(`UPDATE actions SET state = ?, version = version + 1, updated_at = ?,
 	attempt_count = max(attempt_count, ?) WHERE id = ? AND state = ? RETURNING ` + actionCols)
 )

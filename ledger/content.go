@@ -26,7 +26,9 @@ import (
 // (arguments, results, errors, details, reasons) enter the content as
 // their tree digest (treedigest.go), so that a report which hides part of
 // one can still be checked: it gives the digests of the parts it hid, and
-// everything it shows is recomputed. Left out, each
+// everything it shows is recomputed. An action's gate (the policy's
+// decision, rule, reason and rules digest) enters as it is: the policy
+// wrote it, not a person or a tool. Left out, each
 // with its reason: versions and counters the report does not show
 // (version, attempt_count, event_seq, event_hash), the run's input and
 // idempotency keys (not shown; the request digest in the run's first event
@@ -173,7 +175,9 @@ func (c BudgetContent) Digest() Digest {
 func (c BudgetContent) explain(*Event) string { return "" }
 
 // ActionContent is what an action's digest covers; its arguments enter as
-// their digest.
+// their digest. An action recorded without a gate audit (Gate nil) has no
+// "gate" key at all, so the rows bound before actions had one keep their
+// digests.
 type ActionContent struct {
 	ID              ActionID    `json:"id"`
 	RunID           RunID       `json:"run_id"`
@@ -188,6 +192,8 @@ type ActionContent struct {
 	ArgumentsDigest Digest      `json:"arguments"`
 	CreatedAt       time.Time   `json:"created_at"`
 	UpdatedAt       time.Time   `json:"updated_at"`
+	// Gate is the gate's decision and audit; nil for none.
+	Gate *GateContent `json:"gate,omitempty"`
 	// Arguments, when known (not redacted), let a mismatch be explained
 	// by recomputing the action digest; they are not part of the content
 	// but through ArgumentsDigest.
@@ -199,7 +205,31 @@ type ActionContent struct {
 func ActionContentOf(a *Action) ActionContent {
 	return ActionContent{ID: a.ID, RunID: a.RunID, Seq: a.Seq, Tool: a.Tool, ToolVersion: a.ToolVersion,
 		Effect: a.Effect, State: a.State, ActionDigest: a.ActionDigest, DedupKey: a.DedupKey, Supersedes: a.Supersedes,
-		ArgumentsDigest: docDigest(a.Arguments), CreatedAt: a.CreatedAt, UpdatedAt: a.UpdatedAt, Arguments: a.Arguments}
+		ArgumentsDigest: docDigest(a.Arguments), CreatedAt: a.CreatedAt, UpdatedAt: a.UpdatedAt, Gate: GateContentOf(a.Gate),
+		Arguments: a.Arguments}
+}
+
+// GateContent is an action's gate as its content, its gate event and
+// reports hold it: rule is null when the default decided. The reason is
+// the policy's text, not a person's, and enters as it is.
+type GateContent struct {
+	Decision    ActionState `json:"decision"`
+	Rule        *int64      `json:"rule"`
+	Reason      string      `json:"reason"`
+	RulesDigest Digest      `json:"rules_digest"`
+}
+
+// GateContentOf is the content of g; nil for nil.
+func GateContentOf(g *ActionGate) *GateContent {
+	if g == nil {
+		return nil
+	}
+	c := &GateContent{Decision: g.Decision, Reason: g.Reason, RulesDigest: g.RulesDigest}
+	if g.Rule >= 0 {
+		rule := int64(g.Rule)
+		c.Rule = &rule
+	}
+	return c
 }
 
 // Key implements Content.
@@ -213,6 +243,15 @@ func (c ActionContent) Digest() Digest {
 	o.time("created_at", c.CreatedAt)
 	o.str("dedup_key", c.DedupKey)
 	o.str("effect", string(c.Effect))
+	if g := c.Gate; g != nil {
+		var gate canonObject
+		gate.str("decision", string(g.Decision))
+		gate.str("reason", g.Reason)
+		gate.intOrNull("rule", g.Rule)
+		gate.str("rules_digest", string(g.RulesDigest))
+		o.raw("gate", gate.close())
+		gate.release()
+	}
 	o.str("id", string(c.ID))
 	o.str("run_id", string(c.RunID))
 	o.int("seq", c.Seq)
@@ -514,6 +553,12 @@ func (o *canonObject) intOrNull(k string, v *int64) {
 		return
 	}
 	o.int(k, *v)
+}
+
+// raw writes v, which is canonical JSON already (a nested object).
+func (o *canonObject) raw(k string, v []byte) {
+	o.key(k)
+	o.b.Write(v)
 }
 
 func (o *canonObject) bool(k string, v bool) {

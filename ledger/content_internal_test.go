@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/require"
 	"pgregory.net/rapid"
 )
 
@@ -88,13 +89,20 @@ func TestContentDigestIsJCS(t *testing.T) {
 			check(t, c, generalDigest(t, c))
 		})
 	})
+	maybeGate := rapid.Custom(func(t *rapid.T) *GateContent {
+		if rapid.Bool().Draw(t, "ungated") {
+			return nil
+		}
+		return &GateContent{Decision: ActionState(str.Draw(t, "decision")), Rule: maybeInt.Draw(t, "rule"),
+			Reason: str.Draw(t, "reason"), RulesDigest: Digest(str.Draw(t, "rules"))}
+	})
 	t.Run("action", func(t *testing.T) {
 		rapid.Check(t, func(t *rapid.T) {
 			c := ActionContent{ID: ActionID(str.Draw(t, "id")), RunID: RunID(str.Draw(t, "run")), Seq: rapid.Int64().Draw(t, "seq"),
 				Tool: str.Draw(t, "tool"), ToolVersion: str.Draw(t, "version"), Effect: Effect(str.Draw(t, "effect")),
 				State: ActionState(str.Draw(t, "state")), ActionDigest: Digest(str.Draw(t, "digest")), DedupKey: str.Draw(t, "dedup"),
 				Supersedes: ActionID(str.Draw(t, "supersedes")), ArgumentsDigest: digest.Draw(t, "args"),
-				CreatedAt: when.Draw(t, "created"), UpdatedAt: when.Draw(t, "updated")}
+				CreatedAt: when.Draw(t, "created"), UpdatedAt: when.Draw(t, "updated"), Gate: maybeGate.Draw(t, "gate")}
 			check(t, c, generalDigest(t, c, "supersedes", "arguments"))
 		})
 	})
@@ -152,6 +160,22 @@ func TestContentDigestIsJCS(t *testing.T) {
 			}
 		})
 	})
+}
+
+// TestActionContentWithoutGateKeepsItsDigest: an action without a gate
+// (recorded before the gate was audited) has the content digest it had
+// then, which events written by older builds bound: the digest below was
+// taken before actions had a gate.
+func TestActionContentWithoutGateKeepsItsDigest(t *testing.T) {
+	at := time.Date(2026, 1, 2, 3, 4, 5, 6000, time.UTC)
+	c := ActionContent{ID: "act_1", RunID: "run_1", Seq: 1, Tool: "cards.write", ToolVersion: "1", Effect: EffectWrite,
+		State: ActionSucceeded, ActionDigest: "sha256:aa", DedupKey: "run_1/act_1", ArgumentsDigest: docDigest([]byte(`{"a":1}`)),
+		CreatedAt: at, UpdatedAt: at.Add(time.Second)}
+	const before = Digest("sha256:9d7fe0d486947b625154e0b5b90051ca1b3d3e6f341ab0b828b7d8526f06606d")
+	require.Equal(t, before, c.Digest())
+	rule := int64(0)
+	c.Gate = &GateContent{Decision: ActionApproved, Rule: &rule, Reason: "rule 0: cards.write is auto-approved", RulesDigest: "sha256:bb"}
+	require.NotEqual(t, before, c.Digest(), "the gate enters the digest")
 }
 
 // TestHeadSignatureMessageIsJCS: what a head signature signs is the

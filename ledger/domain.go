@@ -60,6 +60,24 @@ type Action struct {
 	Version      int64       `json:"version"`
 	CreatedAt    time.Time   `json:"created_at"`
 	UpdatedAt    time.Time   `json:"updated_at"`
+	// Gate is what the gate decided when the action was recorded, and why;
+	// nil for an action recorded before the gate was audited, or without
+	// an audit (CreateActionParams.GateAudit).
+	Gate *ActionGate `json:"gate,omitempty"`
+}
+
+// ActionGate is the gate's decision on an action as the ledger recorded
+// it: the state the action entered from proposed, the rule that decided,
+// the reason in words and the digest of the rule set in force. It never
+// changes once recorded.
+type ActionGate struct {
+	// Decision is approved, awaiting_approval or denied.
+	Decision ActionState `json:"decision"`
+	// Rule is the 0-based index of the rule that decided in the rules file,
+	// or -1 when no rule matched and the default decided.
+	Rule        int    `json:"rule"`
+	Reason      string `json:"reason"`
+	RulesDigest Digest `json:"rules_digest"`
 }
 
 // DedupKeyFor returns the stable dedup key of an action.

@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/actionledger/ledger/ledger"
 	"github.com/actionledger/ledger/ledger/ledgertest"
@@ -17,7 +18,8 @@ import (
 )
 
 // rowsFixture is a run with one row of every kind a report shows: the run
-// and its budget, an action approved by bob, its attempt and the
+// and its budget, an action the default gate sent to a person (audited,
+// rowsGate) and approved by bob, its attempt and the
 // observation that established its effect, and an accepted cancellation.
 type rowsFixture struct {
 	b      *ledgertest.Bundle
@@ -30,6 +32,11 @@ type rowsFixture struct {
 	db     *sql.DB
 }
 
+// rowsGate is the gate's audit of the fixture's action: the default
+// decided, under some rule set.
+var rowsGate = ledger.GateAudit{Rule: -1, Reason: "default: write actions require approval",
+	RulesDigest: ledger.Digest("sha256:" + strings.Repeat("ab", 32))}
+
 func openRowsFixture(t *testing.T, cfg ledger.Config) *rowsFixture {
 	t.Helper()
 	ctx := context.Background()
@@ -40,7 +47,10 @@ func openRowsFixture(t *testing.T, cfg ledger.Config) *rowsFixture {
 	t.Cleanup(func() { _ = s.Close() })
 	f := &rowsFixture{b: &ledgertest.Bundle{Store: s, Clock: clock, Path: cfg.Path}}
 	f.run = f.b.RunningRun(t, "k", ledger.BudgetLimits{MaxAttemptsPerRun: 3})
-	created := f.b.Action(t, f.run.ID, "step-1", ledger.ActionAwaitingApproval)
+	created, err := s.CreateAction(ctx, ledger.CreateActionParams{RunID: f.run.ID, IdempotencyKey: "step-1", Tool: "cards.write",
+		ToolVersion: "1", Effect: ledger.EffectWrite, Arguments: json.RawMessage(`{"cards":[{"front":"q","back":"a"}]}`),
+		Gate: ledger.ActionAwaitingApproval, ApprovalTTL: time.Hour, GateAudit: rowsGate, Actor: "engine"})
+	require.NoError(t, err)
 	f.action = created.Action
 	decided, err := s.DecideApproval(ctx, ledger.DecideApprovalParams{ActionID: f.action.ID, ActionDigest: f.action.ActionDigest,
 		Decision: ledger.DecisionGrant, Principal: "bob", Reason: "looks right"})
@@ -114,6 +124,18 @@ func TestVerifyChainDetectsRowEdits(t *testing.T) {
 		{"action arguments", func(f *rowsFixture) (string, []any) {
 			return `UPDATE actions SET arguments = '{"cards":[{"back":"b","front":"evil"}]}' WHERE id = ?`, []any{f.action.ID}
 		}, "action", func(f *rowsFixture) string { return string(f.action.ID) }, "its tool, version, effect or arguments no longer match its action digest"},
+		{"action gate_rule", func(f *rowsFixture) (string, []any) {
+			return `UPDATE actions SET gate_rule = 0 WHERE id = ?`, []any{f.action.ID}
+		}, "action", func(f *rowsFixture) string { return string(f.action.ID) }, "its content no longer has the digest"},
+		{"action gate_decision", func(f *rowsFixture) (string, []any) {
+			return `UPDATE actions SET gate_decision = 'approved' WHERE id = ?`, []any{f.action.ID}
+		}, "action", func(f *rowsFixture) string { return string(f.action.ID) }, "its content no longer has the digest"},
+		{"action rules_digest", func(f *rowsFixture) (string, []any) {
+			return `UPDATE actions SET rules_digest = 'sha256:' || substr(rules_digest, 9, 63) || '0' WHERE id = ?`, []any{f.action.ID}
+		}, "action", func(f *rowsFixture) string { return string(f.action.ID) }, "its content no longer has the digest"},
+		{"action gate erased", func(f *rowsFixture) (string, []any) {
+			return `UPDATE actions SET gate_decision = NULL, gate_rule = NULL, gate_reason = NULL, rules_digest = NULL WHERE id = ?`, []any{f.action.ID}
+		}, "action", func(f *rowsFixture) string { return string(f.action.ID) }, "its content no longer has the digest"},
 		{"action state", func(f *rowsFixture) (string, []any) {
 			return `UPDATE actions SET state = 'failed' WHERE id = ?`, []any{f.action.ID}
 		}, "action", func(f *rowsFixture) string { return string(f.action.ID) }, `state is "failed", but event %d moved it to "succeeded"`},

@@ -67,9 +67,38 @@ type actionRow struct {
 	Version        int64
 	CreatedAt      int64 `gorm:"autoCreateTime:false"`
 	UpdatedAt      int64 `gorm:"autoUpdateTime:false"`
+	// The gate's audit (0006): all four NULL for an action recorded before
+	// the gate was audited, or without an audit.
+	GateDecision *string
+	GateRule     *int64
+	GateReason   *string
+	RulesDigest  *string
 }
 
 func (actionRow) TableName() string { return "actions" }
+
+// setGate fills the gate's columns from the decision gate and its audit;
+// the zero audit leaves them NULL.
+func (r *actionRow) setGate(gate ActionState, a GateAudit) {
+	if a == (GateAudit{}) {
+		r.GateDecision, r.GateRule, r.GateReason, r.RulesDigest = nil, nil, nil, nil
+		return
+	}
+	rule := int64(a.Rule)
+	r.GateDecision, r.GateRule, r.GateReason, r.RulesDigest = strPtr(string(gate)), &rule, &a.Reason, strPtr(string(a.RulesDigest))
+}
+
+// gate is the action's recorded gate; nil if the row has none.
+func (r *actionRow) gate() *ActionGate {
+	if r.GateDecision == nil {
+		return nil
+	}
+	g := &ActionGate{Decision: ActionState(*r.GateDecision), Reason: deref(r.GateReason), RulesDigest: Digest(deref(r.RulesDigest)), Rule: -1}
+	if r.GateRule != nil {
+		g.Rule = int(*r.GateRule)
+	}
+	return g
+}
 
 type attemptRow struct {
 	ID                  string
@@ -245,6 +274,7 @@ func (r *actionRow) toAction() *Action {
 		Version:        r.Version,
 		CreatedAt:      fromMicros(r.CreatedAt),
 		UpdatedAt:      fromMicros(r.UpdatedAt),
+		Gate:           r.gate(),
 	}
 }
 
@@ -324,13 +354,14 @@ func (r *observationRow) toObservation() *Observation {
 // are qualified by the aliases their queries use (r, b, t).
 
 const actionCols = `id, run_id, tenant, seq, idempotency_key, tool, tool_version, effect, arguments, action_digest,
-	dedup_key, supersedes, state, attempt_count, version, created_at, updated_at`
+	dedup_key, supersedes, state, attempt_count, version, created_at, updated_at,
+	gate_decision, gate_rule, gate_reason, rules_digest`
 
 // targets are the Scan targets of actionCols.
 func (r *actionRow) targets() []any {
 	return []any{&r.ID, &r.RunID, &r.Tenant, &r.Seq, &r.IdempotencyKey, &r.Tool, &r.ToolVersion, &r.Effect,
 		&r.Arguments, &r.ActionDigest, &r.DedupKey, &r.Supersedes, &r.State, &r.AttemptCount, &r.Version,
-		&r.CreatedAt, &r.UpdatedAt}
+		&r.CreatedAt, &r.UpdatedAt, &r.GateDecision, &r.GateRule, &r.GateReason, &r.RulesDigest}
 }
 
 func scanAction(rows *sql.Rows, r *actionRow) error { return rows.Scan(r.targets()...) }

@@ -320,6 +320,9 @@ func (s *GormStore) FindRuns(ctx context.Context, f RunFilter) ([]*Run, error) {
 	if f.AfterID != nil {
 		q = q.Where("id > ?", *f.AfterID)
 	}
+	if len(f.NotAgents) > 0 {
+		q = q.Where("agent NOT IN ?", f.NotAgents)
+	}
 	if f.Limit > 0 {
 		q = q.Limit(f.Limit)
 	}

@@ -207,6 +207,9 @@ type RunFilter struct {
 	State       *RunState
 	AfterID     *RunID // cursor: ids strictly after this one
 	Limit       int    // 0: no limit
+	// NotAgents leaves out runs of these agents (the engine's pool skips
+	// runs a client drives).
+	NotAgents []string
 }
 
 // CreateActionParams records an action.
@@ -228,7 +231,13 @@ type CreateActionParams struct {
 	Gate ActionState
 	// ApprovalTTL bounds a pending approval's life; 0 means no expiry.
 	ApprovalTTL time.Duration
-	Actor       string
+	// GateAudit, with Gate, says which rule of which rule set chose it. It
+	// is stored on the action (Action.Gate), enters the content its events
+	// bind, and the gate's event (proposed → Gate) carries it in its data
+	// as {"gate": {"rule": N or null, "reason", "rules_digest"}}. The zero
+	// GateAudit records none, as before the gate was audited.
+	GateAudit GateAudit
+	Actor     string
 	// Usage, if set, is the usage of the model step that proposed the
 	// action, added to the run's budget in the same transaction (and not
 	// again when the step is replayed). Its RunID is ignored.
@@ -239,6 +248,23 @@ type CreateActionParams struct {
 	// budget, a cancel), the action is still recorded and StartErr says why.
 	StartAttempt bool
 }
+
+// GateAudit is why the gate chose an action's state: what an auditor needs
+// to tell why a write ran without a person, or waited for one.
+type GateAudit struct {
+	// Rule is the 0-based index of the matching rule in the rules file, or
+	// -1 when no rule matched and the default decided.
+	Rule int
+	// Reason says it in words, e.g. "rule 2: cards.write is auto-approved";
+	// at most MaxGateReasonLength bytes, without control characters.
+	Reason string
+	// RulesDigest is the digest of the rule set in force, defaults
+	// included (approval.Policy.RulesDigest). Required with any other field.
+	RulesDigest Digest
+}
+
+// MaxGateReasonLength is the longest GateAudit.Reason, in bytes.
+const MaxGateReasonLength = 1000
 
 // CreateActionResult is the action, its pending approval if one was opened,
 // whether the action already existed, and the attempt started with it.

@@ -15,8 +15,9 @@ import (
 )
 
 // visibleAction loads an action the identity may see: its tenant's, and
-// for a submitter-only principal one of a run it submitted. Anything else
-// is the same 404 as an unknown id.
+// for a principal that does not read the whole tenant one of a run it
+// submitted or drives (Identity.seesRun). Anything else is the same 404 as
+// an unknown id.
 func (s *Server) visibleAction(ctx context.Context, id Identity, actionID string) (*ledger.Action, error) {
 	if actionID == "" || len(actionID) > maxIDLength || !utf8.ValidString(actionID) {
 		return nil, notFound("action", actionID)
@@ -35,7 +36,7 @@ func (s *Server) visibleAction(ctx context.Context, id Identity, actionID string
 		if err != nil {
 			return nil, err
 		}
-		if r.SubmittedBy != id.Principal {
+		if !id.seesRun(r) {
 			return nil, notFound("action", actionID)
 		}
 	}

@@ -99,8 +99,8 @@ type RunList struct {
 	NextCursor string       `json:"next_cursor,omitempty"`
 }
 
-// Action is one action with its digest, redacted arguments, attempts and
-// approvals (GET /v1/actions/{action_id}, and within a run).
+// Action is one action with its digest, redacted arguments, attempts,
+// approvals and gate (GET /v1/actions/{action_id}, and within a run).
 type Action struct {
 	ID           ledger.ActionID    `json:"id"`
 	RunID        ledger.RunID       `json:"run_id"`
@@ -116,6 +116,19 @@ type Action struct {
 	CreatedAt    time.Time          `json:"created_at"`
 	Attempts     []Attempt          `json:"attempts"`
 	Approvals    []Approval         `json:"approvals"`
+	// Gate is what the gate decided and why; nil (absent) for an action
+	// recorded before the gate was audited.
+	Gate *ActionGate `json:"gate,omitempty"`
+}
+
+// ActionGate is the gate's decision on an action: the state it chose, the
+// rule that chose it (nil, absent, when the default did), the reason in
+// words and the digest of the rule set in force.
+type ActionGate struct {
+	Decision    ledger.ActionState `json:"decision"`
+	Rule        *int               `json:"rule,omitempty"`
+	Reason      string             `json:"reason"`
+	RulesDigest ledger.Digest      `json:"rules_digest"`
 }
 
 // Attempt keeps status (what was seen of the call) and effect (did the

@@ -16,6 +16,7 @@ import (
 	"os"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"unicode"
 
@@ -37,12 +38,26 @@ const (
 	// RoleAuditor reads everything of the tenant, timelines and evidence
 	// included, and writes nothing.
 	RoleAuditor Role = "auditor"
-	// RoleAdmin may do all of the above.
+	// RoleAgent drives the runs of the agents its token is bound to
+	// (Identity.Agents): it submits them, reads and cancels them, and
+	// reports their tool calls (docs/agent-protocol.md). It never approves,
+	// denies or resolves.
+	RoleAgent Role = "agent"
+	// RoleAdmin may do all of the above, for every agent.
 	RoleAdmin Role = "admin"
 )
 
 // Roles lists every role in a fixed order.
-func Roles() []Role { return []Role{RoleSubmitter, RoleApprover, RoleAuditor, RoleAdmin} }
+func Roles() []Role { return []Role{RoleSubmitter, RoleApprover, RoleAuditor, RoleAgent, RoleAdmin} }
+
+// roleNames is Roles as text, for messages.
+func roleNames() string {
+	names := make([]string, 0, len(Roles()))
+	for _, r := range Roles() {
+		names = append(names, string(r))
+	}
+	return strings.Join(names, ", ")
+}
 
 // Valid reports whether r is a known role.
 func (r Role) Valid() bool { return slices.Contains(Roles(), r) }
@@ -54,6 +69,9 @@ type Identity struct {
 	Principal string
 	Tenant    string
 	Roles     []Role
+	// Agents are the agents a principal with RoleAgent drives; empty for
+	// any other. An admin drives every agent without naming them.
+	Agents []string
 }
 
 // Has reports whether the identity holds role r; admin holds every role.
@@ -67,8 +85,80 @@ func (id Identity) HasAny(roles ...Role) bool {
 }
 
 // readsTenant reports whether the identity sees every object of its tenant,
-// not only the runs it submitted.
+// not only the runs it submitted or drives.
 func (id Identity) readsTenant() bool { return id.HasAny(RoleApprover, RoleAuditor) }
+
+// drives reports whether the identity may drive runs of agent, in its
+// tenant: an admin every agent, a principal with RoleAgent those it is
+// bound to.
+func (id Identity) drives(agent string) bool {
+	return id.Has(RoleAdmin) || slices.Contains(id.Roles, RoleAgent) && slices.Contains(id.Agents, agent)
+}
+
+// seesRun reports whether the identity may read run: one of its tenant's
+// that it reads all of (approver, auditor, admin), submitted, or drives.
+func (id Identity) seesRun(run *ledger.Run) bool {
+	return run.Tenant == id.Tenant && (id.readsTenant() || run.SubmittedBy == id.Principal || id.drives(run.Agent))
+}
+
+// mayDrive reports whether id may drive run through the agent protocol:
+// report its tool calls, finish it, cancel it. That is an admin, or a
+// principal with RoleAgent bound to the run's agent, and either only in the
+// run's tenant. Approving, denying and resolving are never driving: they
+// need RoleApprover, whatever else the identity holds.
+func (s *Server) mayDrive(id Identity, run *ledger.Run) bool {
+	return run.Tenant == id.Tenant && id.drives(run.Agent)
+}
+
+// mayCancel reports whether id may cancel run: an admin, the principal who
+// submitted it, or one that drives it.
+func (s *Server) mayCancel(id Identity, run *ledger.Run) bool {
+	return run.Tenant == id.Tenant && (id.Has(RoleAdmin) || run.SubmittedBy == id.Principal || s.mayDrive(id, run))
+}
+
+// submittableAgent checks that id may submit a run of agent: the agent is
+// registered and allows id's tenant (else 400, the answer for an unknown
+// agent, so another tenant's agents stay unknown), and id is a submitter
+// or drives the agent (else 403 agent_not_bound).
+func (s *Server) submittableAgent(id Identity, agent string) error {
+	if _, ok := s.engine.AgentFor(agent, id.Tenant); !ok {
+		return &apiError{code: string(ledger.CodeInvalid), detail: "unknown agent",
+			fields: []FieldError{{Location: "/agent", Message: "no agent " + strconv.Quote(agent) + " is registered"}}}
+	}
+	if !id.Has(RoleSubmitter) && !id.drives(agent) {
+		return problemf(CodeAgentNotBound, "this token drives the agents %s, not %s", strings.Join(id.Agents, ", "), strconv.Quote(agent))
+	}
+	return nil
+}
+
+// findDrivenRuns is findVisibleRuns for an identity that drives agents and
+// does not read its whole tenant: up to n of the runs matching f (its
+// tenant's) that it submitted or drives. The store filters by tenant and
+// cursor; the agent is filtered here, a page of the tenant's runs at a
+// time.
+func (s *Server) findDrivenRuns(ctx context.Context, id Identity, f ledger.RunFilter, n int) ([]*ledger.Run, error) {
+	const page = MaxPageSize
+	var out []*ledger.Run
+	for {
+		f.Limit = page
+		runs, err := s.store.FindRuns(ctx, f)
+		if err != nil {
+			return nil, err
+		}
+		for _, r := range runs {
+			if id.seesRun(r) {
+				if out = append(out, r); len(out) == n {
+					return out, nil
+				}
+			}
+		}
+		if len(runs) < page {
+			return out, nil
+		}
+		last := runs[len(runs)-1].ID
+		f.AfterID = &last
+	}
+}
 
 // identityKey is the private context key of the request's Identity.
 type identityKey struct{}
@@ -92,11 +182,15 @@ type TokenEntry struct {
 	Principal string   `json:"principal"`
 	Tenant    string   `json:"tenant"`
 	Roles     []string `json:"roles"`
+	// Agents are the agents a token with the role agent drives: required
+	// with that role, refused without it.
+	Agents []string `json:"agents,omitempty"`
 }
 
 // TokensFile is the document of a tokens file (docs/security.md):
 //
-//	{"tokens": [{"sha256": "<64 hex>", "principal": "alice", "tenant": "acme", "roles": ["approver"]}]}
+//	{"tokens": [{"sha256": "<64 hex>", "principal": "alice", "tenant": "acme", "roles": ["approver"]},
+//	            {"sha256": "<64 hex>", "principal": "bot", "tenant": "acme", "roles": ["agent"], "agents": ["my-agent"]}]}
 type TokensFile struct {
 	Tokens []TokenEntry `json:"tokens"`
 }
@@ -129,9 +223,11 @@ func LoadTokens(path string) (*Tokens, error) {
 // ParseTokens checks a tokens file's content: JSON without duplicate keys,
 // no unknown fields, a "tokens" array whose entries each have a 64-hex-digit
 // lowercase sha256 (unique in the file), a principal and a tenant (non-empty,
-// no control characters, at most 256 and 128 bytes) and at least one known
-// role (submitter, approver, auditor, admin). An empty array is accepted: a
-// server that lets nobody in. Errors name the entry by index, never a hash.
+// no control characters, at most 256 and 128 bytes), at least one known
+// role (submitter, approver, auditor, agent, admin) and, with the role
+// agent and only with it, the agents it drives (agent names as a run
+// submission gives them). An empty array is accepted: a server that lets
+// nobody in. Errors name the entry by index, never a hash.
 func ParseTokens(data []byte) (*Tokens, error) {
 	if err := ledger.CheckJSON(data); err != nil {
 		return nil, fmt.Errorf("tokens file: %w", err)
@@ -169,10 +265,13 @@ func checkEntry(e TokenEntry) (Identity, error) {
 	if !hashPattern.MatchString(e.SHA256) {
 		return Identity{}, errors.New("sha256 must be 64 lowercase hex digits")
 	}
-	return checkIdentity(e.Principal, e.Tenant, e.Roles)
+	return checkIdentity(e.Principal, e.Tenant, e.Roles, e.Agents)
 }
 
-func checkIdentity(principal, tenant string, roles []string) (Identity, error) {
+// agentNamePattern is an agent's name, as the run_submission schema has it.
+var agentNamePattern = regexp.MustCompile(`^[a-z0-9][a-z0-9._-]{0,63}$`)
+
+func checkIdentity(principal, tenant string, roles, agents []string) (Identity, error) {
 	if err := checkName("principal", principal, 256); err != nil {
 		return Identity{}, err
 	}
@@ -185,10 +284,24 @@ func checkIdentity(principal, tenant string, roles []string) (Identity, error) {
 	id := Identity{Principal: principal, Tenant: tenant}
 	for _, r := range roles {
 		if !Role(r).Valid() {
-			return Identity{}, fmt.Errorf("unknown role %q (known: submitter, approver, auditor, admin)", r)
+			return Identity{}, fmt.Errorf("unknown role %q (known: %s)", r, roleNames())
 		}
 		if !slices.Contains(id.Roles, Role(r)) {
 			id.Roles = append(id.Roles, Role(r))
+		}
+	}
+	switch agent := slices.Contains(id.Roles, RoleAgent); {
+	case agent && len(agents) == 0:
+		return Identity{}, errors.New(`the role agent needs "agents": the agents this token drives`)
+	case !agent && len(agents) > 0:
+		return Identity{}, errors.New(`"agents" go with the role agent only (an admin drives every agent already)`)
+	}
+	for _, a := range agents {
+		if !agentNamePattern.MatchString(a) {
+			return Identity{}, fmt.Errorf("agent %q: want an agent's name: lowercase letters, digits, '.', '_' and '-', at most 64", a)
+		}
+		if !slices.Contains(id.Agents, a) {
+			id.Agents = append(id.Agents, a)
 		}
 	}
 	return id, nil
@@ -210,12 +323,13 @@ func checkName(field, s string, maxLen int) error {
 // recognisable to secret scanners.
 const TokenPrefix = "lgr_"
 
-// NewTokenLine makes a token for principal in tenant with roles: 32 bytes
-// from crypto/rand, base64url without padding, after TokenPrefix. It returns
-// the token, to hand to the person once, and the entry to add to the tokens
-// file, which holds only the token's SHA-256.
-func NewTokenLine(principal, tenant string, roles []string) (token string, line TokenEntry, err error) {
-	if _, err := checkIdentity(principal, tenant, roles); err != nil {
+// NewTokenLine makes a token for principal in tenant with roles, and with
+// the role agent the agents it drives: 32 bytes from crypto/rand,
+// base64url without padding, after TokenPrefix. It returns the token, to
+// hand to the person once, and the entry to add to the tokens file, which
+// holds only the token's SHA-256.
+func NewTokenLine(principal, tenant string, roles []string, agents ...string) (token string, line TokenEntry, err error) {
+	if _, err := checkIdentity(principal, tenant, roles, agents); err != nil {
 		return "", TokenEntry{}, fmt.Errorf("new token: %w", err)
 	}
 	var b [32]byte
@@ -224,7 +338,7 @@ func NewTokenLine(principal, tenant string, roles []string) (token string, line 
 	}
 	token = TokenPrefix + base64.RawURLEncoding.EncodeToString(b[:])
 	return token, TokenEntry{SHA256: HashToken(token), Principal: principal, Tenant: tenant,
-		Roles: slices.Clone(roles)}, nil
+		Roles: slices.Clone(roles), Agents: slices.Clone(agents)}, nil
 }
 
 // HashToken returns the hex SHA-256 of a token, as a tokens file stores it.
@@ -338,7 +452,8 @@ func (s *Server) lookupToken(r *http.Request, tokens *Tokens) (Identity, error) 
 	return id, nil
 }
 
-// DevIdentity is who every request is in dev mode.
+// DevIdentity is who every request is in dev mode: with every role,
+// admin included, it drives every agent.
 func DevIdentity() Identity {
 	return Identity{Principal: "dev", Tenant: "default", Roles: Roles()}
 }

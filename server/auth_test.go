@@ -133,27 +133,37 @@ func TestLoadTokens(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, 2, tokens.Len())
 	})
+	t.Run("Agent", func(t *testing.T) {
+		tokens, err := server.LoadTokens(write(t, entry(`{"sha256":"`+hash+`","principal":"bot","tenant":"acme","roles":["agent"],"agents":["my-agent","my.other_agent"]}`)))
+		require.NoError(t, err)
+		require.Equal(t, 1, tokens.Len())
+	})
 	t.Run("Empty", func(t *testing.T) {
 		tokens, err := server.LoadTokens(write(t, `{"tokens":[]}`))
 		require.NoError(t, err)
 		require.Zero(t, tokens.Len())
 	})
 	bad := map[string]struct{ content, msg string }{
-		"not json":            {`{"tokens":`, "json"},
-		"no tokens key":       {`{}`, `"tokens" is required`},
-		"unknown field":       {`{"tokens":[],"extra":1}`, "unknown field"},
-		"unknown entry field": {entry(`{"sha256":"` + hash + `","principal":"a","tenant":"t","roles":["admin"],"token":"x"}`), "unknown field"},
-		"duplicate key":       {`{"tokens":[],"tokens":[]}`, "duplicate key"},
-		"trailing data":       {`{"tokens":[]} {}`, "after the top-level value"},
-		"short hash":          {entry(`{"sha256":"abcd","principal":"a","tenant":"t","roles":["admin"]}`), "64 lowercase hex"},
-		"upper hash":          {entry(`{"sha256":"` + strings.ToUpper(hash) + `","principal":"a","tenant":"t","roles":["admin"]}`), "64 lowercase hex"},
-		"not hex":             {entry(`{"sha256":"` + strings.Repeat("zz", 32) + `","principal":"a","tenant":"t","roles":["admin"]}`), "64 lowercase hex"},
-		"no principal":        {entry(`{"sha256":"` + hash + `","principal":"","tenant":"t","roles":["admin"]}`), "principal is required"},
-		"no tenant":           {entry(`{"sha256":"` + hash + `","principal":"a","roles":["admin"]}`), "tenant is required"},
-		"control char":        {entry(`{"sha256":"` + hash + `","principal":"a\u0007","tenant":"t","roles":["admin"]}`), "control characters"},
-		"no roles":            {entry(`{"sha256":"` + hash + `","principal":"a","tenant":"t","roles":[]}`), "at least one role"},
-		"unknown role":        {entry(`{"sha256":"` + hash + `","principal":"a","tenant":"t","roles":["root"]}`), `unknown role "root"`},
-		"duplicate hash":      {entry(ok + "," + ok), "appears twice"},
+		"not json":             {`{"tokens":`, "json"},
+		"no tokens key":        {`{}`, `"tokens" is required`},
+		"unknown field":        {`{"tokens":[],"extra":1}`, "unknown field"},
+		"unknown entry field":  {entry(`{"sha256":"` + hash + `","principal":"a","tenant":"t","roles":["admin"],"token":"x"}`), "unknown field"},
+		"duplicate key":        {`{"tokens":[],"tokens":[]}`, "duplicate key"},
+		"trailing data":        {`{"tokens":[]} {}`, "after the top-level value"},
+		"short hash":           {entry(`{"sha256":"abcd","principal":"a","tenant":"t","roles":["admin"]}`), "64 lowercase hex"},
+		"upper hash":           {entry(`{"sha256":"` + strings.ToUpper(hash) + `","principal":"a","tenant":"t","roles":["admin"]}`), "64 lowercase hex"},
+		"not hex":              {entry(`{"sha256":"` + strings.Repeat("zz", 32) + `","principal":"a","tenant":"t","roles":["admin"]}`), "64 lowercase hex"},
+		"no principal":         {entry(`{"sha256":"` + hash + `","principal":"","tenant":"t","roles":["admin"]}`), "principal is required"},
+		"no tenant":            {entry(`{"sha256":"` + hash + `","principal":"a","roles":["admin"]}`), "tenant is required"},
+		"control char":         {entry(`{"sha256":"` + hash + `","principal":"a\u0007","tenant":"t","roles":["admin"]}`), "control characters"},
+		"no roles":             {entry(`{"sha256":"` + hash + `","principal":"a","tenant":"t","roles":[]}`), "at least one role"},
+		"unknown role":         {entry(`{"sha256":"` + hash + `","principal":"a","tenant":"t","roles":["root"]}`), `unknown role "root"`},
+		"duplicate hash":       {entry(ok + "," + ok), "appears twice"},
+		"agent without agents": {entry(`{"sha256":"` + hash + `","principal":"a","tenant":"t","roles":["agent"]}`), `the role agent needs "agents"`},
+		"agent empty agents":   {entry(`{"sha256":"` + hash + `","principal":"a","tenant":"t","roles":["agent"],"agents":[]}`), `the role agent needs "agents"`},
+		"agents without agent": {entry(`{"sha256":"` + hash + `","principal":"a","tenant":"t","roles":["submitter"],"agents":["x"]}`), `"agents" go with the role agent only`},
+		"agents of an admin":   {entry(`{"sha256":"` + hash + `","principal":"a","tenant":"t","roles":["admin"],"agents":["x"]}`), "an admin drives every agent"},
+		"bad agent name":       {entry(`{"sha256":"` + hash + `","principal":"a","tenant":"t","roles":["agent"],"agents":["My Agent"]}`), `agent "My Agent"`},
 	}
 	for name, tc := range bad {
 		t.Run("Err/"+name, func(t *testing.T) {
@@ -179,6 +189,13 @@ func TestNewTokenLine(t *testing.T) {
 	require.Equal(t, server.TokenEntry{SHA256: line.SHA256, Principal: "alice", Tenant: "acme",
 		Roles: []string{"submitter", "approver"}}, line)
 
+	_, bot, err := server.NewTokenLine("bot", "acme", []string{"agent"}, "payer", "biller")
+	require.NoError(t, err)
+	require.Equal(t, []string{"payer", "biller"}, bot.Agents)
+	_, line2, err := server.NewTokenLine("alice", "acme", []string{"submitter"})
+	require.NoError(t, err)
+	require.Nil(t, line2.Agents)
+
 	again, _, err := server.NewTokenLine("alice", "acme", []string{"submitter"})
 	require.NoError(t, err)
 	require.NotEqual(t, tok, again)
@@ -193,14 +210,17 @@ func TestNewTokenLine(t *testing.T) {
 	for name, tc := range map[string]struct {
 		principal, tenant string
 		roles             []string
+		agents            []string
 	}{
-		"no principal": {"", "acme", []string{"admin"}},
-		"no tenant":    {"alice", "", []string{"admin"}},
-		"no roles":     {"alice", "acme", nil},
-		"unknown role": {"alice", "acme", []string{"owner"}},
+		"no principal":         {"", "acme", []string{"admin"}, nil},
+		"no tenant":            {"alice", "", []string{"admin"}, nil},
+		"no roles":             {"alice", "acme", nil, nil},
+		"unknown role":         {"alice", "acme", []string{"owner"}, nil},
+		"agent without agents": {"bot", "acme", []string{"agent"}, nil},
+		"agents without agent": {"bot", "acme", []string{"submitter"}, []string{"payer"}},
 	} {
 		t.Run("Err/"+name, func(t *testing.T) {
-			_, _, err := server.NewTokenLine(tc.principal, tc.tenant, tc.roles)
+			_, _, err := server.NewTokenLine(tc.principal, tc.tenant, tc.roles, tc.agents...)
 			require.Error(t, err)
 		})
 	}

@@ -34,6 +34,9 @@ const (
 	// CodeTooManyPendingApprovals is 429 + Retry-After: the tenant's pending
 	// approvals and live runs reached Config.MaxPendingApprovals.
 	CodeTooManyPendingApprovals = "too_many_pending_approvals"
+	// CodeAgentNotBound is 403: a token with the role agent submitted a run
+	// of an agent it is not bound to.
+	CodeAgentNotBound = "agent_not_bound"
 )
 
 // problemTypeBase prefixes every problem's code to make its type URI.
@@ -70,6 +73,7 @@ var problems = map[string]problemSpec{
 	CodeNotReady:                          {http.StatusServiceUnavailable, "Not ready"},
 	CodeRateLimited:                       {http.StatusTooManyRequests, "Too many requests"},
 	CodeTooManyPendingApprovals:           {http.StatusTooManyRequests, "Too many pending approvals"},
+	CodeAgentNotBound:                     {http.StatusForbidden, "Agent not bound"},
 }
 
 // StatusOf returns the HTTP status the API answers with for a problem code:

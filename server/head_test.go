@@ -53,7 +53,7 @@ func TestHead(t *testing.T) {
 			}
 		})
 	}
-	require.Equal(t, 10, n, "every GET operation was tried")
+	require.Equal(t, 12, n, "every GET operation was tried")
 
 	t.Run("UnknownRoute", func(t *testing.T) {
 		head := e.send(t, request{method: http.MethodHead, path: "/nowhere"})

@@ -33,19 +33,23 @@ import (
 // clients, engines and stores must all be closed.
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
-// principals of the test tokens file: name → tenant and roles.
+// principals of the test tokens file: name → tenant, roles and, with the
+// role agent, the agents it drives.
 var principals = map[string]struct {
 	tenant string
 	roles  []string
+	agents []string
 }{
-	"alice": {"acme", []string{"submitter"}},
-	"amy":   {"acme", []string{"submitter"}},
-	"bob":   {"acme", []string{"approver"}},
-	"carol": {"acme", []string{"auditor"}},
-	"root":  {"acme", []string{"admin"}},
-	"sam":   {"acme", []string{"submitter", "approver"}},
-	"eve":   {"globex", []string{"submitter"}},
-	"gina":  {"globex", []string{"approver", "auditor"}},
+	"alice": {"acme", []string{"submitter"}, nil},
+	"amy":   {"acme", []string{"submitter"}, nil},
+	"bob":   {"acme", []string{"approver"}, nil},
+	"carol": {"acme", []string{"auditor"}, nil},
+	"root":  {"acme", []string{"admin"}, nil},
+	"sam":   {"acme", []string{"submitter", "approver"}, nil},
+	"eve":   {"globex", []string{"submitter"}, nil},
+	"gina":  {"globex", []string{"approver", "auditor"}, nil},
+	"andy":  {"acme", []string{"agent"}, []string{"payer"}},
+	"alf":   {"acme", []string{"agent", "auditor"}, []string{"payer"}},
 }
 
 // options tune an env.
@@ -58,6 +62,8 @@ type options struct {
 	// recovery decisions to the server's metrics, as serve does.
 	hooks bool
 	fault func(engine.FaultPoint) // the engine's FaultFunc
+	// agents are registered beside practice-cards.
+	agents []engine.Agent
 }
 
 // testRedactionKey is the one redaction key of an env, as a process has
@@ -105,8 +111,10 @@ func newEnv(t testing.TB, o options) *env {
 		agent.Tools[0] = simulator.NewTool(desc, effects, o.sim.Tools[simulator.CardsWriteTool])
 	}
 	tools := map[string]contracts.ToolDescriptor{}
-	for _, tool := range agent.Tools {
-		tools[tool.Descriptor().Name] = tool.Descriptor()
+	for _, a := range append([]engine.Agent{agent}, o.agents...) {
+		for _, tool := range a.Tools {
+			tools[tool.Descriptor().Name] = tool.Descriptor()
+		}
 	}
 	redactor, err := redact.NewRedactor(testRedactionKey)
 	require.NoError(t, err)
@@ -116,7 +124,7 @@ func newEnv(t testing.TB, o options) *env {
 		d, ok := tools[n]
 		return d, ok
 	}, approval.Options{RelaxSeparationOfDuties: o.dev})
-	ecfg := engine.Config{Store: lb.Store, Approvals: svc, Agents: []engine.Agent{agent},
+	ecfg := engine.Config{Store: lb.Store, Approvals: svc, Agents: append([]engine.Agent{agent}, o.agents...),
 		Now: lb.Clock.Now, PollInterval: 10 * time.Millisecond, FaultFunc: o.fault, Redactor: redactor}
 	if o.hooks {
 		ecfg.OnToolCall = func(c engine.ToolCallStats) {
@@ -164,7 +172,7 @@ func (e *env) writeTokens(t testing.TB) *server.Tokens {
 	t.Helper()
 	var f server.TokensFile
 	for name, p := range principals {
-		tok, line, err := server.NewTokenLine(name, p.tenant, p.roles)
+		tok, line, err := server.NewTokenLine(name, p.tenant, p.roles, p.agents...)
 		require.NoError(t, err)
 		e.tokens[name] = tok
 		f.Tokens = append(f.Tokens, line)

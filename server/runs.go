@@ -36,7 +36,8 @@ const MaxCancelReasonLength = 1000
 
 // submitRun is POST /v1/runs. The checks run in this order: role (403),
 // Idempotency-Key (400), media type, size and JSON (415, 413, 400), the
-// run_submission schema (400), the agent (400), then the key's in-flight
+// run_submission schema (400), the agent (400 if the tenant may not use it,
+// 403 agent_not_bound for an agent token not bound to it), then the key's in-flight
 // mark (409) and the store (422 for a key reused with another body, 429
 // for the pending-approvals cap).
 //
@@ -51,7 +52,7 @@ const MaxCancelReasonLength = 1000
 // refused with 429 too_many_pending_approvals and Retry-After; a replay is
 // still answered.
 func (s *Server) submitRun(c echo.Context) error {
-	id, err := needRole(c, RoleSubmitter)
+	id, err := needRole(c, RoleSubmitter, RoleAgent)
 	if err != nil {
 		return err
 	}
@@ -70,9 +71,8 @@ func (s *Server) submitRun(c echo.Context) error {
 	if err := decodeStrict(body, &req); err != nil {
 		return err
 	}
-	if !s.engine.HasAgent(req.Agent) {
-		return &apiError{code: string(ledger.CodeInvalid), detail: "unknown agent",
-			fields: []FieldError{{Location: "/agent", Message: "no agent " + strconv.Quote(req.Agent) + " is registered"}}}
+	if err := s.submittableAgent(id, req.Agent); err != nil {
+		return err
 	}
 	release, ok := s.markInFlight(id.Tenant, id.Principal, key)
 	if !ok {
@@ -242,8 +242,12 @@ func (s *Server) listRuns(c echo.Context) error {
 }
 
 // findVisibleRuns returns up to n runs matching f that id may see: the
-// tenant's, or for a submitter-only principal its own.
+// tenant's, for an agent principal those it drives or submitted, or for a
+// submitter-only principal its own.
 func (s *Server) findVisibleRuns(ctx context.Context, id Identity, f ledger.RunFilter, n int) ([]*ledger.Run, error) {
+	if !id.readsTenant() && id.Has(RoleAgent) {
+		return s.findDrivenRuns(ctx, id, f, n)
+	}
 	if !id.readsTenant() {
 		f.SubmittedBy = &id.Principal
 	}
@@ -259,9 +263,9 @@ func badQuery(param, msg string) error {
 // maxIDLength bounds path ids; longer ones cannot exist.
 const maxIDLength = 128
 
-// visibleRun loads a run the identity may see: its tenant's, and for a
-// submitter-only principal one it submitted. Anything else is the same 404
-// as an unknown id.
+// visibleRun loads a run the identity may see (Identity.seesRun): its
+// tenant's, and for a principal that does not read the whole tenant one it
+// submitted or drives. Anything else is the same 404 as an unknown id.
 func (s *Server) visibleRun(ctx context.Context, id Identity, runID string) (*ledger.Run, error) {
 	if runID == "" || len(runID) > maxIDLength || !utf8.ValidString(runID) {
 		return nil, notFound("run", runID)
@@ -272,7 +276,7 @@ func (s *Server) visibleRun(ctx context.Context, id Identity, runID string) (*le
 		return nil, notFound("run", runID)
 	case err != nil:
 		return nil, err
-	case r.Tenant != id.Tenant, !id.readsTenant() && r.SubmittedBy != id.Principal:
+	case !id.seesRun(r):
 		return nil, notFound("run", runID)
 	}
 	return r, nil
@@ -297,15 +301,15 @@ func (s *Server) getRun(c echo.Context) error {
 }
 
 // cancelRun is POST /v1/runs/{run_id}/cancel with an optional body
-// {"reason": "…"}: a submitter cancels its own runs, an admin any of the
-// tenant's. The decision is the store's one write (engine.Cancel): 202
+// {"reason": "…"}: a submitter cancels its own runs, an agent principal
+// the runs it drives, an admin any of the tenant's. The decision is the store's one write (engine.Cancel): 202
 // with the cancellation as it stands (accepted: no new attempt starts),
 // and the same 202 with the same cancellation for every repeat, also once
 // it is stopped or too_late and the run has ended; 409 only if the run
 // ended without a cancellation, and then nothing is stored. The reason is
 // redacted before it is stored.
 func (s *Server) cancelRun(c echo.Context) error {
-	id, err := needRole(c, RoleSubmitter)
+	id, err := needRole(c, RoleSubmitter, RoleAgent)
 	if err != nil {
 		return err
 	}
@@ -328,8 +332,8 @@ func (s *Server) cancelRun(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	if !id.Has(RoleAdmin) && r.SubmittedBy != id.Principal {
-		return forbidden("only the principal who submitted a run, or an admin, may cancel it")
+	if !s.mayCancel(id, r) {
+		return forbidden("only the principal who submitted a run, one that drives its agent, or an admin, may cancel it")
 	}
 	res, err := s.engine.Cancel(ctx, engine.CancelParams{RunID: r.ID, Principal: id.Principal, Reason: req.Reason})
 	if err != nil {

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"math"
 	"net/http"
 	"strconv"
@@ -102,6 +103,11 @@ type Config struct {
 	// 0 means no cap; ledger serve's --max-pending-approvals defaults to
 	// DefaultMaxPendingApprovals.
 	MaxPendingApprovals int
+	// ClientTools are the leases of the tools outside agents execute (the
+	// config file's client tools, engine.ClientTool), by tool name: GET
+	// /v1/tools shows them, and every other tool as executed by the
+	// ledger. Nil means none.
+	ClientTools map[string]engine.Lease
 
 	// beforeSubmit, if set, runs after a submit is marked in flight and
 	// before it reaches the store. Tests set it (export_test.go) to hold a
@@ -133,6 +139,7 @@ type Server struct {
 
 	beforeSubmit func()
 	maxPending   int
+	clientTools  map[string]engine.Lease
 
 	// limits holds each identity's bucket, authFailures each client
 	// address's bucket of 401s; both nil without a rate limit.
@@ -174,7 +181,7 @@ func New(cfg Config) (*Server, error) {
 		store: cfg.Store, engine: cfg.Engine, approvals: cfg.Approvals,
 		log: cfg.Logger, maxBody: cfg.MaxBodyBytes, now: cfg.Now, ready: cfg.ReadyFunc,
 		redactor: cfg.Redactor, beforeSubmit: cfg.beforeSubmit, inflight: map[inflightKey]struct{}{},
-		maxPending: cfg.MaxPendingApprovals,
+		maxPending: cfg.MaxPendingApprovals, clientTools: maps.Clone(cfg.ClientTools),
 	}
 	s.tokens.Store(cfg.Tokens)
 	// The handlers' store failures are counted, and decide readiness,
@@ -271,6 +278,8 @@ func (s *Server) newEcho() *echo.Echo {
 	e.POST("/v1/actions/:action_id/approve", s.approve, auth...)
 	e.POST("/v1/actions/:action_id/deny", s.deny, auth...)
 	e.POST("/v1/actions/:action_id/resolve", s.resolve, auth...)
+	get("/v1/tools", s.listTools, auth...)
+	get("/v1/agents", s.listAgents, auth...)
 
 	s.routes = map[string]bool{}
 	for _, r := range e.Routes() {

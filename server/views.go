@@ -52,6 +52,19 @@ func cancellationView(c *ledger.Cancellation) *Cancellation {
 		AcceptedAt: c.AcceptedAt, StoppingAt: c.StoppingAt, StoppedAt: c.StoppedAt, TooLateAt: c.TooLateAt}
 }
 
+// gateView is the action's gate on the wire; nil for none.
+func gateView(g *ledger.ActionGate) *ActionGate {
+	if g == nil {
+		return nil
+	}
+	v := &ActionGate{Decision: g.Decision, Reason: g.Reason, RulesDigest: g.RulesDigest}
+	if g.Rule >= 0 {
+		rule := g.Rule
+		v.Rule = &rule
+	}
+	return v
+}
+
 // actionView builds an action with its redacted arguments and the given
 // attempts and approvals (nil becomes an empty list).
 func (s *Server) actionView(a *ledger.Action, atts []*ledger.Attempt, aprs []*ledger.Approval) (Action, error) {
@@ -61,7 +74,7 @@ func (s *Server) actionView(a *ledger.Action, atts []*ledger.Attempt, aprs []*le
 	}
 	v := Action{ID: a.ID, RunID: a.RunID, Seq: a.Seq, Tool: a.Tool, ToolVersion: a.ToolVersion, Effect: a.Effect,
 		State: a.State, ActionDigest: a.ActionDigest, Arguments: args, DedupKey: a.DedupKey, Supersedes: a.Supersedes,
-		CreatedAt: a.CreatedAt, Attempts: []Attempt{}, Approvals: []Approval{}}
+		CreatedAt: a.CreatedAt, Attempts: []Attempt{}, Approvals: []Approval{}, Gate: gateView(a.Gate)}
 	for _, t := range atts {
 		v.Attempts = append(v.Attempts, attemptView(t))
 	}

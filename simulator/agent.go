@@ -89,18 +89,33 @@ func CardsCountDescriptor() contracts.ToolDescriptor {
 
 // PracticeCardsAgent returns the practice-cards agent: NewPracticeCardsModel
 // with the tools cards.write and cards.count, both keeping their effects in
-// store and configured by cfg. A cfg that fails Validate panics, as NewTool
-// does; configs from files come through ParseConfig.
+// store and configured by cfg, and cfg.Agent's loop policy. With
+// cfg.Agent.ContinueOnToolError the engine reports a failed write to the
+// model, and the model retries it. A cfg that fails Validate panics, as
+// NewTool does; configs from files come through ParseConfig.
 func PracticeCardsAgent(store *EffectStore, cfg Config) engine.Agent {
 	if err := cfg.Validate(); err != nil {
 		panic(err.Error())
 	}
+	newModel := NewPracticeCardsModel
+	if cfg.Agent.ContinueOnToolError {
+		newModel = func(input json.RawMessage) (engine.Model, error) {
+			m, err := newPracticeCardsModel(input)
+			if err != nil {
+				return nil, err
+			}
+			m.retryFailed = true
+			return m, nil
+		}
+	}
 	return engine.Agent{
 		Name:     AgentName,
-		NewModel: NewPracticeCardsModel,
+		NewModel: newModel,
 		Tools: []engine.Tool{
 			NewTool(CardsWriteDescriptor(), store, cfg.toolConfig(CardsWriteTool)),
 			NewTool(CardsCountDescriptor(), store, cfg.toolConfig(CardsCountTool)),
 		},
+		Policy:              cfg.Agent.Policy,
+		ContinueOnToolError: cfg.Agent.ContinueOnToolError,
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"sort"
 	"time"
 
+	"github.com/actionledger/ledger/budget"
 	"github.com/actionledger/ledger/contracts"
 )
 
@@ -181,16 +182,59 @@ func (c ToolConfig) apply(d contracts.ToolDescriptor) contracts.ToolDescriptor {
 	return d
 }
 
-// Config configures the simulated tools of an agent, keyed by tool name:
+// AgentConfig configures the practice-cards agent itself:
 //
-//	{"tools": {"cards.write": {
+//	{"continue_on_tool_error": true,
+//	 "policy": {"repeat_limit": 5, "consecutive_errors": 2}}
+//
+// The zero AgentConfig is the agent as it ships: a failed write ends the
+// run (tool_error), under the engine's loop policies.
+type AgentConfig struct {
+	// ContinueOnToolError sets engine.Agent.ContinueOnToolError: a failed
+	// cards.write goes back to the model, which proposes the same write
+	// again (PracticeCardsModel) instead of ending the run. With a tool that
+	// keeps failing, a loop policy ends the run: the retry is the same call,
+	// so with the default repeat_limit of 2 the third proposal stops with
+	// repeated_action; a larger repeat_limit leaves it to
+	// consecutive_errors, or to no_progress when its window is the smaller.
+	ContinueOnToolError bool `json:"continue_on_tool_error,omitempty"`
+	// Policy is the agent's loop-policy thresholds (engine.Agent.Policy);
+	// an absent or zero field takes the engine's. Negative ones are
+	// refused.
+	Policy budget.Policy `json:"policy,omitzero"`
+}
+
+// Validate refuses negative thresholds: budget would read them as its
+// defaults, so a plan that meant something else would silently run another.
+func (c AgentConfig) Validate() error {
+	for _, f := range []struct {
+		name string
+		n    int
+	}{{"repeat_limit", c.Policy.RepeatLimit}, {"consecutive_errors", c.Policy.ConsecutiveErrors},
+		{"no_progress_window", c.Policy.NoProgressWindow}} {
+		if f.n < 0 {
+			return fmt.Errorf("agent: policy.%s: negative", f.name)
+		}
+	}
+	return nil
+}
+
+// Config configures the practice-cards agent and its simulated tools, keyed
+// by tool name:
+//
+//	{"agent": {"continue_on_tool_error": true, "policy": {"repeat_limit": 5}},
+//	 "tools": {"cards.write": {
 //	    "guarantees": {"query": true, "dedup": true, "cancel": false},
 //	    "dedup_retention_ms": 60000, "query_visibility_ms": 500,
 //	    "faults": [{"kind": "error", "calls": [1]}]}}}
 //
 // It is how the fault matrix hands a fault plan to a process it starts. The
-// zero Config runs every tool as its descriptor says, without faults.
+// zero Config runs the agent as it ships and every tool as its descriptor
+// says, without faults.
 type Config struct {
+	// Agent configures the agent: whether its model sees failed writes,
+	// and its loop-policy thresholds.
+	Agent AgentConfig           `json:"agent,omitzero"`
 	Tools map[string]ToolConfig `json:"tools,omitempty"`
 	// CrashFunc is the crash function of every tool whose ToolConfig sets
 	// none.
@@ -202,9 +246,12 @@ type Config struct {
 // faults and pass for the wrong reason.
 func knownTools() []string { return []string{CardsWriteTool, CardsCountTool} }
 
-// Validate checks every tool's config and refuses names of tools this
-// package does not ship.
+// Validate checks the agent's config and every tool's, and refuses names of
+// tools this package does not ship.
 func (c Config) Validate() error {
+	if err := c.Agent.Validate(); err != nil {
+		return fmt.Errorf("simulator config: %w", err)
+	}
 	names := make([]string, 0, len(c.Tools))
 	for name := range c.Tools {
 		names = append(names, name)

@@ -22,6 +22,8 @@ func FuzzParseConfig(f *testing.F) {
 			"faults": [{"kind": "error", "calls": [1]}, {"kind": "slow", "delay_ms": 250},
 				{"kind": "effect_then_crash", "calls": [3]}, {"kind": "query_error", "calls": [1, 2]}]}}}`,
 		`{"tools": {"cards.count": {"faults": [{"kind": "timeout"}, {"kind": "error_unknown"}, {"kind": "crash_before_effect"}]}}}`,
+		`{"agent": {"continue_on_tool_error": true, "policy": {"repeat_limit": 5, "consecutive_errors": 2, "no_progress_window": 4}}}`,
+		`{"agent": {"policy": {"repeat_limit": -1}}}`, `{"agent": {"policy": {}}}`, `{"agent": null}`,
 		`{}`, `{"tools": {}}`, `{"tools": null}`, `{"tools": {"cards.write": null}}`,
 		`{"tools": {"cards.write": {"guarantees": null}}}`,
 		`{"tools": {}, "chaos": true}`,
@@ -46,6 +48,7 @@ func FuzzParseConfig(f *testing.F) {
 		require.NoError(t, err)
 		back, err := simulator.ParseConfig(b)
 		require.NoError(t, err, "config %s encoded as %s is refused", data, b)
+		require.Equal(t, c.Agent, back.Agent, "the agent's config changed in the round trip through %s", b)
 		require.Equal(t, len(c.Tools), len(back.Tools))
 		for name, tc := range c.Tools {
 			// An empty list is written as absent (omitempty): the same config.

@@ -7,6 +7,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/actionledger/ledger/budget"
 	"github.com/actionledger/ledger/contracts"
 	"github.com/actionledger/ledger/simulator"
 )
@@ -58,6 +59,34 @@ func TestParseConfig(t *testing.T) {
 		c, err := simulator.ParseConfig([]byte(`{}`))
 		require.NoError(t, err)
 		require.Empty(t, c.Tools)
+		require.Equal(t, simulator.AgentConfig{}, c.Agent)
+	})
+
+	t.Run("Agent", func(t *testing.T) {
+		c, err := simulator.ParseConfig([]byte(`{"agent": {"continue_on_tool_error": true,
+			"policy": {"repeat_limit": 5, "consecutive_errors": 2, "no_progress_window": 7}},
+			"tools": {"cards.write": {"faults": [{"kind": "error"}]}}}`))
+		require.NoError(t, err)
+		want := simulator.AgentConfig{ContinueOnToolError: true,
+			Policy: budget.Policy{RepeatLimit: 5, ConsecutiveErrors: 2, NoProgressWindow: 7}}
+		require.Equal(t, want, c.Agent)
+
+		// It reaches the agent the engine registers.
+		agent := simulator.PracticeCardsAgent(newSetup(t).store, c)
+		require.True(t, agent.ContinueOnToolError)
+		require.Equal(t, want.Policy, agent.Policy)
+		plain := simulator.PracticeCardsAgent(newSetup(t).store, simulator.Config{})
+		require.False(t, plain.ContinueOnToolError)
+		require.Equal(t, budget.Policy{}, plain.Policy, "the engine's thresholds, unless the config sets some")
+
+		data, err := json.Marshal(c)
+		require.NoError(t, err)
+		back, err := simulator.ParseConfig(data)
+		require.NoError(t, err)
+		require.Equal(t, c.Agent, back.Agent)
+		data, err = json.Marshal(simulator.Config{})
+		require.NoError(t, err)
+		require.JSONEq(t, `{}`, string(data), "the zero agent config is absent")
 	})
 
 	for name, data := range map[string]string{
@@ -72,6 +101,11 @@ func TestParseConfig(t *testing.T) {
 		"SlowWithoutDelay":      `{"tools": {"cards.write": {"faults": [{"kind": "slow"}]}}}`,
 		"NegativeRetention":     `{"tools": {"cards.write": {"dedup_retention_ms": -1}}}`,
 		"NegativeVisibility":    `{"tools": {"cards.write": {"query_visibility_ms": -1}}}`,
+		"UnknownAgentField":     `{"agent": {"continue_on_error": true}}`,
+		"UnknownPolicyField":    `{"agent": {"policy": {"max_errors": 2}}}`,
+		"NegativeRepeatLimit":   `{"agent": {"policy": {"repeat_limit": -1}}}`,
+		"NegativeErrors":        `{"agent": {"policy": {"consecutive_errors": -2}}}`,
+		"NegativeWindow":        `{"agent": {"policy": {"no_progress_window": -3}}}`,
 		"TrailingData":          `{} {}`,
 		"NotJSON":               `tools`,
 	} {

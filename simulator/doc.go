@@ -19,7 +19,11 @@
 // process; they exist only where whoever starts the process configures a
 // fault plan, and nothing reachable from the network can set one.
 //
-// It imports ledger, contracts and engine of this project, and the
+// A Config also configures the agent itself: whether a failed write goes
+// back to its model, which then retries it, and its loop-policy thresholds,
+// so that a run can be shown stopping with each loop policy.
+//
+// It imports ledger, contracts, budget and engine of this project, and the
 // database/sql driver github.com/mattn/go-sqlite3; never GORM (only package
 // ledger owns it) and never Echo.
 package simulator

@@ -23,7 +23,10 @@ type PracticeCardsInput struct {
 // For a run with no action yet it proposes one cards.write call with the
 // cards parsed from the input's Markdown; once that action has succeeded it
 // answers {"cards_written": N, "title": …}; once it has failed or was
-// abandoned it answers {"error": "cards.write failed", "title": …}.
+// abandoned it answers {"error": "cards.write failed", "title": …}. In the
+// agent configured to continue on tool errors (AgentConfig), a failed write
+// is proposed again instead, as often as the engine asks: the run's loop
+// policies decide when that stops.
 //
 // It derives every step from the input and the history alone, so the
 // arguments it proposes are byte-identical every time for the same input:
@@ -33,6 +36,8 @@ type PracticeCardsModel struct {
 	cards []Card
 	args  json.RawMessage // canonical JSON of the cards.write arguments
 	usage engine.Usage
+	// retryFailed proposes a failed write again instead of answering.
+	retryFailed bool
 }
 
 // cardsWriteArguments are the arguments of cards.write.
@@ -89,9 +94,10 @@ func (m *PracticeCardsModel) Cards() []Card { return append([]Card(nil), m.cards
 
 // Next implements engine.Model. It looks at the last history entry only:
 // succeeded and failed/abandoned actions end the run as described on the
-// type; any other state (the engine asking while the action is still
-// undecided, or after it was denied, cancelled or superseded) is an error,
-// because this model has nothing sensible to propose then.
+// type (a failed one is retried when so configured); any other state (the
+// engine asking while the action is still undecided, or after it was
+// denied, cancelled or superseded) is an error, because this model has
+// nothing sensible to propose then.
 //
 // Every step reports the same usage: len(markdown)/4+1 input tokens and ten
 // output tokens per card.
@@ -100,7 +106,9 @@ func (m *PracticeCardsModel) Next(ctx context.Context, h engine.History) (engine
 		return engine.Step{}, err
 	}
 	usage := m.usage
-	if len(h.Entries) == 0 {
+	retry := m.retryFailed && len(h.Entries) > 0 && h.Entries[len(h.Entries)-1].Action != nil &&
+		h.Entries[len(h.Entries)-1].Action.State == ledger.ActionFailed
+	if len(h.Entries) == 0 || retry {
 		return engine.Step{
 			Kind:      engine.StepToolCall,
 			Tool:      CardsWriteTool,

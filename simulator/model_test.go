@@ -92,6 +92,43 @@ func TestPracticeCardsModel(t *testing.T) {
 	})
 }
 
+// TestPracticeCardsModelRetries: the agent configured to continue on tool
+// errors proposes a failed write again, byte for byte, after each failure;
+// it still answers after a success and gives up after an abandoned write.
+func TestPracticeCardsModelRetries(t *testing.T) {
+	ctx := context.Background()
+	in := sampleInput(t)
+	agent := simulator.PracticeCardsAgent(newSetup(t).store, simulator.Config{Agent: simulator.AgentConfig{ContinueOnToolError: true}})
+	model, err := agent.NewModel(in)
+	require.NoError(t, err)
+	first, err := model.Next(ctx, engine.History{Input: in})
+	require.NoError(t, err)
+
+	h := engine.History{Input: in}
+	for range 3 {
+		h.Entries = append(h.Entries, entry(ledger.ActionFailed))
+		step, err := model.Next(ctx, h)
+		require.NoError(t, err)
+		require.Equal(t, engine.StepToolCall, step.Kind)
+		require.Equal(t, simulator.CardsWriteTool, step.Tool)
+		require.Equal(t, string(first.Arguments), string(step.Arguments), "the same call again")
+		require.Equal(t, first.Usage, step.Usage)
+	}
+
+	step, err := model.Next(ctx, engine.History{Input: in, Entries: append(h.Entries, entry(ledger.ActionSucceeded))})
+	require.NoError(t, err)
+	require.Equal(t, engine.StepFinal, step.Kind)
+	require.JSONEq(t, `{"cards_written":5,"title":"Rust ownership and borrowing"}`, string(step.Final))
+
+	step, err = model.Next(ctx, engine.History{Input: in, Entries: append(h.Entries, entry(ledger.ActionAbandoned))})
+	require.NoError(t, err)
+	require.Equal(t, engine.StepFinal, step.Kind)
+	require.JSONEq(t, `{"error":"cards.write failed","title":"Rust ownership and borrowing"}`, string(step.Final))
+
+	_, err = agent.NewModel(json.RawMessage(`{"title":""}`))
+	require.Error(t, err, "the input is checked as without retries")
+}
+
 func TestNewPracticeCardsModelErrors(t *testing.T) {
 	for name, in := range map[string]string{
 		"UnknownField":  `{"title":"t","markdown":"## Q\nA","extra":1}`,

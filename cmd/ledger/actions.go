@@ -37,7 +37,9 @@ func newActionsShowCmd() *cobra.Command {
 		Long: `Show what ACTION asks its tool to do: the tool and its effect, the action's state,
 its full digest (what "ledger approve --digest" binds to), its arguments as the
 server shows them (secret values redacted), its attempts and its approvals. Look here
-before you approve: the digest covers exactly these arguments.
+before you approve: the digest covers exactly these arguments. "gate" says which
+rule of the rules file (or the default) chose the state the action entered, and
+why; "rules" is the digest of the rule set in force, as "ledger serve" logs it at start-up.
 
 Characters that could hide or reorder text on a terminal (control and format
 characters, such as escape sequences or right-to-left overrides) are shown as \uXXXX
@@ -84,6 +86,10 @@ func printAction(w io.Writer, a server.Action) error {
 	fmt.Fprintf(tw, "tool:\t%s\n", tool)
 	fmt.Fprintf(tw, "effect:\t%s\n", a.Effect)
 	fmt.Fprintf(tw, "state:\t%s\n", a.State)
+	fmt.Fprintf(tw, "gate:\t%s\n", gateText(a.Gate))
+	if a.Gate != nil {
+		fmt.Fprintf(tw, "rules:\t%s\n", a.Gate.RulesDigest)
+	}
 	fmt.Fprintf(tw, "digest:\t%s\n", a.ActionDigest)
 	fmt.Fprintf(tw, "dedup key:\t%s\n", displayText(a.DedupKey))
 	if a.Supersedes != "" {
@@ -100,6 +106,21 @@ func printAction(w io.Writer, a server.Action) error {
 	}
 	fmt.Fprintln(w)
 	return printActionHistory(w, a)
+}
+
+// gateText is the gate's decision on an action in words: which rule (or
+// the default) chose which state, and why, e.g. "rule 2 — approved:
+// cards.write is auto-approved". The reason's own "rule 2: " is not
+// repeated.
+func gateText(g *server.ActionGate) string {
+	if g == nil {
+		return "not recorded (the action predates the gate's audit)"
+	}
+	by := "default"
+	if g.Rule != nil {
+		by = "rule " + strconv.Itoa(*g.Rule)
+	}
+	return fmt.Sprintf("%s — %s: %s", by, g.Decision, displayText(strings.TrimPrefix(g.Reason, by+": ")))
 }
 
 // printActionHistory writes an action's attempts, then its approvals: two

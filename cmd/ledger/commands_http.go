@@ -17,5 +17,7 @@ func httpCommands() []*cobra.Command {
 		newDenyCmd(),
 		newCancelCmd(),
 		newResolveCmd(),
+		newToolsCmd(),
+		newAgentsCmd(),
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"slices"
 	"sync/atomic"
 
+	"github.com/actionledger/ledger/contracts"
 	"github.com/actionledger/ledger/engine"
 	"github.com/actionledger/ledger/ledger"
 	"github.com/actionledger/ledger/simulator"
@@ -182,17 +183,27 @@ func (s *failingStore) FinishAttempt(ctx context.Context, p ledger.FinishAttempt
 // command named (recover, worker), with whatever fault plan and simulator
 // settings the process's environment holds, and the signing key of
 // signingKeyFlag or $LEDGER_SIGNING_KEY_FILE if either names one.
-func openLocalService(ctx context.Context, command, dbPath, signingKeyFlag string) (*service, error) {
+func openLocalService(ctx context.Context, command, dbPath, signingKeyFlag, configFlag string) (*service, error) {
 	f, err := faultsFromEnv()
 	if err != nil {
 		return nil, err
+	}
+	// The same agents as serve's: a run of an agent this process does not
+	// know would be stopped as internal_error.
+	cfg, err := loadConfig(configFrom(configFlag))
+	if err != nil {
+		return nil, err
+	}
+	var rules *contracts.Rules
+	if cfg != nil {
+		rules = cfg.Rules
 	}
 	key, err := signingKeyFrom(signingKeyFlag)
 	if err != nil {
 		return nil, err
 	}
 	return openService(ctx, serviceConfig{Command: command, DBPath: dbPath, Simulator: f.Simulator, FaultFunc: f.Func,
-		WrapStore: f.WrapStore, WriteFault: f.WriteFault, Logger: discardLogger(), SigningKey: key})
+		WrapStore: f.WrapStore, WriteFault: f.WriteFault, Logger: discardLogger(), SigningKey: key, Config: cfg, Rules: rules})
 }
 
 // killSelf ends the process at once, as a power cut or OOM kill would: no

@@ -26,8 +26,8 @@ func (svc *service) recover(ctx context.Context) error {
 
 func newRecoverCmd() *cobra.Command {
 	var (
-		dbPath, signingKey string
-		asJSON             bool
+		dbPath, signingKey, configPath string
+		asJSON                         bool
 	)
 	cmd := &cobra.Command{
 		Use:   "recover",
@@ -40,7 +40,7 @@ scan at start-up. Exits with status 7 while another ledger process holds the dat
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx := cmd.Context()
-			svc, err := openLocalService(ctx, "recover", dbPath, signingKey)
+			svc, err := openLocalService(ctx, "recover", dbPath, signingKey, configPath)
 			if err != nil {
 				return err
 			}
@@ -56,6 +56,7 @@ scan at start-up. Exits with status 7 while another ledger process holds the dat
 	}
 	cmd.Flags().StringVar(&dbPath, "db", "./ledger.db", "path of the SQLite database")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	cmd.Flags().StringVar(&configPath, "config", "", "the operator's config file, as serve's: its agents, tools and rules (env "+envConfig+")")
 	cmd.Flags().StringVar(&signingKey, "signing-key", "", "sign chain heads with this Ed25519 key file (env "+envSigningKeyFile+")")
 	return cmd
 }

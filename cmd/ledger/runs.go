@@ -231,6 +231,10 @@ func printRun(w io.Writer, r server.Run) error {
 	}
 	for _, a := range r.Actions {
 		fmt.Fprintf(w, "\n%s (%s):\n", a.ID, displayText(a.Tool))
+		fmt.Fprintf(w, "  gate: %s\n", gateText(a.Gate))
+		if a.Gate != nil {
+			fmt.Fprintf(w, "  rules: %s\n", a.Gate.RulesDigest)
+		}
 		fmt.Fprintf(w, "  arguments:\n%s\n", indentLines(displayJSON(a.Arguments, true), "    "))
 		if err := printActionHistory(w, a); err != nil {
 			return err

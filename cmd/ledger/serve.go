@@ -15,6 +15,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/actionledger/ledger/config"
 	"github.com/actionledger/ledger/contracts"
 	"github.com/actionledger/ledger/engine"
 	"github.com/actionledger/ledger/ledger"
@@ -25,6 +26,9 @@ import (
 
 // envTokensFile names the tokens file when --tokens is not given.
 const envTokensFile = "LEDGER_TOKENS_FILE"
+
+// envConfig names the config file when --config is not given.
+const envConfig = "LEDGER_CONFIG"
 
 // envAddr is the listen address when --addr is not given: with
 // $LEDGER_SERVER, it moves a server and its clients to another port
@@ -40,6 +44,7 @@ type serveOptions struct {
 	addr            string
 	tokensPath      string
 	rulesPath       string
+	configPath      string
 	logFormat       string
 	logLevel        string
 	maxBodyBytes    int64
@@ -53,7 +58,7 @@ type serveOptions struct {
 func newServeCmd() *cobra.Command {
 	var o serveOptions
 	cmd := &cobra.Command{
-		Use:   "serve [--db PATH] [--addr HOST:PORT] [--tokens FILE]",
+		Use:   "serve [--db PATH] [--addr HOST:PORT] [--tokens FILE] [--config FILE]",
 		Short: "Run the HTTP API and the engine's workers",
 		Long: `Serve HTTP API v1 on --addr over the ledger database --db, and advance runs with
 the engine's worker pool. Before it accepts requests, serve runs the recovery scan, so
@@ -66,6 +71,15 @@ file is read at start-up and again on SIGHUP, replacing the tokens in force at o
 file that does not parse keeps them (logged). Without a tokens file serve runs in DEV
 MODE: every request is principal "dev" in tenant "default" with every role, separation
 of duties is relaxed, and --addr must be a loopback address (exit status 2 otherwise).
+
+Agents and tools: --config (or $LEDGER_CONFIG) names the operator's config file, in
+YAML or JSON (a .json name is read as JSON): the tools agents may call, the agents runs
+may name (a client agent is driven by its own process through the agent protocol),
+and optionally the approval rules (then not together with --rules). A file with
+problems is refused before anything starts, every problem on a line of its own with
+its location (exit status 2). The built-in practice-cards agent is always there; the
+file may restrict its tenants and set its loop-policy thresholds. See
+docs/operations.md, "The config file".
 
 The simulator's write tool keeps its side effects beside the database, in
 <db>.effects.db.
@@ -92,6 +106,7 @@ ledger process holds it, serve exits with status 7 and names that process.`,
 		},
 		Example: `  ledger serve                                  # dev mode: ./ledger.db on 127.0.0.1:8080
   ledger serve --db /var/lib/ledger/ledger.db --addr 0.0.0.0:8080 --tokens /etc/ledger/tokens.json
+  ledger serve --tokens tokens.json --config ledger.yaml   # client agents, their tools and rules
   kill -HUP $(pidof ledger)                     # re-read the tokens file`,
 	}
 	f := cmd.Flags()
@@ -99,6 +114,7 @@ ledger process holds it, serve exits with status 7 and names that process.`,
 	f.StringVar(&o.addr, "addr", "127.0.0.1:8080", "listen address HOST:PORT (env "+envAddr+"; port 0 picks a free one)")
 	f.StringVar(&o.tokensPath, "tokens", "", "tokens file (env "+envTokensFile+"); none means dev mode")
 	f.StringVar(&o.rulesPath, "rules", "", "approval rules file (schema rules); default: reads run, writes need approval")
+	f.StringVar(&o.configPath, "config", "", "the operator's config file, YAML or JSON: tools, agents, rules (env "+envConfig+"; docs/operations.md)")
 	f.StringVar(&o.logFormat, "log-format", "json", "log format: json or text")
 	f.StringVar(&o.logLevel, "log-level", "info", "log level: debug, info, warn or error")
 	f.Int64Var(&o.maxBodyBytes, "max-body-bytes", 1<<20, "largest request body accepted (413 above)")
@@ -109,6 +125,14 @@ ledger process holds it, serve exits with status 7 and names that process.`,
 		"per tenant: refuse new runs (429) while this many approvals are pending or runs queued or running; 0 means no cap")
 	f.StringVar(&o.signingKeyPath, "signing-key", "", "sign each run's chain head with this Ed25519 key file (env "+envSigningKeyFile+"; make one with `ledger signing-key new`)")
 	return asUsage(cmd)
+}
+
+// rulesCount is how many rules a rules file holds; 0 without one.
+func rulesCount(r *contracts.Rules) int {
+	if r == nil {
+		return 0
+	}
+	return len(r.Rules)
 }
 
 // newLogger builds the structured logger of serve.
@@ -177,6 +201,20 @@ func runServe(ctx context.Context, o *serveOptions, stderr io.Writer) (err error
 			return &usageError{err: fmt.Errorf("rules file %s: %w", o.rulesPath, err)}
 		}
 	}
+	configPath := configFrom(o.configPath)
+	cfg, err := loadConfig(configPath)
+	if err != nil {
+		return err
+	}
+	if cfg != nil {
+		if cfg.Rules != nil {
+			if rules != nil {
+				return usagef("--rules %s and the rules of config file %s: give the rules in one place", o.rulesPath, configPath)
+			}
+			rules = cfg.Rules
+		}
+		log.Info("config file loaded", "config", configPath, "tools", len(cfg.Tools), "agents", len(cfg.Agents), "rules", cfg.Rules != nil)
+	}
 
 	// Fault plans and simulator settings come from the process environment
 	// only (faults.go): whoever starts the process chose them, never a
@@ -203,7 +241,7 @@ func runServe(ctx context.Context, o *serveOptions, stderr io.Writer) (err error
 	// the server does (it needs the store and the engine); the recovery
 	// scan and the first request come after it.
 	var metrics atomic.Pointer[server.Metrics]
-	svc, err := openService(ctx, serviceConfig{Command: "serve", DBPath: o.dbPath, Rules: rules, DevMode: devMode, Simulator: faults.Simulator,
+	svc, err := openService(ctx, serviceConfig{Command: "serve", DBPath: o.dbPath, Rules: rules, Config: cfg, DevMode: devMode, Simulator: faults.Simulator,
 		FaultFunc: faults.Func, WrapStore: faults.WrapStore, WriteFault: faults.WriteFault, Logger: log, SigningKey: signingKey,
 		OnDecision: func(d recovery.Decision) {
 			if m := metrics.Load(); m != nil {
@@ -223,6 +261,10 @@ func runServe(ctx context.Context, o *serveOptions, stderr io.Writer) (err error
 	if err != nil {
 		return err
 	}
+	// The digest every gated action records, so an auditor can match an
+	// action's rules digest to the process and rules file that gated it.
+	log.Info("approval rules in force", "rules_digest", svc.approvals.RulesDigest(), "rules_file", o.rulesPath,
+		"rules", rulesCount(rules))
 	defer func() {
 		// Last: the workers are stopped by now (Close stops them again,
 		// harmlessly), so nothing writes to the stores while they close.
@@ -243,6 +285,7 @@ func runServe(ctx context.Context, o *serveOptions, stderr io.Writer) (err error
 		Redaction:           svc.redactor,
 		Version:             Version,
 		MaxPendingApprovals: o.maxPending,
+		ClientTools:         svc.clientTools,
 	})
 	if err != nil {
 		return fmt.Errorf("build server: %w", err)
@@ -312,4 +355,26 @@ func isLoopback(addr string) bool {
 	}
 	ip := net.ParseIP(host)
 	return ip != nil && ip.IsLoopback()
+}
+
+// configFrom is the config file a command uses: its --config flag, else
+// $LEDGER_CONFIG; "" for none.
+func configFrom(flag string) string {
+	if flag != "" {
+		return flag
+	}
+	return os.Getenv(envConfig)
+}
+
+// loadConfig loads the operator's config file, if path names one; a file
+// with problems is a usage error listing them all.
+func loadConfig(path string) (*config.Config, error) {
+	if path == "" {
+		return nil, nil
+	}
+	cfg, err := config.Load(path, builtins())
+	if err != nil {
+		return nil, &usageError{err: err}
+	}
+	return cfg, nil
 }

@@ -32,14 +32,18 @@ func newTokenNewCmd() *cobra.Command {
 		principal string
 		tenant    string
 		roles     []string
+		agents    []string
 		addTo     string
 		asJSON    bool
 	)
 	cmd := &cobra.Command{
-		Use:   "new --principal P --tenant T --role R [--role R…] [--add-to FILE]",
+		Use:   "new --principal P --tenant T --role R [--role R…] [--agent A…] [--add-to FILE]",
 		Short: "Make a fresh token and the tokens-file entry that accepts it",
 		Long: `Make a fresh random bearer token for a principal of a tenant with the given roles
-(submitter, approver, auditor, admin). The token is printed once, on the first line of
+(submitter, approver, auditor, agent, admin). A token with the role agent drives the
+runs of the agents it names with --agent (one or more; required with that role, and
+only with it): it submits them, reads and cancels them and reports their tool calls,
+and never approves. The token is printed once, on the first line of
 stdout; it is not stored anywhere, so keep it now. The second line is the entry to add
 to the "tokens" array of the server's tokens file: it holds only the token's SHA-256.
 
@@ -52,7 +56,7 @@ it one (kill -HUP PID) or restart it afterwards.
 			if principal == "" || tenant == "" || len(roles) == 0 {
 				return usagef("--principal, --tenant and at least one --role are required")
 			}
-			token, entry, err := server.NewTokenLine(principal, tenant, roles)
+			token, entry, err := server.NewTokenLine(principal, tenant, roles, agents...)
 			if err != nil {
 				// The inputs are the only thing the caller controls.
 				return &usageError{err: err}
@@ -84,12 +88,14 @@ it one (kill -HUP PID) or restart it afterwards.
 			return nil
 		},
 		Example: `  ledger token new --principal bob --tenant acme --role approver --add-to tokens.json
-  ledger token new --principal ci --tenant acme --role submitter --role auditor --json`,
+  ledger token new --principal ci --tenant acme --role submitter --role auditor --json
+  ledger token new --principal payments-bot --tenant acme --role agent --agent my-python-agent --add-to tokens.json`,
 	}
 	f := cmd.Flags()
 	f.StringVar(&principal, "principal", "", "who the token identifies, e.g. alice (required)")
 	f.StringVar(&tenant, "tenant", "", "the tenant the token belongs to (required)")
-	f.StringArrayVar(&roles, "role", nil, "submitter, approver, auditor or admin; repeat for several (required)")
+	f.StringArrayVar(&roles, "role", nil, "submitter, approver, auditor, agent or admin; repeat for several (required)")
+	f.StringArrayVar(&agents, "agent", nil, "with --role agent: an agent the token drives; repeat for several")
 	f.StringVar(&addTo, "add-to", "", "also add the entry to this tokens file")
 	f.BoolVar(&asJSON, "json", false, `print {"token": …, "entry": {…}}`)
 	return asUsage(cmd)
@@ -193,22 +199,27 @@ type tokenRow struct {
 	Principal    string   `json:"principal"`
 	Tenant       string   `json:"tenant"`
 	Roles        []string `json:"roles"`
+	Agents       []string `json:"agents,omitempty"`
 	SHA256Prefix string   `json:"sha256_prefix"`
 }
 
 func tokenRows(entries []server.TokenEntry, prefixLen int) []tokenRow {
 	rows := make([]tokenRow, 0, len(entries))
 	for _, e := range entries {
-		rows = append(rows, tokenRow{Principal: e.Principal, Tenant: e.Tenant, Roles: e.Roles, SHA256Prefix: e.SHA256[:prefixLen]})
+		rows = append(rows, tokenRow{Principal: e.Principal, Tenant: e.Tenant, Roles: e.Roles, Agents: e.Agents, SHA256Prefix: e.SHA256[:prefixLen]})
 	}
 	return rows
 }
 
 func printTokenRows(w io.Writer, rows []tokenRow) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "PRINCIPAL\tTENANT\tROLES\tSHA256")
+	fmt.Fprintln(tw, "PRINCIPAL\tTENANT\tROLES\tAGENTS\tSHA256")
 	for _, r := range rows {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", displayText(r.Principal), displayText(r.Tenant), strings.Join(r.Roles, ","), r.SHA256Prefix)
+		agents := "-"
+		if len(r.Agents) > 0 {
+			agents = strings.Join(r.Agents, ",")
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", displayText(r.Principal), displayText(r.Tenant), strings.Join(r.Roles, ","), agents, r.SHA256Prefix)
 	}
 	return tw.Flush()
 }
@@ -237,7 +248,7 @@ func newTokenListCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "list --file FILE [--json]",
 		Short: "List the entries of a tokens file: who, which tenant, which roles",
-		Long: `List every entry of the tokens file: its principal, tenant and roles, and the first
+		Long: `List every entry of the tokens file: its principal, tenant, roles and agents, and the first
 hex digits of the token's SHA-256, as many as it takes to tell the entries apart (at
 least 8). The tokens themselves are not in the file and cannot be shown. The prefix is
 what "ledger token revoke --sha256" takes. A file the server would refuse is refused
@@ -269,7 +280,7 @@ here too, with the reason (exit status 2).`,
   LEDGER_TOKENS_FILE=/etc/ledger/tokens.json ledger token list --json`,
 	}
 	file = tokensFileFlag(cmd)
-	cmd.Flags().BoolVar(&asJSON, "json", false, `print {"tokens": [{"principal", "tenant", "roles", "sha256_prefix"}]}`)
+	cmd.Flags().BoolVar(&asJSON, "json", false, `print {"tokens": [{"principal", "tenant", "roles", "agents", "sha256_prefix"}]}`)
 	return cmd
 }
 

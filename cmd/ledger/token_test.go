@@ -47,6 +47,23 @@ func TestTokenNew(t *testing.T) {
 		require.Equal(t, []string{"submitter"}, got.Entry.Roles)
 	})
 
+	t.Run("Agent", func(t *testing.T) {
+		path := filepath.Join(t.TempDir(), "tokens.json")
+		out, _, err := runCLI(t, nil, "token", "new", "--principal", "bot", "--tenant", "acme", "--role", "agent",
+			"--agent", "payer", "--agent", "biller", "--add-to", path)
+		require.NoError(t, err)
+		var entry server.TokenEntry
+		require.NoError(t, json.Unmarshal([]byte(strings.Split(out, "\n")[1]), &entry))
+		require.Equal(t, []string{"payer", "biller"}, entry.Agents)
+		tokens, err := server.LoadTokens(path)
+		require.NoError(t, err)
+		require.Equal(t, 1, tokens.Len())
+
+		out, _, err = runCLI(t, nil, "token", "list", "--file", path)
+		require.NoError(t, err)
+		require.Regexp(t, `\nbot\s+acme\s+agent\s+payer,biller\s+[0-9a-f]{8}\n`, out)
+	})
+
 	t.Run("AddTo", func(t *testing.T) {
 		path := filepath.Join(t.TempDir(), "tokens.json")
 		out1, errOut, err := runCLI(t, nil, "token", "new", "--principal", "alice", "--tenant", "acme", "--role", "submitter", "--add-to", path)
@@ -82,12 +99,14 @@ func TestTokenNew(t *testing.T) {
 
 	t.Run("ErrUsage", func(t *testing.T) {
 		for name, args := range map[string][]string{
-			"invalid role":  {"--principal", "a", "--tenant", "t", "--role", "root"},
-			"no role":       {"--principal", "a", "--tenant", "t"},
-			"no principal":  {"--tenant", "t", "--role", "admin"},
-			"no tenant":     {"--principal", "a", "--role", "admin"},
-			"control chars": {"--principal", "a\x01", "--tenant", "t", "--role", "admin"},
-			"unknown flag":  {"--principal", "a", "--tenant", "t", "--role", "admin", "--nope"},
+			"invalid role":          {"--principal", "a", "--tenant", "t", "--role", "root"},
+			"no role":               {"--principal", "a", "--tenant", "t"},
+			"no principal":          {"--tenant", "t", "--role", "admin"},
+			"no tenant":             {"--principal", "a", "--role", "admin"},
+			"control chars":         {"--principal", "a\x01", "--tenant", "t", "--role", "admin"},
+			"unknown flag":          {"--principal", "a", "--tenant", "t", "--role", "admin", "--nope"},
+			"agent without --agent": {"--principal", "a", "--tenant", "t", "--role", "agent"},
+			"--agent without agent": {"--principal", "a", "--tenant", "t", "--role", "submitter", "--agent", "payer"},
 		} {
 			t.Run(name, func(t *testing.T) {
 				out, _, err := runCLI(t, nil, append([]string{"token", "new"}, args...)...)
@@ -128,9 +147,9 @@ func TestTokenList(t *testing.T) {
 		path, _ := tokensFile(t, alice, bob)
 		out, _, err := runCLI(t, nil, "token", "list", "--file", path)
 		require.NoError(t, err)
-		require.Regexp(t, `^PRINCIPAL\s+TENANT\s+ROLES\s+SHA256\n`, out)
-		require.Regexp(t, `\nalice\s+acme\s+submitter\s+`+alice.SHA256[:8]+`\n`, out)
-		require.Regexp(t, `\nbob\s+acme\s+approver,auditor\s+`+bob.SHA256[:8]+`\n`, out)
+		require.Regexp(t, `^PRINCIPAL\s+TENANT\s+ROLES\s+AGENTS\s+SHA256\n`, out)
+		require.Regexp(t, `\nalice\s+acme\s+submitter\s+-\s+`+alice.SHA256[:8]+`\n`, out)
+		require.Regexp(t, `\nbob\s+acme\s+approver,auditor\s+-\s+`+bob.SHA256[:8]+`\n`, out)
 		for _, secret := range []string{aliceTok, bobTok, alice.SHA256[:9], bob.SHA256[:9]} {
 			require.NotContains(t, out, secret, "never a token, never more of a hash than needed")
 		}

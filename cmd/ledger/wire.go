@@ -11,6 +11,7 @@ import (
 	"os"
 
 	"github.com/actionledger/ledger/approval"
+	"github.com/actionledger/ledger/config"
 	"github.com/actionledger/ledger/contracts"
 	"github.com/actionledger/ledger/engine"
 	"github.com/actionledger/ledger/ledger"
@@ -21,7 +22,7 @@ import (
 
 // service is the wired service: the ledger store, the simulator's own
 // effect store, the approval service and the engine with the practice-cards
-// agent registered.
+// agent registered, and the config file's agents beside it.
 type service struct {
 	store     *ledger.GormStore
 	effects   *simulator.EffectStore
@@ -33,6 +34,9 @@ type service struct {
 	// redactor hides secrets in what is stored and shown, with
 	// LEDGER_REDACTION_KEY when set.
 	redactor *redact.Redactor
+	// clientTools are the leases of the config file's client tools, by
+	// name, for the server's GET /v1/tools.
+	clientTools map[string]engine.Lease
 }
 
 // serviceConfig says where things live and how they behave.
@@ -42,7 +46,12 @@ type serviceConfig struct {
 	DBPath      string
 	EffectsPath string // "" means <DBPath>.effects.db
 	Simulator   simulator.Config
-	Rules       *contracts.Rules
+	// Rules are the approval rules: --rules or the config file's.
+	Rules *contracts.Rules
+	// Config is the operator's config file (serve --config), or nil: its
+	// client agents are registered beside practice-cards, which it may
+	// restrict to tenants and give thresholds.
+	Config *config.Config
 	// DevMode relaxes separation of duties so one person can try the flow.
 	DevMode bool
 	Logger  *slog.Logger
@@ -91,7 +100,8 @@ func openService(ctx context.Context, cfg serviceConfig) (*service, error) {
 	if err != nil {
 		return nil, errors.Join(err, rt.Close())
 	}
-	agent := simulator.PracticeCardsAgent(effects, cfg.Simulator)
+	agents, clientTools := configAgents(cfg.Config, simulator.PracticeCardsAgent(effects, cfg.Simulator))
+	rt.clientTools = clientTools
 	// One StoreHealth for every writer (approvals, engine and, through
 	// the engine, the server): failures counted together, and writes seen
 	// to succeed again whoever writes first.
@@ -121,13 +131,51 @@ func openService(ctx context.Context, cfg serviceConfig) (*service, error) {
 	if cfg.WrapStore != nil {
 		engineStore = cfg.WrapStore(engineStore)
 	}
-	rt.engine, err = engine.New(engine.Config{Store: engineStore, Approvals: rt.approvals, Agents: []engine.Agent{agent}, Logger: cfg.Logger, FaultFunc: cfg.FaultFunc,
+	rt.engine, err = engine.New(engine.Config{Store: engineStore, Approvals: rt.approvals, Agents: agents, Logger: cfg.Logger, FaultFunc: cfg.FaultFunc,
 		OnDecision: cfg.OnDecision, OnToolCall: cfg.OnToolCall, Redactor: redactor, Health: health,
 		AttemptTokenKey: attemptTokenKey(key)})
 	if err != nil {
 		return nil, errors.Join(fmt.Errorf("wire engine: %w", err), rt.Close())
 	}
 	return rt, nil
+}
+
+// builtins are what this build has of its own, which a config file may
+// name: the simulator's tools and the practice-cards agent.
+func builtins() config.Builtins {
+	return config.Builtins{
+		Tools:  []contracts.ToolDescriptor{simulator.CardsWriteDescriptor(), simulator.CardsCountDescriptor()},
+		Agents: []string{simulator.AgentName},
+	}
+}
+
+// configAgents are the engine's agents: practice-cards, always, with the
+// tenants and thresholds the config file gives it, and each client agent
+// of the file with its tools, which the agent's process executes. It also
+// returns the client tools' leases, by name. A nil cfg leaves
+// practice-cards alone.
+func configAgents(cfg *config.Config, practice engine.Agent) ([]engine.Agent, map[string]engine.Lease) {
+	if cfg == nil {
+		return []engine.Agent{practice}, nil
+	}
+	agents := []engine.Agent{practice}
+	leases := map[string]engine.Lease{}
+	for _, a := range cfg.Agents {
+		switch a.Driver {
+		case contracts.DriverBuiltin: // the parser let through only practice-cards
+			agents[0].Tenants, agents[0].Policy = a.Tenants, a.Policy
+		case contracts.DriverClient:
+			agent := engine.Agent{Name: a.Name, Driver: engine.DriverClient, Tenants: a.Tenants, Policy: a.Policy}
+			for _, name := range a.Tools {
+				t, _ := cfg.Tool(name) // declared, and a client tool: the parser checked
+				lease := engine.Lease{HeartbeatTimeout: t.HeartbeatTimeout, MaxDuration: t.MaxDuration}
+				agent.Tools = append(agent.Tools, engine.ClientTool(t.Descriptor, lease))
+				leases[name] = lease
+			}
+			agents = append(agents, agent)
+		}
+	}
+	return agents, leases
 }
 
 // Close stops the engine's workers, closes both stores, then releases the

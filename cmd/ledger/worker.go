@@ -8,8 +8,8 @@ import (
 
 func newWorkerCmd() *cobra.Command {
 	var (
-		dbPath, signingKey string
-		untilIdle          bool
+		dbPath, signingKey, configPath string
+		untilIdle                      bool
 	)
 	cmd := &cobra.Command{
 		Use:   "worker",
@@ -21,7 +21,7 @@ Exits with status 7 if another ledger process holds the database (<db>.lock).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx := cmd.Context()
-			svc, err := openLocalService(ctx, "worker", dbPath, signingKey)
+			svc, err := openLocalService(ctx, "worker", dbPath, signingKey, configPath)
 			if err != nil {
 				return err
 			}
@@ -68,6 +68,7 @@ Exits with status 7 if another ledger process holds the database (<db>.lock).`,
 	}
 	cmd.Flags().StringVar(&dbPath, "db", "./ledger.db", "path of the SQLite database")
 	cmd.Flags().BoolVar(&untilIdle, "until-idle", false, "exit once no run can advance without a person")
+	cmd.Flags().StringVar(&configPath, "config", "", "the operator's config file, as serve's: its agents, tools and rules (env "+envConfig+")")
 	cmd.Flags().StringVar(&signingKey, "signing-key", "", "sign chain heads with this Ed25519 key file (env "+envSigningKeyFile+")")
 	return cmd
 }

@@ -24,6 +24,7 @@ var allowed = map[string][]string{
 	"ledger/ledgertest": {"ledger", "contracts"},
 	"approval":          {"ledger", "contracts", "redact"},
 	"budget":            {"ledger", "contracts"},
+	"config":            {"ledger", "contracts", "budget"},
 	"evidence":          {"ledger", "contracts", "redact"},
 	"recovery":          {"ledger", "contracts"},
 	"simulator":         {"ledger", "contracts", "approval", "budget", "recovery", "engine", "redact"},
@@ -50,6 +51,8 @@ var owners = map[string]string{
 	"gorm.io/driver/postgres":                  "ledger",
 	"github.com/labstack/echo/v4":              "server",
 	"github.com/santhosh-tekuri/jsonschema/v5": "contracts",
+	"sigs.k8s.io/yaml":                         "contracts",
+	"go.yaml.in/yaml/v3":                       "contracts",
 	// A module path here covers its packages too.
 	"github.com/getkin/kin-openapi": "server/servertest",
 }

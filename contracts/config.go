@@ -1,0 +1,487 @@
+package contracts
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	yamlv3 "go.yaml.in/yaml/v3"
+	"sigs.k8s.io/yaml"
+)
+
+// Executor says who executes a configured tool's calls.
+type Executor string
+
+// Executors.
+const (
+	// ExecutorClient: the agent's own process makes the call and reports it
+	// through the agent protocol; the ledger never calls the tool.
+	ExecutorClient Executor = "client"
+	// ExecutorBuiltin: one of the tools this build of the ledger has (the
+	// simulator's cards.write and cards.count); the ledger calls it.
+	ExecutorBuiltin Executor = "builtin"
+	// ExecutorMCP is reserved for tools reached over MCP; this version
+	// refuses it.
+	ExecutorMCP Executor = "mcp"
+)
+
+// Driver says who runs a configured agent's loop.
+type Driver string
+
+// Drivers.
+const (
+	// DriverClient: a process outside the ledger runs the loop and reports
+	// each tool call through the agent protocol.
+	DriverClient Driver = "client"
+	// DriverBuiltin: one of this build's agents (practice-cards), run by
+	// the ledger's engine.
+	DriverBuiltin Driver = "builtin"
+	// DriverLLM is reserved for agents whose model the ledger calls; this
+	// version refuses it.
+	DriverLLM Driver = "llm"
+)
+
+// Config is the operator's config file (schema config): the tools agents
+// may call, the agents runs may name, and optionally the approval rules.
+// ParseConfig and ParseConfigYAML build it; its names agree with each other
+// and with the build (ConfigOptions) once parsed.
+type Config struct {
+	// SchemaVersion is required in a config file.
+	SchemaVersion string `json:"schema_version"`
+	// Tools in file order; each name appears once.
+	Tools []ConfigTool `json:"tools,omitempty"`
+	// Agents in file order; each name appears once.
+	Agents []ConfigAgent `json:"agents,omitempty"`
+	// Rules are the approval rules, or nil when the file has none.
+	Rules *Rules `json:"rules,omitempty"`
+}
+
+// ConfigTool is one tool of a config file: the fields of a tool descriptor,
+// flat, and who executes it. A builtin tool has only Name and Executor: its
+// descriptor is the build's.
+type ConfigTool struct {
+	// ToolDescriptor holds the descriptor's fields; its SchemaVersion is
+	// CurrentVersion after parsing when the file gave none.
+	ToolDescriptor
+	// Executor is client or builtin once parsed (mcp is refused).
+	Executor Executor `json:"executor"`
+	// HeartbeatTimeoutMS is a client tool's lease after each heartbeat; 0
+	// means not set.
+	HeartbeatTimeoutMS int64 `json:"heartbeat_timeout_ms,omitempty"`
+	// MaxDurationMS bounds a client tool's lease from the attempt's start;
+	// 0 means not set.
+	MaxDurationMS int64 `json:"max_duration_ms,omitempty"`
+}
+
+// HeartbeatTimeout returns HeartbeatTimeoutMS as a duration; 0 means not set.
+func (t *ConfigTool) HeartbeatTimeout() time.Duration { return msDuration(t.HeartbeatTimeoutMS) }
+
+// MaxDuration returns MaxDurationMS as a duration; 0 means not set.
+func (t *ConfigTool) MaxDuration() time.Duration { return msDuration(t.MaxDurationMS) }
+
+// ConfigAgent is one agent of a config file.
+type ConfigAgent struct {
+	// Name is what a run submission names ("agent").
+	Name string `json:"name"`
+	// Driver is client or builtin once parsed (llm is refused).
+	Driver Driver `json:"driver"`
+	// Tools are the names of the tools a client agent may call, each a
+	// client tool of the file; a builtin agent has none here.
+	Tools []string `json:"tools,omitempty"`
+	// Tenants, if not empty, are the only tenants whose runs may name the
+	// agent.
+	Tenants []string `json:"tenants,omitempty"`
+	// Policies are the agent's loop-policy thresholds, or nil.
+	Policies *AgentPolicies `json:"policies,omitempty"`
+}
+
+// AgentPolicies are an agent's loop-policy thresholds; a zero field is not
+// set (the schema refuses zero and negative values).
+type AgentPolicies struct {
+	RepeatLimit       int `json:"repeat_limit,omitempty"`
+	NoProgressWindow  int `json:"no_progress_window,omitempty"`
+	ConsecutiveErrors int `json:"consecutive_errors,omitempty"`
+}
+
+// ConfigOptions tell the parser what this build has, for the names a file
+// may refer to without declaring.
+type ConfigOptions struct {
+	// BuiltinTools are the names of the tools an executor builtin may name.
+	BuiltinTools []string
+	// BuiltinAgents are the names of the agents a driver builtin may name.
+	BuiltinAgents []string
+}
+
+// ParseConfig validates a config file written in JSON and decodes it. It
+// lists every problem at once, each at its JSON Pointer, in one
+// *ValidationError (ErrInvalid): a duplicate key, an unknown field, a
+// breach of the schema, rules that break the rules schema (under /rules),
+// an arguments schema that does not compile, and names that do not agree:
+// a tool or agent declared twice, an agent calling a tool the file does not
+// declare or one the ledger executes, a built-in tool or agent this build
+// does not have (opts), and what this version does not support (executor
+// mcp, driver llm). A schema_version of another major version fails with a
+// *VersionError (ErrUnsupportedVersion) and nothing else is checked.
+func ParseConfig(data []byte, opts ConfigOptions) (*Config, error) {
+	subject := SchemaConfig.String()
+	v, err := decodeJSON(data)
+	if err != nil {
+		return nil, &ValidationError{Subject: subject, Issues: []Issue{{Message: err.Error()}}}
+	}
+	if err := checkVersion(SchemaConfig, v); err != nil {
+		return nil, err
+	}
+	issues := duplicateKeys(data)
+	schemaIssues, err := issuesOfValidate(compiled[SchemaConfig].validate(SchemaConfig, v))
+	if err != nil {
+		return nil, err
+	}
+	issues = append(issues, schemaIssues...)
+	ruleIssues, err := configRulesIssues(v)
+	if err != nil {
+		return nil, err
+	}
+	issues = append(issues, ruleIssues...)
+	issues = append(issues, configNameIssues(v, opts)...)
+	issues = append(issues, configArgumentIssues(v, issues)...)
+	if len(issues) > 0 {
+		return nil, &ValidationError{Subject: subject, Issues: sortIssues(issues)}
+	}
+	var c Config
+	d := json.NewDecoder(bytes.NewReader(data))
+	d.DisallowUnknownFields()
+	if err := d.Decode(&c); err != nil {
+		return nil, fmt.Errorf("contracts: decode %s: %w", SchemaConfig, err)
+	}
+	for i := range c.Tools {
+		if t := &c.Tools[i]; t.Executor != ExecutorBuiltin && t.SchemaVersion == "" {
+			t.SchemaVersion = CurrentVersion
+		}
+	}
+	return &c, nil
+}
+
+// ParseConfigYAML is ParseConfig for a config file written in YAML: the
+// YAML is turned into JSON, which ParseConfig then checks. A key that
+// appears twice in its mapping is listed with the others, at its JSON
+// Pointer and with its line; a file that is not YAML at all is refused
+// with the parser's complaint alone.
+func ParseConfigYAML(data []byte, opts ConfigOptions) (*Config, error) {
+	subject := SchemaConfig.String()
+	var root yamlv3.Node
+	if err := yamlv3.Unmarshal(data, &root); err != nil {
+		return nil, &ValidationError{Subject: subject, Issues: yamlIssues(err)}
+	}
+	dups := yamlDuplicateKeys(&root, "")
+	j, err := yaml.YAMLToJSON(data)
+	if err != nil {
+		return nil, &ValidationError{Subject: subject, Issues: yamlIssues(err)}
+	}
+	c, err := ParseConfig(j, opts)
+	if len(dups) == 0 {
+		return c, err
+	}
+	var ve *ValidationError
+	switch {
+	case err == nil:
+		return nil, &ValidationError{Subject: subject, Issues: sortIssues(dups)}
+	case errors.As(err, &ve):
+		return nil, &ValidationError{Subject: subject, Issues: sortIssues(append(slices.Clone(ve.Issues), dups...))}
+	default:
+		return nil, err
+	}
+}
+
+// yamlDuplicateKeys finds every key that appears twice in its mapping, at
+// the JSON Pointer the key has once the document is JSON. Aliases are not
+// followed (their anchor is checked where it stands), and merge keys
+// ("<<") are left to the converter.
+func yamlDuplicateKeys(n *yamlv3.Node, loc string) []Issue {
+	var out []Issue
+	switch n.Kind {
+	case yamlv3.DocumentNode:
+		for _, c := range n.Content {
+			out = append(out, yamlDuplicateKeys(c, loc)...)
+		}
+	case yamlv3.MappingNode:
+		seen := map[string]int{}
+		for i := 0; i+1 < len(n.Content); i += 2 {
+			k, v := n.Content[i], n.Content[i+1]
+			child := loc + "/" + escapeToken(k.Value)
+			if k.Value != "<<" {
+				if first, dup := seen[k.Value]; dup {
+					out = append(out, Issue{Location: child, Message: fmt.Sprintf(
+						"duplicate key: the field appears more than once in its mapping (lines %d and %d)", first, k.Line)})
+				} else {
+					seen[k.Value] = k.Line
+				}
+			}
+			out = append(out, yamlDuplicateKeys(v, child)...)
+		}
+	case yamlv3.SequenceNode:
+		for i, c := range n.Content {
+			out = append(out, yamlDuplicateKeys(c, loc+"/"+strconv.Itoa(i))...)
+		}
+	}
+	return out
+}
+
+// yamlIssues turns the YAML library's error, which lists one problem per
+// line ("line 3: did not find expected key"), into issues of the document.
+func yamlIssues(err error) []Issue {
+	msg := strings.TrimPrefix(err.Error(), "error converting YAML to JSON: ")
+	msg = strings.TrimPrefix(msg, "yaml: ")
+	var out []Issue
+	for _, line := range strings.Split(msg, "\n") {
+		line = strings.TrimSpace(line)
+		if line == "" || line == "unmarshal errors:" {
+			continue
+		}
+		out = append(out, Issue{Message: "not valid YAML: " + strings.TrimPrefix(line, "yaml: ")})
+	}
+	if len(out) == 0 {
+		out = []Issue{{Message: "not valid YAML"}}
+	}
+	return out
+}
+
+// issuesOfValidate returns the issues of a validate error, nil for no
+// error, and any other error as it is.
+func issuesOfValidate(err error) ([]Issue, error) {
+	var ve *ValidationError
+	switch {
+	case err == nil:
+		return nil, nil
+	case errors.As(err, &ve):
+		return ve.Issues, nil
+	default:
+		return nil, err
+	}
+}
+
+// duplicateKeys finds every key that appears twice in its object, at the
+// key's location. data must be valid JSON; otherwise it finds nothing
+// (decodeJSON says what is wrong).
+func duplicateKeys(data []byte) []Issue {
+	d := json.NewDecoder(bytes.NewReader(data))
+	d.UseNumber()
+	var issues []Issue
+	var walk func(loc string) error
+	walk = func(loc string) error {
+		tok, err := d.Token()
+		if err != nil {
+			return err
+		}
+		switch tok {
+		case json.Delim('{'):
+			seen := map[string]bool{}
+			for d.More() {
+				kt, err := d.Token()
+				if err != nil {
+					return err
+				}
+				key, _ := kt.(string)
+				child := loc + "/" + escapeToken(key)
+				if seen[key] {
+					issues = append(issues, Issue{Location: child, Message: "duplicate key: the field appears more than once in its object"})
+				}
+				seen[key] = true
+				if err := walk(child); err != nil {
+					return err
+				}
+			}
+		case json.Delim('['):
+			for i := 0; d.More(); i++ {
+				if err := walk(loc + "/" + strconv.Itoa(i)); err != nil {
+					return err
+				}
+			}
+		default:
+			return nil
+		}
+		_, err = d.Token() // the closing delimiter
+		return err
+	}
+	if walk("") != nil {
+		return nil
+	}
+	return issues
+}
+
+// configRulesIssues checks the file's rules against the rules schema,
+// with the issues located under /rules. Rules that are not an object are
+// the config schema's to report.
+func configRulesIssues(v any) ([]Issue, error) {
+	m, _ := v.(map[string]any)
+	rules, ok := m["rules"].(map[string]any)
+	if !ok {
+		return nil, nil
+	}
+	err := compiled[SchemaRules].validate(SchemaRules, rules)
+	var verr *VersionError
+	if errors.As(err, &verr) {
+		return []Issue{{Location: "/rules/schema_version", Message: fmt.Sprintf("rules schema_version %q is not supported (this build reads major version %d)",
+			verr.Version, SupportedMajor)}}, nil
+	}
+	issues, err := issuesOfValidate(err)
+	if err != nil {
+		return nil, err
+	}
+	for i := range issues {
+		issues[i].Location = "/rules" + issues[i].Location
+	}
+	return issues, nil
+}
+
+// configEntries returns the objects of the top-level array name, by index;
+// items that are not objects are left out (the schema reports them).
+func configEntries(v any, name string) map[int]map[string]any {
+	m, _ := v.(map[string]any)
+	arr, _ := m[name].([]any)
+	out := make(map[int]map[string]any, len(arr))
+	for i, item := range arr {
+		if obj, ok := item.(map[string]any); ok {
+			out[i] = obj
+		}
+	}
+	return out
+}
+
+// configNameIssues checks that the names of a config file agree with each
+// other and with the build. It reads the decoded document defensively, so
+// that it can run, and its issues be listed, beside the schema's.
+func configNameIssues(v any, opts ConfigOptions) []Issue {
+	var issues []Issue
+	add := func(loc, format string, args ...any) {
+		issues = append(issues, Issue{Location: loc, Message: fmt.Sprintf(format, args...)})
+	}
+	tools := configEntries(v, "tools")
+	executors := map[string]string{} // tool name → executor, of the first declaration
+	firstTool := map[string]int{}
+	for _, i := range sortedKeys(tools) {
+		t := tools[i]
+		at := "/tools/" + strconv.Itoa(i)
+		name, _ := t["name"].(string)
+		executor, _ := t["executor"].(string)
+		if name != "" {
+			if first, dup := firstTool[name]; dup {
+				add(at+"/name", "tool %q is declared twice (first at /tools/%d)", name, first)
+			} else {
+				firstTool[name], executors[name] = i, executor
+			}
+		}
+		switch Executor(executor) {
+		case ExecutorMCP:
+			add(at+"/executor", "executor mcp is not supported in this version")
+		case ExecutorBuiltin:
+			if name != "" && !slices.Contains(opts.BuiltinTools, name) {
+				add(at+"/name", "this build has no built-in tool %q (built-in tools: %s)", name, listOrNone(opts.BuiltinTools))
+			}
+		}
+		if sv, ok := t["schema_version"].(string); ok {
+			if m := versionPattern.FindStringSubmatch(sv); m != nil {
+				if major, err := strconv.ParseUint(m[1], 10, 64); err != nil || major != SupportedMajor {
+					add(at+"/schema_version", "tool descriptor schema_version %q is not supported (this build reads major version %d)", sv, SupportedMajor)
+				}
+			}
+		}
+	}
+	agents := configEntries(v, "agents")
+	firstAgent := map[string]int{}
+	for _, j := range sortedKeys(agents) {
+		a := agents[j]
+		at := "/agents/" + strconv.Itoa(j)
+		name, _ := a["name"].(string)
+		driver, _ := a["driver"].(string)
+		if name != "" {
+			if first, dup := firstAgent[name]; dup {
+				add(at+"/name", "agent %q is declared twice (first at /agents/%d)", name, first)
+			} else {
+				firstAgent[name] = j
+			}
+		}
+		builtin := slices.Contains(opts.BuiltinAgents, name)
+		switch Driver(driver) {
+		case DriverLLM:
+			add(at+"/driver", "driver llm is not supported yet")
+		case DriverBuiltin:
+			if name != "" && !builtin {
+				add(at+"/name", "this build has no built-in agent %q (built-in agents: %s)", name, listOrNone(opts.BuiltinAgents))
+			}
+		case DriverClient:
+			if builtin {
+				add(at+"/name", "%q is a built-in agent: declare it with driver builtin, or give this agent another name", name)
+			}
+			names, _ := a["tools"].([]any)
+			for k, n := range names {
+				tool, ok := n.(string)
+				if !ok {
+					continue
+				}
+				loc := at + "/tools/" + strconv.Itoa(k)
+				switch executor, declared := executors[tool]; {
+				case !declared:
+					add(loc, "tool %q is not declared in /tools", tool)
+				case executor == string(ExecutorBuiltin):
+					add(loc, "tool %q is executed by the ledger (executor builtin): a client agent may call only client tools", tool)
+				}
+			}
+		}
+	}
+	return issues
+}
+
+// configArgumentIssues compiles the arguments schema of each client tool
+// whose declaration has no issue of its own there yet, so that a schema
+// that can never check arguments is refused at load, at its location.
+func configArgumentIssues(v any, found []Issue) []Issue {
+	var out []Issue
+	tools := configEntries(v, "tools")
+	for _, i := range sortedKeys(tools) {
+		t := tools[i]
+		at := "/tools/" + strconv.Itoa(i)
+		raw, ok := t["arguments_schema"].(map[string]any)
+		if !ok || slices.ContainsFunc(found, func(is Issue) bool {
+			return is.Location == at || strings.HasPrefix(is.Location, at+"/arguments_schema")
+		}) {
+			continue
+		}
+		b, err := json.Marshal(raw)
+		if err != nil {
+			out = append(out, Issue{Location: at + "/arguments_schema", Message: err.Error()})
+			continue
+		}
+		name, _ := t["name"].(string)
+		d := ToolDescriptor{Name: name, ArgumentsSchema: b}
+		if _, err := d.ArgumentValidator(); err != nil {
+			is, _ := issuesOfValidate(err)
+			for _, x := range is {
+				out = append(out, Issue{Location: at + x.Location, Message: x.Message})
+			}
+		}
+	}
+	return out
+}
+
+func sortedKeys[V any](m map[int]V) []int {
+	keys := make([]int, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	return keys
+}
+
+func listOrNone(names []string) string {
+	if len(names) == 0 {
+		return "none"
+	}
+	s := slices.Clone(names)
+	slices.Sort(s)
+	return strings.Join(s, ", ")
+}
