@@ -57,19 +57,23 @@ class Approver:
         self.client = Client(server().url, token=server().approver_token)
         self.decide = decide
         self.decided: List[str] = []
+        self.stop = threading.Event()
+        self.errors: List[Exception] = []
 
     def decide_when_pending(self, action_id_of: Callable[[], Optional[str]], timeout: float = 20) -> threading.Thread:
         def work() -> None:
             deadline = time.monotonic() + timeout
-            while time.monotonic() < deadline:
-                aid = action_id_of()
-                if aid:
-                    a = self.client.get_action(aid)
-                    if a.state == "awaiting_approval":
-                        getattr(self.client, self.decide)(a.id, a.action_digest, reason="checked by a test")
-                        self.decided.append(a.id)
-                        return
-                time.sleep(0.05)
+            while time.monotonic() < deadline and not self.stop.wait(0.05):
+                try:
+                    aid = action_id_of()
+                    if aid:
+                        a = self.client.get_action(aid)
+                        if a.state == "awaiting_approval":
+                            getattr(self.client, self.decide)(a.id, a.action_digest, reason="checked by a test")
+                            self.decided.append(a.id)
+                            return
+                except ledger_client.LedgerError as e:
+                    self.errors.append(e)
 
         t = threading.Thread(target=work, daemon=True)
         t.start()
@@ -112,6 +116,7 @@ class ClientTest(unittest.TestCase):
     def setUp(self) -> None:
         self.agent = Client(server().url, token=server().agent_token)
         self.approver = Approver()
+        self.addCleanup(self.approver.stop.set)
 
     def start(self, label: str) -> ledger_client.Run:
         run = self.agent.start_run(AGENT, {"task": label}, key=key(label))
