@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/actionledger/ledger/evidence"
+	"github.com/actionledger/ledger/ledger"
 	"github.com/actionledger/ledger/perf"
 	"github.com/actionledger/ledger/redact"
 )
@@ -96,4 +97,37 @@ func TestPercentile(t *testing.T) {
 	require.Equal(t, time.Duration(3), perf.Percentile(ds, 0.5))
 	require.Equal(t, time.Duration(5), perf.Percentile(ds, 0.99))
 	require.Equal(t, time.Duration(1), perf.Percentile(ds, 0))
+}
+
+func TestProtocolDrive(t *testing.T) {
+	ctx := t.Context()
+	p, err := perf.OpenProtocol(ctx, filepath.Join(t.TempDir(), "ledger.db"))
+	require.NoError(t, err)
+	defer p.Close()
+	lv, err := p.Drive(ctx, 2, 6, 0)
+	require.NoError(t, err)
+	require.Equal(t, 6, lv.Calls)
+	require.Len(t, lv.Latencies, 6)
+	require.Positive(t, lv.P(0.5))
+	n, err := p.Store.CountByState(ctx)
+	require.NoError(t, err)
+	require.Equal(t, int64(6), n.Actions[ledger.ActionSucceeded], "every call recorded as a succeeded action")
+}
+
+// BenchmarkProtocolCall times one agent protocol tool call (propose,
+// begin, complete of an auto-approved read) over loopback HTTP, from one
+// agent; `ledger bench` adds concurrency 32 and the floor beside it.
+func BenchmarkProtocolCall(b *testing.B) {
+	ctx := b.Context()
+	p, err := perf.OpenProtocol(ctx, filepath.Join(b.TempDir(), "ledger.db"))
+	require.NoError(b, err)
+	defer p.Close()
+	lv, err := p.Drive(ctx, 1, 1, 0) // a run, warmed
+	require.NoError(b, err)
+	require.Equal(b, 1, lv.Calls)
+	b.ResetTimer()
+	lv, err = p.Drive(ctx, 1, b.N, 0)
+	require.NoError(b, err)
+	b.ReportMetric(float64(lv.P(0.50).Microseconds())/1000, "p50-ms")
+	b.ReportMetric(float64(lv.P(0.99).Microseconds())/1000, "p99-ms")
 }

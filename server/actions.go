@@ -43,16 +43,26 @@ func (s *Server) visibleAction(ctx context.Context, id Identity, actionID string
 	return a, nil
 }
 
-// getAction is GET /v1/actions/{action_id}: the action with its digest,
-// redacted arguments, attempts and approvals.
+// getAction is GET /v1/actions/{action_id}?wait=&version=: the action
+// with its digest, redacted arguments, attempts and approvals; with wait
+// and version, once its version is not version or the wait ends.
 func (s *Server) getAction(c echo.Context) error {
 	id, err := needRole(c, Roles()...)
+	if err != nil {
+		return err
+	}
+	q, err := parseWait(c)
 	if err != nil {
 		return err
 	}
 	ctx := c.Request().Context()
 	a, err := s.visibleAction(ctx, id, c.Param("action_id"))
 	if err != nil {
+		return err
+	}
+	// A long-poll (protocol_wait.go): with wait and version, the answer
+	// waits for another version.
+	if a, err = s.waitAction(c, q, a); err != nil {
 		return err
 	}
 	v, err := s.loadAction(ctx, a)

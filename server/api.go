@@ -23,8 +23,15 @@ type Problem struct {
 	// request's id (the X-Request-ID of the answer), which every log line
 	// about the request carries too.
 	Instance string `json:"instance,omitempty"`
-	// Errors lists schema validation failures, when there are any.
+	// Errors lists schema validation failures, when there are any; for
+	// invalid_arguments, the arguments' failures under /arguments.
 	Errors []FieldError `json:"errors,omitempty"`
+	// Action is the recorded action of a step_key_reused.
+	Action *Action `json:"action,omitempty"`
+	// Recorded is the outcome as recorded, of an outcome_conflict.
+	Recorded *Outcome `json:"recorded,omitempty"`
+	// StopReason is why the run stopped, of a run_stopped.
+	StopReason ledger.StopReason `json:"stop_reason,omitempty"`
 }
 
 // FieldError is one failing location of a request body (a JSON pointer).
@@ -109,6 +116,7 @@ type Action struct {
 	ToolVersion  string             `json:"tool_version"`
 	Effect       ledger.Effect      `json:"effect"`
 	State        ledger.ActionState `json:"state"`
+	Version      int64              `json:"version"` // grows with every change; a long-poll compares it
 	ActionDigest ledger.Digest      `json:"action_digest"`
 	Arguments    json.RawMessage    `json:"arguments"`
 	DedupKey     string             `json:"dedup_key"`
@@ -223,4 +231,141 @@ type Timeline struct {
 	RunID  ledger.RunID       `json:"run_id"`
 	Chain  ledger.ChainReport `json:"chain"`
 	Events []TimelineEvent    `json:"events"`
+}
+
+// The agent protocol's wire types (docs/agent-protocol.md).
+
+// Usage is what the model step that chose a call, or finished a run,
+// consumed.
+type Usage struct {
+	InputTokens  int64 `json:"input_tokens"`
+	OutputTokens int64 `json:"output_tokens"`
+}
+
+// ProposeRequest is the body of POST /v1/runs/{run_id}/actions; the
+// Idempotency-Key header is the step key.
+type ProposeRequest struct {
+	Tool       string          `json:"tool"`
+	Arguments  json.RawMessage `json:"arguments"`
+	Usage      *Usage          `json:"usage,omitempty"`
+	Supersedes ledger.ActionID `json:"supersedes,omitempty"`
+}
+
+// BeginRequest is the optional body of POST /v1/actions/{action_id}/attempts:
+// {} for now.
+type BeginRequest struct{}
+
+// BeginResponse is the 201 answer to a begin: the attempt, durable before
+// the answer, its secret token, and what to execute.
+type BeginResponse struct {
+	Attempt      Attempt         `json:"attempt"`
+	AttemptToken string          `json:"attempt_token"`
+	DedupKey     string          `json:"dedup_key"`
+	Arguments    json.RawMessage `json:"arguments"`
+	ActionDigest ledger.Digest   `json:"action_digest"`
+	// LeaseRemainingS is the lease left, in seconds.
+	LeaseRemainingS float64 `json:"lease_remaining_s"`
+}
+
+// HeartbeatRequest is the body of POST /v1/attempts/{attempt_id}/heartbeat.
+type HeartbeatRequest struct {
+	AttemptToken string          `json:"attempt_token"`
+	Progress     json.RawMessage `json:"progress,omitempty"`
+}
+
+// HeartbeatResponse is the answer to a heartbeat.
+type HeartbeatResponse struct {
+	LeaseRemainingS float64 `json:"lease_remaining_s"`
+	CancelRequested bool    `json:"cancel_requested"`
+}
+
+// Outcome is an attempt's outcome as recorded (a problem's recorded).
+type Outcome struct {
+	Status ledger.AttemptStatus `json:"status"`
+	Effect ledger.EffectFact    `json:"effect,omitempty"`
+	Output json.RawMessage      `json:"output,omitempty"`
+	Error  *ledger.AttemptError `json:"error,omitempty"`
+}
+
+// CompleteRequest is the body of POST /v1/attempts/{attempt_id}/complete.
+type CompleteRequest struct {
+	AttemptToken string               `json:"attempt_token"`
+	Status       ledger.AttemptStatus `json:"status"`
+	Effect       ledger.EffectFact    `json:"effect,omitempty"`
+	Output       json.RawMessage      `json:"output,omitempty"`
+	Error        *ledger.AttemptError `json:"error,omitempty"`
+}
+
+// CompleteResponse is the answer to a complete and to an abandon.
+type CompleteResponse struct {
+	Attempt Attempt `json:"attempt"`
+	Action  Action  `json:"action"`
+}
+
+// AbandonRequest is the optional body of POST
+// /v1/attempts/{attempt_id}/abandon.
+type AbandonRequest struct {
+	Reason string `json:"reason,omitempty"`
+}
+
+// ObservationRequest is the body of POST
+// /v1/attempts/{attempt_id}/observations: a query's effect or a cancel's
+// confirmation, or the error the tool answered either with.
+type ObservationRequest struct {
+	DecisionID string               `json:"decision_id"`
+	Kind       string               `json:"kind"`
+	Effect     ledger.EffectFact    `json:"effect,omitempty"`
+	Confirmed  *bool                `json:"confirmed,omitempty"`
+	Detail     json.RawMessage      `json:"detail,omitempty"`
+	Error      *ledger.AttemptError `json:"error,omitempty"`
+}
+
+// Observation is evidence about an attempt's effect.
+type Observation struct {
+	ID         ledger.ObservationID     `json:"id"`
+	RunID      ledger.RunID             `json:"run_id"`
+	ActionID   ledger.ActionID          `json:"action_id"`
+	AttemptID  ledger.AttemptID         `json:"attempt_id,omitempty"`
+	Source     ledger.ObservationSource `json:"source"`
+	Effect     ledger.EffectFact        `json:"effect"`
+	Detail     json.RawMessage          `json:"detail,omitempty"`
+	ObservedAt time.Time                `json:"observed_at"`
+}
+
+// ObservationResponse is the 201 answer to an observation: what was
+// recorded, and what /next says now.
+type ObservationResponse struct {
+	Observation Observation `json:"observation"`
+	Next        []Directive `json:"next"`
+}
+
+// Directive is one thing a run's agent must do (GET /v1/runs/{run_id}/next).
+type Directive struct {
+	Directive  string           `json:"directive"`
+	DecisionID string           `json:"decision_id,omitempty"`
+	ActionID   ledger.ActionID  `json:"action_id,omitempty"`
+	AttemptID  ledger.AttemptID `json:"attempt_id,omitempty"`
+	Tool       string           `json:"tool,omitempty"`
+	DedupKey   string           `json:"dedup_key,omitempty"`
+	// LeaseRemainingS is set for in_flight: the open attempt's lease
+	// left, in seconds.
+	LeaseRemainingS *float64          `json:"lease_remaining_s,omitempty"`
+	StopReason      ledger.StopReason `json:"stop_reason,omitempty"`
+	Rationale       string            `json:"rationale,omitempty"`
+}
+
+// NextResponse is GET /v1/runs/{run_id}/next.
+type NextResponse struct {
+	RunID      ledger.RunID      `json:"run_id"`
+	RunState   ledger.RunState   `json:"run_state"`
+	StopReason ledger.StopReason `json:"stop_reason,omitempty"`
+	Directives []Directive       `json:"directives"`
+}
+
+// FinishRequest is the body of POST /v1/runs/{run_id}/finish.
+type FinishRequest struct {
+	Outcome    string            `json:"outcome"`
+	StopReason ledger.StopReason `json:"stop_reason,omitempty"`
+	Output     json.RawMessage   `json:"output,omitempty"`
+	Usage      *Usage            `json:"usage,omitempty"`
 }

@@ -55,7 +55,7 @@ func TestAuthentication(t *testing.T) {
 			if !strings.HasPrefix(r[1], "/v1/") || r[1] == "/v1/openapi.json" {
 				continue
 			}
-			path := strings.NewReplacer("{run_id}", "run_x", "{action_id}", "act_x").Replace(r[1])
+			path := strings.NewReplacer("{run_id}", "run_x", "{action_id}", "act_x", "{attempt_id}", "att_x").Replace(r[1])
 			res := e.send(t, request{method: r[0], path: path, body: "{}"})
 			if r[0] == http.MethodHead {
 				require.Equal(t, http.StatusUnauthorized, res.Status, path)

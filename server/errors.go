@@ -10,6 +10,7 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/actionledger/ledger/contracts"
+	"github.com/actionledger/ledger/engine"
 	"github.com/actionledger/ledger/ledger"
 )
 
@@ -74,6 +75,24 @@ var problems = map[string]problemSpec{
 	CodeRateLimited:                       {http.StatusTooManyRequests, "Too many requests"},
 	CodeTooManyPendingApprovals:           {http.StatusTooManyRequests, "Too many pending approvals"},
 	CodeAgentNotBound:                     {http.StatusForbidden, "Agent not bound"},
+	// The agent protocol's codes (engine.ProtocolError, protocol_errors.go).
+	engine.CodeStepKeyReused:   {http.StatusUnprocessableEntity, "Step key reused"},
+	engine.CodeInvalidArgs:     {http.StatusUnprocessableEntity, "Invalid arguments"},
+	engine.CodeUnknownTool:     {http.StatusUnprocessableEntity, "Unknown tool"},
+	engine.CodeToolNotAllowed:  {http.StatusUnprocessableEntity, "Tool not allowed"},
+	engine.CodeOutcomeInvalid:  {http.StatusUnprocessableEntity, "Outcome not allowed"},
+	engine.CodeFinishInvalid:   {http.StatusUnprocessableEntity, "Invalid finish"},
+	engine.CodeActionInDoubt:   {http.StatusConflict, "Action in doubt"},
+	engine.CodeRunStopped:      {http.StatusConflict, "Run stopped"},
+	engine.CodeRunCancelled:    {http.StatusConflict, "Run cancelled"},
+	engine.CodeNotApproved:     {http.StatusConflict, "Not approved"},
+	engine.CodeApprovalStale:   {http.StatusConflict, "Approval stale"},
+	engine.CodeAttemptOpen:     {http.StatusConflict, "Attempt open"},
+	engine.CodeAttemptClosed:   {http.StatusConflict, "Attempt closed"},
+	engine.CodeOutcomeConflict: {http.StatusConflict, "Outcome conflict"},
+	engine.CodeStaleDecision:   {http.StatusConflict, "Stale decision"},
+	engine.CodeNotClientDriven: {http.StatusConflict, "Not client-driven"},
+	engine.CodeBadToken:        {http.StatusForbidden, "Bad attempt token"},
 }
 
 // StatusOf returns the HTTP status the API answers with for a problem code:
@@ -95,6 +114,9 @@ type apiError struct {
 	fields []FieldError
 	header map[string]string
 	err    error
+	// ext holds the problem's extension members (the agent protocol's
+	// action, recorded and stop_reason), copied into the Problem.
+	ext Problem
 }
 
 func (e *apiError) Error() string {
@@ -130,6 +152,7 @@ func (s *Server) toProblem(ctx context.Context, err error) (Problem, map[string]
 		detail string
 		fields []FieldError
 		header map[string]string
+		ext    Problem
 	)
 	var (
 		ae  *apiError
@@ -139,7 +162,7 @@ func (s *Server) toProblem(ctx context.Context, err error) (Problem, map[string]
 	)
 	switch {
 	case errors.As(err, &ae):
-		code, detail, fields, header = ae.code, ae.detail, ae.fields, ae.header
+		code, detail, fields, header, ext = ae.code, ae.detail, ae.fields, ae.header, ae.ext
 	case errors.As(err, &ve):
 		code, detail, fields = CodeSchemaViolation, "the body does not match its schema", fieldErrors(ve)
 	case errors.As(err, &mbe):
@@ -170,6 +193,8 @@ func (s *Server) toProblem(ctx context.Context, err error) (Problem, map[string]
 		Detail: detail,
 		Code:   code,
 		Errors: fields,
+		// Extension members of the agent protocol's problems.
+		Action: ext.Action, Recorded: ext.Recorded, StopReason: ext.StopReason,
 	}, header
 }
 

@@ -22,6 +22,11 @@ func TestHead(t *testing.T) {
 	fixed := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
 	e := newEnv(t, options{config: func(c *server.Config) { c.Now = func() time.Time { return fixed } }})
 	id, a := e.awaiting(t, "alice", "k1")
+	// A run's event stream ends when the run has: it is read on one that
+	// has ended (cancelled, stopped).
+	ended := e.submit(t, "alice", "k-ended")
+	require.Equal(t, http.StatusAccepted, e.post(t, "alice", "/v1/runs/"+string(ended)+"/cancel", "").Status)
+	require.True(t, e.advance(t, ended).State.Terminal())
 	res := e.get(t, "", "/v1/openapi.json")
 	require.Equal(t, http.StatusOK, res.Status)
 	var doc struct {
@@ -36,7 +41,11 @@ func TestHead(t *testing.T) {
 		_, hasHead := ops["head"]
 		require.True(t, hasHead, "the document describes HEAD %s", path)
 		n++
-		url := strings.NewReplacer("{run_id}", string(id), "{action_id}", string(a.ID)).Replace(path)
+		run := id
+		if strings.HasSuffix(path, "/events") {
+			run = ended
+		}
+		url := strings.NewReplacer("{run_id}", string(run), "{action_id}", string(a.ID)).Replace(path)
 		t.Run(path, func(t *testing.T) {
 			for _, who := range []string{"root", ""} { // an answer and, for /v1, a 401
 				get := e.send(t, request{principal: who, method: http.MethodGet, path: url})
@@ -53,7 +62,7 @@ func TestHead(t *testing.T) {
 			}
 		})
 	}
-	require.Equal(t, 12, n, "every GET operation was tried")
+	require.Equal(t, 14, n, "every GET operation was tried")
 
 	t.Run("UnknownRoute", func(t *testing.T) {
 		head := e.send(t, request{method: http.MethodHead, path: "/nowhere"})

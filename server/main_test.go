@@ -50,6 +50,9 @@ var principals = map[string]struct {
 	"gina":  {"globex", []string{"approver", "auditor"}, nil},
 	"andy":  {"acme", []string{"agent"}, []string{"payer"}},
 	"alf":   {"acme", []string{"agent", "auditor"}, []string{"payer"}},
+	// ada and gus drive clientAgent's runs (newProtocolEnv), in two tenants.
+	"ada": {"acme", []string{"agent"}, []string{"my-agent"}},
+	"gus": {"globex", []string{"agent"}, []string{"my-agent"}},
 }
 
 // options tune an env.
@@ -64,6 +67,9 @@ type options struct {
 	fault func(engine.FaultPoint) // the engine's FaultFunc
 	// agents are registered beside practice-cards.
 	agents []engine.Agent
+	// client adds the client-driven agent my-agent (clientAgent) and its
+	// tools, for the agent protocol's tests (newProtocolEnv).
+	client bool
 }
 
 // testRedactionKey is the one redaction key of an env, as a process has
@@ -110,8 +116,12 @@ func newEnv(t testing.TB, o options) *env {
 		desc.SecretPaths = o.secretPaths
 		agent.Tools[0] = simulator.NewTool(desc, effects, o.sim.Tools[simulator.CardsWriteTool])
 	}
+	agents := append([]engine.Agent{agent}, o.agents...)
+	if o.client {
+		agents = append(agents, engine.Agent{Name: clientAgent, Driver: engine.DriverClient, Tools: clientTools()})
+	}
 	tools := map[string]contracts.ToolDescriptor{}
-	for _, a := range append([]engine.Agent{agent}, o.agents...) {
+	for _, a := range agents {
 		for _, tool := range a.Tools {
 			tools[tool.Descriptor().Name] = tool.Descriptor()
 		}
@@ -124,7 +134,7 @@ func newEnv(t testing.TB, o options) *env {
 		d, ok := tools[n]
 		return d, ok
 	}, approval.Options{RelaxSeparationOfDuties: o.dev})
-	ecfg := engine.Config{Store: lb.Store, Approvals: svc, Agents: append([]engine.Agent{agent}, o.agents...),
+	ecfg := engine.Config{Store: lb.Store, Approvals: svc, Agents: agents,
 		Now: lb.Clock.Now, PollInterval: 10 * time.Millisecond, FaultFunc: o.fault, Redactor: redactor}
 	if o.hooks {
 		ecfg.OnToolCall = func(c engine.ToolCallStats) {
@@ -164,6 +174,60 @@ func newEnv(t testing.TB, o options) *env {
 		e.ts.Close()
 	})
 	return e
+}
+
+// clientAgent is the client-driven agent of newProtocolEnv: the engine
+// takes no step of its runs, the test is its client.
+const clientAgent = "my-agent"
+
+// The tools of clientAgent, one for each way recovery can go after a
+// lost call: a read; a write that can be queried, one that dedups, one
+// that can be cancelled, and one that promises nothing (review).
+const (
+	toolRead   = "notes.read"
+	toolQuery  = "payments.send"
+	toolDedup  = "mail.send"
+	toolCancel = "jobs.run"
+	toolNone   = "files.delete"
+)
+
+// clientLease is every client tool's lease: 30 s from the last
+// heartbeat, at most 2 minutes from the start.
+var clientLease = engine.Lease{HeartbeatTimeout: 30 * time.Second, MaxDuration: 2 * time.Minute}
+
+// clientTools are clientAgent's tools (engine.ClientTool): the engine
+// never calls them.
+func clientTools() []engine.Tool {
+	const idSchema = `{"$schema": "https://json-schema.org/draft/2020-12/schema", "type": "object",
+		"additionalProperties": false, "required": ["id"], "properties": {"id": {"type": "string", "minLength": 1}}}`
+	tool := func(name string, effect contracts.Effect, schema string, g contracts.Guarantees) engine.Tool {
+		d := contracts.ToolDescriptor{SchemaVersion: contracts.DefaultVersion, Name: name, Version: "1", Effect: effect,
+			ArgumentsSchema: json.RawMessage(schema), Guarantees: g, TimeoutMS: 60_000}
+		if g.Dedup {
+			d.DedupRetentionMS = 24 * 60 * 60 * 1000
+		}
+		return engine.ClientTool(d, clientLease)
+	}
+	return []engine.Tool{
+		tool(toolRead, contracts.EffectRead, `{"$schema": "https://json-schema.org/draft/2020-12/schema", "type": "object",
+			"additionalProperties": false, "required": ["q"], "properties": {"q": {"type": "string", "minLength": 1}}}`,
+			contracts.Guarantees{Dedup: true}),
+		tool(toolQuery, contracts.EffectWrite, `{"$schema": "https://json-schema.org/draft/2020-12/schema", "type": "object",
+			"additionalProperties": false, "required": ["to", "cents"],
+			"properties": {"to": {"type": "string", "minLength": 1}, "cents": {"type": "integer", "minimum": 1}}}`,
+			contracts.Guarantees{Query: true}),
+		tool(toolDedup, contracts.EffectWrite, idSchema, contracts.Guarantees{Dedup: true}),
+		tool(toolCancel, contracts.EffectWrite, idSchema, contracts.Guarantees{Cancel: true}),
+		tool(toolNone, contracts.EffectWrite, idSchema, contracts.Guarantees{}),
+	}
+}
+
+// newProtocolEnv is newEnv with clientAgent registered beside
+// practice-cards.
+func newProtocolEnv(t testing.TB, o options) *env {
+	t.Helper()
+	o.client = true
+	return newEnv(t, o)
 }
 
 // writeTokens makes a token per principal, writes the tokens file and

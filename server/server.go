@@ -280,6 +280,16 @@ func (s *Server) newEcho() *echo.Echo {
 	e.POST("/v1/actions/:action_id/resolve", s.resolve, auth...)
 	get("/v1/tools", s.listTools, auth...)
 	get("/v1/agents", s.listAgents, auth...)
+	// The agent protocol (protocol.go, docs/agent-protocol.md).
+	e.POST("/v1/runs/:run_id/actions", s.proposeAction, auth...)
+	e.POST("/v1/actions/:action_id/attempts", s.beginAttempt, auth...)
+	e.POST("/v1/attempts/:attempt_id/heartbeat", s.heartbeatAttempt, auth...)
+	e.POST("/v1/attempts/:attempt_id/complete", s.completeAttempt, auth...)
+	e.POST("/v1/attempts/:attempt_id/abandon", s.abandonAttempt, auth...)
+	e.POST("/v1/attempts/:attempt_id/observations", s.postObservation, auth...)
+	get("/v1/runs/:run_id/next", s.nextDirectives, auth...)
+	get("/v1/runs/:run_id/events", s.streamEvents, auth...)
+	e.POST("/v1/runs/:run_id/finish", s.finishRun, auth...)
 
 	s.routes = map[string]bool{}
 	for _, r := range e.Routes() {

@@ -73,7 +73,7 @@ func (s *Server) actionView(a *ledger.Action, atts []*ledger.Attempt, aprs []*le
 		return Action{}, fmt.Errorf("redact action %s: %w", a.ID, err)
 	}
 	v := Action{ID: a.ID, RunID: a.RunID, Seq: a.Seq, Tool: a.Tool, ToolVersion: a.ToolVersion, Effect: a.Effect,
-		State: a.State, ActionDigest: a.ActionDigest, Arguments: args, DedupKey: a.DedupKey, Supersedes: a.Supersedes,
+		State: a.State, Version: a.Version, ActionDigest: a.ActionDigest, Arguments: args, DedupKey: a.DedupKey, Supersedes: a.Supersedes,
 		CreatedAt: a.CreatedAt, Attempts: []Attempt{}, Approvals: []Approval{}, Gate: gateView(a.Gate)}
 	for _, t := range atts {
 		v.Attempts = append(v.Attempts, attemptView(t))

@@ -45,6 +45,8 @@ const (
 	targetRecoveryRuns  = 10_000
 	targetEvidenceMS    = 200.0 // ms to export a run of 10,000 events
 	targetEvidenceN     = 10_000
+	targetProtocolP50MS = 3.0   // ms per agent protocol call at concurrency 1, p50
+	targetProtocolC32   = 500.0 // agent protocol calls/s at concurrency 32
 )
 
 // benchConcurrency are the levels of the action workload.
@@ -232,6 +234,17 @@ func runBench(ctx context.Context, o benchOptions, stdout, stderr io.Writer) err
 	progress("approval round trip: %d runs, p50 %.1f ms, p99 %.1f ms; approve alone p50 %.1f ms",
 		len(rt.Total), ms(perf.Percentile(rt.Total, 0.50)), ms(perf.Percentile(rt.Total, 0.99)), ms(perf.Percentile(rt.Approve, 0.50)))
 
+	proto := make(map[int]perf.ProtocolLevel, 2)
+	for _, c := range []int{1, 32} {
+		lv, err := benchProtocol(ctx, dir, c, o.duration)
+		if err != nil {
+			return fmt.Errorf("bench agent protocol at concurrency %d: %w", c, err)
+		}
+		proto[c] = lv
+		progress("agent protocol c=%d: %d tool calls in %s, %.1f calls/s, p50 %.2f ms, p99 %.2f ms", c, lv.Calls,
+			lv.Elapsed.Round(time.Millisecond), lv.PerSecond(), ms(lv.P(0.50)), ms(lv.P(0.99)))
+	}
+
 	scan, err := benchRecovery(ctx, dir, o.recoveryRuns, progress)
 	if err != nil {
 		return fmt.Errorf("bench recovery: %w", err)
@@ -276,6 +289,23 @@ func runBench(ctx context.Context, o benchOptions, stdout, stderr io.Writer) err
 		benchFigure{Key: "approve_request_p99_ms", Name: "approve request p99", Value: ms(perf.Percentile(rt.Approve, 0.99)), Unit: "ms",
 			RatioToFloor: lat(ms(perf.Percentile(rt.Approve, 0.99)))},
 	)
+	for _, c := range []int{1, 32} {
+		lv := proto[c]
+		p50 := benchFigure{Key: fmt.Sprintf("protocol_call_c%d_p50_ms", c), Name: fmt.Sprintf("agent protocol call, concurrency %d, p50", c),
+			Value: ms(lv.P(0.50)), Unit: "ms", RatioToFloor: lat(ms(lv.P(0.50))),
+			Note: "propose + begin + complete of an auto-approved read, HTTP on loopback"}
+		perS := benchFigure{Key: fmt.Sprintf("protocol_call_c%d_per_s", c), Name: fmt.Sprintf("agent protocol calls, concurrency %d", c),
+			Value: lv.PerSecond(), Unit: "calls/s", RatioToFloor: rate(lv.PerSecond())}
+		if c == 1 {
+			p50.Target, p50.Met = fmt.Sprintf("≤ %.0f ms", targetProtocolP50MS), met(ms(lv.P(0.50)) <= targetProtocolP50MS)
+		} else {
+			perS.Target, perS.Met = fmt.Sprintf("≥ %.0f calls/s", targetProtocolC32), met(lv.PerSecond() >= targetProtocolC32)
+		}
+		figs = append(figs, p50,
+			benchFigure{Key: fmt.Sprintf("protocol_call_c%d_p99_ms", c), Name: fmt.Sprintf("agent protocol call, concurrency %d, p99", c),
+				Value: ms(lv.P(0.99)), Unit: "ms", RatioToFloor: lat(ms(lv.P(0.99)))},
+			perS)
+	}
 	recov := benchFigure{Key: "recovery_scan_s", Name: fmt.Sprintf("recovery: scan %d runs", o.recoveryRuns), Value: scan.Seconds(),
 		Unit: "s", Target: fmt.Sprintf("< %.0f s for %d", targetRecoveryS, targetRecoveryRuns)}
 	if o.recoveryRuns == targetRecoveryRuns {
@@ -421,6 +451,17 @@ func benchRoundTrips(ctx context.Context, dir string, d time.Duration, minN int,
 		return rt, fmt.Errorf("%d effects for %d approved runs", len(effects), len(rt.Total))
 	}
 	return rt, nil
+}
+
+// benchProtocol drives the agent protocol's workload (perf.Protocol) from c
+// agents at once on a fresh database for d.
+func benchProtocol(ctx context.Context, dir string, c int, d time.Duration) (perf.ProtocolLevel, error) {
+	p, err := perf.OpenProtocol(ctx, filepath.Join(dir, fmt.Sprintf("protocol-c%d.db", c)))
+	if err != nil {
+		return perf.ProtocolLevel{}, err
+	}
+	defer p.Close()
+	return p.Drive(ctx, c, 0, d)
 }
 
 // benchRecovery writes n interrupted runs with synchronous=OFF

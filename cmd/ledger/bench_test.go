@@ -27,7 +27,9 @@ func TestBench(t *testing.T) {
 
 		want := []string{"floor_commits_per_s", "floor_commit_ms", "action_c1_per_s", "action_c8_per_s", "action_c32_per_s",
 			"action_scaling_c32_c1", "approval_round_trip_p50_ms", "approval_round_trip_p99_ms", "approve_request_p50_ms",
-			"approve_request_p99_ms", "recovery_scan_s", "recovery_per_run_ms", "evidence_export_ms"}
+			"approve_request_p99_ms",
+			"protocol_call_c1_p50_ms", "protocol_call_c1_p99_ms", "protocol_call_c1_per_s",
+			"protocol_call_c32_p50_ms", "protocol_call_c32_p99_ms", "protocol_call_c32_per_s", "recovery_scan_s", "recovery_per_run_ms", "evidence_export_ms"}
 		if _, ok := peakRSSKiB(); ok {
 			want = append(want, "peak_rss_mib")
 		}

@@ -30,10 +30,12 @@ const DocumentPath = "/v1/openapi.json"
 const DefaultResponse = "Default"
 
 // registerDecoders teaches openapi3filter the text media types of the
-// API (evidence in Markdown and HTML), read as plain strings.
+// API (evidence in Markdown and HTML, a run's Server-Sent Events), read as
+// plain strings.
 var registerDecoders = sync.OnceFunc(func() {
 	openapi3filter.RegisterBodyDecoder("text/markdown", openapi3filter.PlainBodyDecoder)
 	openapi3filter.RegisterBodyDecoder("text/html", openapi3filter.PlainBodyDecoder)
+	openapi3filter.RegisterBodyDecoder("text/event-stream", openapi3filter.PlainBodyDecoder)
 })
 
 // Validator checks answers against one OpenAPI document. It is safe for
