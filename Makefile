@@ -4,7 +4,7 @@ STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 BIN         := bin/ledger
 VERSION     ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 
-.PHONY: build test lint bench bench-smoke fmt test-typescript
+.PHONY: build test test-python test-typescript lint bench bench-smoke fmt
 
 build:
 	$(GO) build -ldflags "-X main.Version=$(VERSION)" -o $(BIN) ./cmd/ledger
@@ -20,7 +20,15 @@ lint:
 test: lint
 	$(GO) test -race -count=1 ./...
 	$(MAKE) bench-smoke
+	$(MAKE) test-python
 	$(MAKE) test-typescript
+
+# The Python client and the Python example agent, against the real binary
+# (standard library only: python3 >= 3.9, nothing to install).
+PYTHON ?= python3
+test-python: build
+	cd clients/python && LEDGER_BIN=$(CURDIR)/$(BIN) $(PYTHON) -m unittest discover -s tests -t tests
+	LEDGER_BIN=$(CURDIR)/$(BIN) $(PYTHON) -m unittest discover -s examples/python-agent -t examples/python-agent
 
 # The TypeScript client and the example agent, tested against the real
 # binary (bin/ledger); needs node (18 or later) and npm.
