@@ -416,12 +416,14 @@ func driveTimeBudget(b timeBudget, point engine.FaultPoint) func(ctx context.Con
 		case first.FinishedAt.Before(restarted.Add(-time.Second)): // the server's clock against ours: a second of slack
 			return id, fmt.Errorf("attempt %s was closed at %s, before the restart at %s", first.ID, first.FinishedAt, restarted)
 		}
-		counted := first.FinishedAt.Sub(first.StartedAt)
-		if used := r.Budget.Used.Execution; used < counted {
-			return id, fmt.Errorf("the run's execution budget used %s, less than the interrupted attempt's %s", used, counted)
+		// The API gives the execution used in whole milliseconds, rounded
+		// down: compare in those.
+		counted := first.FinishedAt.Sub(first.StartedAt).Milliseconds()
+		if used := r.Budget.Used.ExecutionMS; used < counted {
+			return id, fmt.Errorf("the run's execution budget used %dms, less than the interrupted attempt's %dms", used, counted)
 		}
-		if b.field == "max_execution_ms" && r.Budget.Used.Execution < b.limit {
-			return id, fmt.Errorf("the run stopped having used %s of its %s execution budget", r.Budget.Used.Execution, b.limit)
+		if used := r.Budget.Used.ExecutionMS; b.field == "max_execution_ms" && used < b.limit.Milliseconds() {
+			return id, fmt.Errorf("the run stopped having used %dms of its %s execution budget", used, b.limit)
 		}
 		tl, err := h.timeline(id)
 		if err != nil {

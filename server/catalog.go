@@ -15,44 +15,58 @@ import (
 // ToolList is GET /v1/tools: the tools the caller's tenant may have called,
 // in name order.
 type ToolList struct {
+	// Tools are in name order.
 	Tools []Tool `json:"tools"`
 }
 
 // Tool is one tool as GET /v1/tools shows it: its descriptor's fields (but
 // schema_version), who executes it, and a client tool's lease.
 type Tool struct {
-	Name              string               `json:"name"`
-	Version           string               `json:"version"`
-	Effect            contracts.Effect     `json:"effect"`
-	Description       string               `json:"description,omitempty"`
-	ArgumentsSchema   json.RawMessage      `json:"arguments_schema"`
-	Guarantees        contracts.Guarantees `json:"guarantees"`
-	TimeoutMS         int64                `json:"timeout_ms"`
-	DedupRetentionMS  int64                `json:"dedup_retention_ms,omitempty"`
-	QueryVisibilityMS int64                `json:"query_visibility_ms,omitempty"`
-	SecretPaths       []string             `json:"secret_paths,omitempty"`
-	// Executor is "client" (an outside agent makes the calls) or "builtin"
-	// (the ledger does).
+	Name        string           `json:"name"`
+	Version     string           `json:"version"`
+	Effect      contracts.Effect `json:"effect"`
+	Description string           `json:"description,omitempty"`
+	// ArgumentsSchema is the JSON Schema (draft 2020-12) of the tool's
+	// arguments.
+	ArgumentsSchema json.RawMessage      `json:"arguments_schema" jsonschema:"type=object"`
+	Guarantees      contracts.Guarantees `json:"guarantees"`
+	// TimeoutMS is the longest a single call may take.
+	TimeoutMS int64 `json:"timeout_ms" jsonschema:"minimum=1"`
+	// DedupRetentionMS is how long the tool honours a dedup key; absent: no
+	// limit declared.
+	DedupRetentionMS int64 `json:"dedup_retention_ms,omitempty" jsonschema:"minimum=1"`
+	// QueryVisibilityMS is how long after a call a query may still miss
+	// it; absent: 0.
+	QueryVisibilityMS int64 `json:"query_visibility_ms,omitempty" jsonschema:"minimum=0"`
+	// SecretPaths are JSON Pointers into the arguments whose values are
+	// redacted.
+	SecretPaths []string `json:"secret_paths,omitempty"`
+	// Executor is client (the agent's own process makes the calls and
+	// reports them, docs/agent-protocol.md) or builtin (the ledger does).
 	Executor contracts.Executor `json:"executor"`
-	// HeartbeatTimeoutMS and MaxDurationMS are a client tool's lease
-	// (docs/agent-protocol.md, "Leases"); absent for a builtin one.
-	HeartbeatTimeoutMS int64 `json:"heartbeat_timeout_ms,omitempty"`
-	MaxDurationMS      int64 `json:"max_duration_ms,omitempty"`
+	// HeartbeatTimeoutMS is, for a client tool only, how long after its
+	// last heartbeat an attempt's lease lapses.
+	HeartbeatTimeoutMS int64 `json:"heartbeat_timeout_ms,omitempty" jsonschema:"minimum=1"`
+	// MaxDurationMS is, for a client tool only, how long after the attempt
+	// began heartbeats may renew its lease.
+	MaxDurationMS int64 `json:"max_duration_ms,omitempty" jsonschema:"minimum=1"`
 }
 
 // AgentList is GET /v1/agents: the agents the caller's tenant may submit
 // runs of, in name order.
 type AgentList struct {
+	// Agents are in name order.
 	Agents []Agent `json:"agents"`
 }
 
 // Agent is one agent as GET /v1/agents shows it.
 type Agent struct {
 	Name string `json:"name"`
-	// Driver is "client" (an outside process runs the loop through the
-	// agent protocol) or "builtin" (the ledger's engine does).
+	// Driver is builtin (the ledger runs the loop) or client (a process
+	// outside the ledger, through the agent protocol).
 	Driver engine.Driver `json:"driver"`
-	// Tools are the names of the tools the agent may call, in its order.
+	// Tools are the names of the tools the agent may call (GET
+	// /v1/tools), in its order.
 	Tools []string `json:"tools"`
 	// Policies are the loop-policy thresholds its runs are held to.
 	Policies AgentPolicies `json:"policies"`
@@ -60,9 +74,15 @@ type Agent struct {
 
 // AgentPolicies are an agent's loop-policy thresholds, defaults applied.
 type AgentPolicies struct {
-	RepeatLimit       int `json:"repeat_limit"`
-	NoProgressWindow  int `json:"no_progress_window"`
-	ConsecutiveErrors int `json:"consecutive_errors"`
+	// RepeatLimit: an action already proposed this many times is refused
+	// (repeated_action).
+	RepeatLimit int `json:"repeat_limit" jsonschema:"minimum=1"`
+	// NoProgressWindow: this many actions in a row none of which succeeded
+	// stop the run (no_progress).
+	NoProgressWindow int `json:"no_progress_window" jsonschema:"minimum=1"`
+	// ConsecutiveErrors: this many failed attempts in a row stop the run
+	// (consecutive_errors).
+	ConsecutiveErrors int `json:"consecutive_errors" jsonschema:"minimum=1"`
 }
 
 // tenantAgents are the registered agents whose runs tenant may submit,

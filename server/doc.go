@@ -5,9 +5,12 @@
 // Echo; it sits on top of engine, approval, recovery and ledger, and holds
 // no goroutines of its own.
 //
-// Build a Server with New and serve Handler. The wire types (api.go) are
-// the contract with clients; openapi.json documents the routes, and a test
-// holds the document and the router equal.
+// Build a Server with New and serve Handler. The wire types (api.go,
+// catalog.go) are the contract with clients and the source of
+// openapi.json's component schemas (`go generate ./server`,
+// internal/openapigen); the document's paths are written by hand, and a
+// test holds them and the router equal. A run's budget goes out in
+// milliseconds, as submissions give it (Budget).
 //
 // # Authentication and roles
 //

@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"net/http"
+	"slices"
 	"strconv"
 
 	"github.com/labstack/echo/v4"
@@ -256,3 +258,7 @@ func (s *Server) handleError(err error, c echo.Context) {
 func retryAfter(seconds int) map[string]string {
 	return map[string]string{"Retry-After": strconv.Itoa(seconds)}
 }
+
+// Codes returns every problem code the API answers with, sorted: the
+// document's Problem.code lists them.
+func Codes() []string { return slices.Sorted(maps.Keys(problems)) }

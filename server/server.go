@@ -403,7 +403,7 @@ func (s *Server) recoverPanic(next echo.HandlerFunc) echo.HandlerFunc {
 }
 
 func (s *Server) healthz(c echo.Context) error {
-	return sendJSON(c, http.StatusOK, map[string]string{"status": "ok"})
+	return sendJSON(c, http.StatusOK, Status{Status: "ok"})
 }
 
 func (s *Server) readyz(c echo.Context) error {
@@ -417,7 +417,7 @@ func (s *Server) readyz(c echo.Context) error {
 		s.log.WarnContext(c.Request().Context(), "not ready", "err", err)
 		return problemf(CodeNotReady, "the service is not ready")
 	}
-	return sendJSON(c, http.StatusOK, map[string]string{"status": "ready"})
+	return sendJSON(c, http.StatusOK, Status{Status: "ready"})
 }
 
 // schemaVersioner is implemented by stores that can say which schema

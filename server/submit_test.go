@@ -98,6 +98,28 @@ func TestSubmit(t *testing.T) {
 		require.NotNil(t, run.Budget.Deadline)
 		require.True(t, run.Budget.Deadline.Equal(run.CreatedAt.Add(10*time.Minute)))
 
+		// On the wire, durations are milliseconds as submitted: the same
+		// numbers come back, and the deadline is the time it fixed.
+		got := e.get(t, "alice", "/v1/runs/"+string(sr.ID))
+		require.Equal(t, http.StatusOK, got.Status, string(got.Body))
+		var raw struct {
+			Budget struct {
+				Limits map[string]json.RawMessage `json:"limits"`
+				Used   map[string]json.RawMessage `json:"used"`
+			} `json:"budget"`
+		}
+		require.NoError(t, json.Unmarshal(got.Body, &raw))
+		require.JSONEq(t, `60000`, string(raw.Budget.Limits["max_execution_ms"]))
+		require.JSONEq(t, `2`, string(raw.Budget.Limits["max_attempts_per_action"]))
+		require.JSONEq(t, `20`, string(raw.Budget.Limits["max_steps"]))
+		require.JSONEq(t, `0`, string(raw.Budget.Used["execution_ms"]))
+		var wire server.Run
+		decode(t, got, &wire)
+		require.Equal(t, server.BudgetLimits{MaxAttemptsPerAction: 2, MaxAttemptsPerRun: 5, MaxExecutionMS: 60000,
+			Deadline: wire.Budget.Limits.Deadline, MaxSteps: 20, MaxTokens: 5000}, wire.Budget.Limits)
+		require.NotNil(t, wire.Budget.Limits.Deadline)
+		require.True(t, wire.Budget.Limits.Deadline.Equal(run.CreatedAt.Add(10*time.Minute)))
+
 		// The deadline is relative in the request, so a replay later is
 		// still the same request.
 		e.Clock.Advance(time.Minute)

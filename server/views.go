@@ -128,7 +128,7 @@ func (s *Server) loadRunView(ctx context.Context, r *ledger.Run) (Run, error) {
 		aprsBy[p.ActionID] = append(aprsBy[p.ActionID], p)
 	}
 	v := Run{ID: r.ID, Tenant: r.Tenant, Agent: r.Agent, State: r.State, StopReason: r.StopReason,
-		SubmittedBy: r.SubmittedBy, CreatedAt: r.CreatedAt, UpdatedAt: r.UpdatedAt, Budget: r.Budget,
+		SubmittedBy: r.SubmittedBy, CreatedAt: r.CreatedAt, UpdatedAt: r.UpdatedAt, Budget: budgetView(r.Budget),
 		Cancellation: cancellationView(cancel), Actions: make([]Action, 0, len(actions))}
 	for _, a := range actions {
 		av, err := s.actionView(a, attsBy[a.ID], aprsBy[a.ID])

@@ -210,6 +210,10 @@ func printRun(w io.Writer, r server.Run) error {
 	fmt.Fprintf(tw, "submitted by:\t%s\n", r.SubmittedBy)
 	fmt.Fprintf(tw, "created:\t%s\n", fmtTime(r.CreatedAt))
 	fmt.Fprintf(tw, "updated:\t%s\n", fmtTime(r.UpdatedAt))
+	fmt.Fprintf(tw, "budget:\t%s\n", budgetText(r.Budget))
+	if d := r.Budget.Limits.Deadline; d != nil {
+		fmt.Fprintf(tw, "deadline:\t%s\n", fmtTime(*d))
+	}
 	if c := r.Cancellation; c != nil {
 		fmt.Fprintf(tw, "cancellation:\t%s (requested by %s at %s%s)\n", c.State, c.RequestedBy, fmtTime(c.RequestedAt), reasonSuffix(c.Reason))
 	}
@@ -241,6 +245,28 @@ func printRun(w io.Writer, r server.Run) error {
 		}
 	}
 	return nil
+}
+
+// budgetText is what a run has used of its budget, each measure with its
+// limit if it has one; durations in milliseconds, as the API gives them.
+func budgetText(b server.Budget) string {
+	l, u := b.Limits, b.Used
+	of := func(used, limit int64, unit string) string {
+		if limit > 0 {
+			return fmt.Sprintf("%d%s of %d%s", used, unit, limit, unit)
+		}
+		return fmt.Sprintf("%d%s", used, unit)
+	}
+	attempts := "attempts " + of(u.Attempts, l.MaxAttemptsPerRun, "")
+	if l.MaxAttemptsPerAction > 0 {
+		attempts += fmt.Sprintf(" (at most %d per action)", l.MaxAttemptsPerAction)
+	}
+	tokens := "tokens " + of(u.Tokens, l.MaxTokens, "")
+	if u.TokensUnavailable {
+		tokens = "tokens at least " + of(u.Tokens, l.MaxTokens, "") + " (a step reported no usage)"
+	}
+	return strings.Join([]string{attempts, "execution " + of(u.ExecutionMS, l.MaxExecutionMS, "ms"),
+		"steps " + of(u.Steps, l.MaxSteps, ""), tokens}, "; ")
 }
 
 func reasonSuffix(reason string) string {

@@ -223,3 +223,20 @@ func TestRunsShowWaitState(t *testing.T) {
 		}
 	})
 }
+
+// TestBudgetText: runs show gives each measure of the budget with its
+// limit, durations in milliseconds as the API does.
+func TestBudgetText(t *testing.T) {
+	t.Run("NoLimits", func(t *testing.T) {
+		require.Equal(t, "attempts 0; execution 0ms; steps 1; tokens 383",
+			budgetText(server.Budget{Used: server.BudgetUsage{Steps: 1, Tokens: 383}}))
+	})
+	t.Run("Limits", func(t *testing.T) {
+		b := server.Budget{
+			Limits: server.BudgetLimits{MaxAttemptsPerAction: 2, MaxAttemptsPerRun: 5, MaxExecutionMS: 60000, MaxSteps: 20, MaxTokens: 5000},
+			Used:   server.BudgetUsage{Attempts: 1, ExecutionMS: 1500, Steps: 3, Tokens: 900, TokensUnavailable: true},
+		}
+		require.Equal(t, "attempts 1 of 5 (at most 2 per action); execution 1500ms of 60000ms; steps 3 of 20; "+
+			"tokens at least 900 of 5000 (a step reported no usage)", budgetText(b))
+	})
+}

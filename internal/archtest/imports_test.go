@@ -39,6 +39,10 @@ var allowed = map[string][]string{
 	"examples/go-agent": {"ledger", "contracts", "approval", "engine"},
 	// Test support of the HTTP API; it reads the server over HTTP only.
 	"server/servertest": {},
+	// The generator of openapi.json's component schemas, from the server's
+	// wire types, and the command `go generate ./server` runs.
+	"server/internal/openapigen":                {"server", "ledger", "contracts", "engine"},
+	"server/internal/openapigen/cmd/openapigen": {"server/internal/openapigen"},
 }
 
 // testOnly lists packages of ours that only tests may import.
@@ -55,6 +59,7 @@ var owners = map[string]string{
 	"go.yaml.in/yaml/v3":                       "contracts",
 	// A module path here covers its packages too.
 	"github.com/getkin/kin-openapi": "server/servertest",
+	"github.com/invopop/jsonschema": "server/internal/openapigen",
 }
 
 // ownerOf returns the one package of ours that may import imp, if any.
