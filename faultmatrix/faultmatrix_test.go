@@ -3,6 +3,7 @@ package faultmatrix_test
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -42,6 +43,8 @@ func TestCatalogue(t *testing.T) {
 	}
 	require.Len(t, faultmatrix.Select("crash/after_tool_call", 1), 8, "a prefix selects a family")
 	require.Len(t, faultmatrix.Select("budget", 1), 6, "time budgets: two budgets, three crashes each")
+	require.Len(t, faultmatrix.Select("client", 1), 32, "client-driven: four attempt points, eight guarantee combinations")
+	require.GreaterOrEqual(t, len(faultmatrix.Select("client-server-kill", 1)), 2, "the server killed under a client")
 	a, b := faultmatrix.Select("", 7), faultmatrix.Select("", 7)
 	for i := range a {
 		require.Equal(t, a[i].Name, b[i].Name, "the same seed gives the same order")
@@ -82,4 +85,39 @@ func TestMatrixCatchesABrokenEngine(t *testing.T) {
 			require.Contains(t, failures, "effects", "the failure is about effects: %s", failures)
 		})
 	}
+}
+
+// TestClientMatrixSmoke runs two client-driven cells against the real
+// binary and a real Python agent: one the agent SIGKILLs itself in, one
+// whose server is SIGKILLed; CI runs all of them with `ledger faultmatrix run`.
+func TestClientMatrixSmoke(t *testing.T) {
+	bin := build(t)
+	for _, name := range []string{"client/after_tool_call/noquery-nodedup-nocancel",
+		"client-server-kill/after_attempt_recorded/query-dedup-cancel"} {
+		rep, err := faultmatrix.Run(context.Background(), faultmatrix.Options{Binary: bin, Filter: name})
+		require.NoError(t, err)
+		require.Equal(t, 1, rep.Total)
+		if rep.Skipped == 1 {
+			t.Skip(rep.Scenarios[0].Skipped)
+		}
+		require.Equal(t, 1, rep.Passed, "%s: %v", name, rep.Scenarios[0].Failures)
+	}
+}
+
+// TestClientMatrixSkipsWithoutPython: without an interpreter the client
+// cells are skipped with the reason, neither passed nor failed.
+func TestClientMatrixSkipsWithoutPython(t *testing.T) {
+	rep, err := faultmatrix.Run(context.Background(), faultmatrix.Options{Binary: "faultmatrix_test.go",
+		Filter: "client/after_tool_call", Python: "no-such-python3"})
+	require.NoError(t, err)
+	require.Equal(t, 8, rep.Total)
+	require.Equal(t, 8, rep.Skipped)
+	require.Zero(t, rep.Passed+rep.Failed)
+	require.Contains(t, rep.Scenarios[0].Skipped, "no-such-python3 not found")
+	var buf bytes.Buffer
+	require.NoError(t, rep.WriteTable(&buf))
+	require.Contains(t, buf.String(), "0 passed, 0 failed, 8 skipped")
+	doc, err := json.Marshal(rep)
+	require.NoError(t, err)
+	require.NoError(t, faultmatrix.ValidateReport(doc))
 }

@@ -29,6 +29,16 @@ type harness struct {
 	env          []string // added to every process (Options.Env)
 	args         []string // added to every `serve` (the scenario's rules)
 	client       *http.Client
+	// addr is where serve listens; "" means a free loopback port.
+	addr string
+	// token, when set, is sent as the bearer token of every request.
+	token string
+	// agentStore, when set, is the client agent's own effect store, read
+	// instead of the simulator's.
+	agentStore string
+	// python and pyClient run a client agent: the interpreter, and the
+	// directory holding the ledger_client package.
+	python, pyClient string
 
 	mu     sync.Mutex
 	proc   *exec.Cmd
@@ -44,7 +54,11 @@ func newHarness(bin, dir string) *harness {
 // start runs `ledger serve` with extra environment and waits for its
 // address.
 func (h *harness) start(ctx context.Context, env ...string) error {
-	cmd := exec.Command(h.bin, append([]string{"serve", "--db", h.db, "--addr", "127.0.0.1:0", "--log-format", "json"}, h.args...)...)
+	addr := h.addr
+	if addr == "" {
+		addr = "127.0.0.1:0"
+	}
+	cmd := exec.Command(h.bin, append([]string{"serve", "--db", h.db, "--addr", addr, "--log-format", "json"}, h.args...)...)
 	cmd.Dir = h.dir
 	cmd.Env = append(append(cleanEnv(), h.env...), env...)
 	stderr, err := cmd.StderrPipe()
@@ -113,6 +127,25 @@ func (h *harness) waitKilled(timeout time.Duration) error {
 	}
 }
 
+// kill SIGKILLs the running process and waits for its end.
+func (h *harness) kill() error {
+	h.mu.Lock()
+	proc, exited := h.proc, h.exited
+	h.mu.Unlock()
+	if proc == nil {
+		return errors.New("no serve process to kill")
+	}
+	if err := proc.Process.Kill(); err != nil {
+		return fmt.Errorf("kill serve: %w", err)
+	}
+	select {
+	case <-exited:
+		return nil
+	case <-time.After(15 * time.Second):
+		return errors.New("serve did not die within 15s of SIGKILL")
+	}
+}
+
 // stop ends the process gracefully (SIGTERM) or, failing that, kills it.
 func (h *harness) stop() error {
 	h.mu.Lock()
@@ -158,6 +191,9 @@ func (h *harness) do(method, path string, header map[string]string, body, out an
 	}
 	if body != nil {
 		req.Header.Set("Content-Type", "application/json")
+	}
+	if h.token != "" {
+		req.Header.Set("Authorization", "Bearer "+h.token)
 	}
 	for k, v := range header {
 		req.Header.Set(k, v)
@@ -238,8 +274,12 @@ func (h *harness) waitRun(id ledger.RunID, timeout time.Duration, pred func(serv
 	}
 }
 
-// effects reads the simulator's own store: never the ledger.
+// effects reads the tool's own store (the simulator's, or the client
+// agent's): never the ledger.
 func (h *harness) effects(ctx context.Context) ([]simulator.Effect, error) {
+	if h.agentStore != "" {
+		return agentEffects(ctx, h.agentStore)
+	}
 	s, err := simulator.OpenEffectStore(ctx, h.db+".effects.db", nil)
 	if err != nil {
 		return nil, err

@@ -38,6 +38,13 @@ type Options struct {
 	Env []string
 	// Progress gets one line per finished scenario.
 	Progress io.Writer
+	// Python is the interpreter of the client-driven scenarios' agent; ""
+	// means python3 on PATH. Without one they are skipped.
+	Python string
+	// PythonClient is the directory holding the ledger_client package
+	// (the repository's clients/python); "" means found upward from the
+	// working directory or from Binary. Without it they are skipped.
+	PythonClient string
 }
 
 // Result is one scenario's verdict.
@@ -48,9 +55,12 @@ type Result struct {
 	Expect     Expectation          `json:"expect"`
 	Observed   Observed             `json:"observed"`
 	Passed     bool                 `json:"passed"`
-	Failures   []string             `json:"failures,omitempty"`
-	Seconds    float64              `json:"seconds"`
-	Dir        string               `json:"dir,omitempty"`
+	// Skipped says why the scenario did not run (it then neither passed
+	// nor failed).
+	Skipped  string   `json:"skipped,omitempty"`
+	Failures []string `json:"failures,omitempty"`
+	Seconds  float64  `json:"seconds"`
+	Dir      string   `json:"dir,omitempty"`
 }
 
 // Observed is what the scenario ended with, read from the server and from
@@ -74,6 +84,7 @@ type Report struct {
 	Total         int       `json:"total"`
 	Passed        int       `json:"passed"`
 	Failed        int       `json:"failed"`
+	Skipped       int       `json:"skipped,omitempty"`
 	Scenarios     []Result  `json:"scenarios"`
 }
 
@@ -130,11 +141,14 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 			results[i] = res
 			if o.Progress != nil {
 				mu.Lock()
-				verdict := "ok  "
-				if !res.Passed {
+				verdict, detail := "ok  ", strings.Join(res.Failures, "; ")
+				switch {
+				case res.Skipped != "":
+					verdict, detail = "skip", res.Skipped
+				case !res.Passed:
 					verdict = "FAIL"
 				}
-				fmt.Fprintf(o.Progress, "%s %-58s %6.2fs %s\n", verdict, res.Name, res.Seconds, strings.Join(res.Failures, "; "))
+				fmt.Fprintf(o.Progress, "%s %-58s %6.2fs %s\n", verdict, res.Name, res.Seconds, detail)
 				mu.Unlock()
 			}
 		})
@@ -143,6 +157,10 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	slices.SortFunc(results, func(a, b Result) int { return strings.Compare(a.Name, b.Name) })
 	rep.Scenarios = results
 	for _, r := range results {
+		if r.Skipped != "" {
+			rep.Skipped++
+			continue
+		}
 		if r.Passed {
 			rep.Passed++
 		} else {
@@ -162,14 +180,22 @@ func runOne(ctx context.Context, o Options, sc *Scenario, dir string) (res Resul
 	res = Result{Name: sc.Name, Guarantees: sc.Guarantees, Fault: sc.Fault, Expect: sc.Expect, Dir: dir}
 	defer func() {
 		res.Seconds = time.Since(start).Seconds()
-		res.Passed = len(res.Failures) == 0
+		res.Passed = len(res.Failures) == 0 && res.Skipped == ""
 	}()
+	h := newHarness(o.Binary, dir)
+	h.env = o.Env
+	if sc.python {
+		py, client, err := findPython(o.Python, o.PythonClient, o.Binary)
+		if err != nil {
+			res.Skipped, res.Dir = err.Error(), ""
+			return res
+		}
+		h.python, h.pyClient = py, client
+	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		res.Failures = append(res.Failures, err.Error())
 		return res
 	}
-	h := newHarness(o.Binary, dir)
-	h.env = o.Env
 	if sc.AutoApprove {
 		rules := filepath.Join(dir, "rules.json")
 		if err := os.WriteFile(rules, []byte(`{"schema_version":"1.0","rules":[{"tool":"cards.write","decision":"auto_approve"}]}`), 0o644); err != nil {
@@ -303,7 +329,10 @@ func (r *Report) WriteTable(w io.Writer) error {
 	fmt.Fprintln(tw, "SCENARIO\tRESULT\tRUN\tEFFECTS\tATTEMPTS\tREVIEWS\tCHAIN\tSECONDS")
 	for _, s := range r.Scenarios {
 		verdict := "pass"
-		if !s.Passed {
+		switch {
+		case s.Skipped != "":
+			verdict = "skip"
+		case !s.Passed:
 			verdict = "FAIL"
 		}
 		state := string(s.Observed.State)
@@ -317,7 +346,17 @@ func (r *Report) WriteTable(w io.Writer) error {
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%d\t%s\t%.2f\n", s.Name, verdict, state, s.Observed.Effects, s.Observed.Attempts,
 			s.Observed.Reviews, chain, s.Seconds)
 	}
-	fmt.Fprintf(tw, "\n%d scenarios: %d passed, %d failed in %.1fs (seed %d)\n", r.Total, r.Passed, r.Failed, r.Seconds, r.Seed)
+	skipped := ""
+	if r.Skipped > 0 {
+		skipped = fmt.Sprintf(", %d skipped", r.Skipped)
+	}
+	fmt.Fprintf(tw, "\n%d scenarios: %d passed, %d failed%s in %.1fs (seed %d)\n", r.Total, r.Passed, r.Failed, skipped, r.Seconds, r.Seed)
+	for _, s := range r.Scenarios {
+		if s.Skipped != "" {
+			fmt.Fprintf(tw, "skipped: %s\n", s.Skipped)
+			break
+		}
+	}
 	return tw.Flush()
 }
 

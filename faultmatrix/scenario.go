@@ -25,8 +25,11 @@ type Scenario struct {
 	// the action and its attempt are recorded in one commit.
 	AutoApprove bool `json:"-"`
 
-	tool  simulator.ToolConfig
-	drive func(ctx context.Context, h *harness, sc *Scenario) (ledger.RunID, error)
+	tool simulator.ToolConfig
+	// python marks a client-driven scenario: it runs a Python agent, and
+	// is skipped where no interpreter or client package is found.
+	python bool
+	drive  func(ctx context.Context, h *harness, sc *Scenario) (ledger.RunID, error)
 }
 
 // Expectation is the end state a scenario must reach.
@@ -123,7 +126,8 @@ func Catalogue() []*Scenario {
 			Expect: Expectation{State: ledger.RunCompleted, StopReason: ledger.StopCompleted, Effects: 1, Attempts: 1, Tampered: true},
 			drive:  driveTamper},
 	)
-	return append(out, timeBudgetScenarios()...)
+	out = append(out, timeBudgetScenarios()...)
+	return append(out, clientScenarios()...)
 }
 
 // timeBudgetScenarios kill the process mid-attempt and start it again only

@@ -23,6 +23,7 @@ func newFaultMatrixCmd() *cobra.Command {
 	}
 	var (
 		scenario, report, binary string
+		python, pythonClient     string
 		seed                     uint64
 		parallel                 int
 		list                     bool
@@ -33,7 +34,10 @@ func newFaultMatrixCmd() *cobra.Command {
 		Long: `Start this very binary as ` + "`ledger serve`" + ` with a fault plan for each scenario, let the plan
 SIGKILL it at the fault point, start it again, let recovery act, and check against the
 simulator's own effect store: never two effects for one action, no effect lost, every
-unknown effect in review with a rationale, the event chain valid. Prints a line per
+unknown effect in review with a rationale, the event chain valid. The client-driven
+scenarios (client/…, client-server-kill/…) run a real Python agent instead, SIGKILL it
+(or the server) mid-attempt and check the agent's own effect store; they are skipped,
+with the reason, without python3 or the repository's clients/python. Prints a line per
 scenario and a final table; --report writes the machine-readable report. Exits 1 if any
 expectation fails.`,
 		Args: cobra.NoArgs,
@@ -53,7 +57,7 @@ expectation fails.`,
 				bin = exe
 			}
 			rep, err := faultmatrix.Run(cmd.Context(), faultmatrix.Options{Binary: bin, Filter: scenario, Seed: seed,
-				Parallel: parallel, Progress: cmd.ErrOrStderr()})
+				Parallel: parallel, Progress: cmd.ErrOrStderr(), Python: python, PythonClient: pythonClient})
 			if err != nil {
 				return err
 			}
@@ -80,6 +84,8 @@ expectation fails.`,
 	run.Flags().IntVar(&parallel, "parallel", 3, "scenarios at once")
 	run.Flags().StringVar(&binary, "binary", "", "the ledger binary to test (default: this one)")
 	run.Flags().BoolVar(&list, "list", false, "list the scenarios and exit")
+	run.Flags().StringVar(&python, "python", "", "the Python interpreter of the client-driven scenarios (default: python3 on PATH)")
+	run.Flags().StringVar(&pythonClient, "python-client", "", "the directory holding the ledger_client package (default: clients/python found above the working directory or the binary)")
 	cmd.AddCommand(run, newFaultMatrixWritesCmd())
 	return cmd
 }
