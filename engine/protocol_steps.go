@@ -551,7 +551,19 @@ func (e *Engine) lateOutcome(ctx context.Context, run *ledger.Run, a *ledger.Act
 		if err != nil {
 			return err
 		}
-		if last := atts[len(atts)-1]; last.ID != att.ID && a.State == ledger.ActionUncertain {
+		last := atts[len(atts)-1]
+		if last.ID == att.ID && a.State == ledger.ActionApproved {
+			// Recovery allowed a retry, which has not begun: the effect is
+			// established, so the action is reconciled instead.
+			if _, err := e.store.TransitionAction(ctx, ledger.ActionTransition{ID: a.ID, From: ledger.ActionApproved, To: ledger.ActionSucceeded,
+				Actor: "recovery", Data: map[string]any{"decision": recovery.Reconcile, "attempt_id": att.ID,
+					"rationale": "a late outcome established that the attempt's effect happened before a retry began"}}); err != nil &&
+				ledger.Code(err) != ledger.CodeConflict {
+				return err
+			}
+			return closed
+		}
+		if last.ID != att.ID && a.State == ledger.ActionUncertain {
 			// A later attempt began: the effect may have happened twice.
 			if _, err := e.store.RecordRecovery(ctx, ledger.RecordRecoveryParams{ActionID: a.ID, ActionState: a.State, AttemptID: last.ID,
 				Steps: []ledger.RecoveryStep{{Decision: &ledger.RecoveryDecision{Decision: string(recovery.Review),

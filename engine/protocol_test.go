@@ -340,3 +340,30 @@ func TestProtocolProposalRecordsGate(t *testing.T) {
 	require.Equal(t, -1, res.Action.Gate.Rule)
 	require.Equal(t, b.approvals.RulesDigest(), res.Action.Gate.RulesDigest)
 }
+
+// TestProtocolLateHappenedAfterRetryAllowed: recovery allowed a retry of a
+// dedup tool's write, then the zombie's late outcome says it took effect
+// before any retry began: the action is reconciled, not executed again.
+func TestProtocolLateHappenedAfterRetryAllowed(t *testing.T) {
+	b := setupClient(t)
+	ctx := context.Background()
+	run := b.run(t, "r")
+	a := b.approved(t, run.ID, "pay.dedup", "s1")
+	begin, err := b.engine.Begin(ctx, engine.BeginParams{Caller: b.caller, ActionID: a.ID, Key: "b1"})
+	require.NoError(t, err)
+	b.Clock.Advance(11 * time.Second) // the lease lapses
+	next, err := b.engine.Next(ctx, b.caller, run.ID)
+	require.NoError(t, err)
+	require.Equal(t, engine.DirectiveResend, next.Directives[0].Kind)
+	_, err = b.engine.Complete(ctx, engine.CompleteParams{Caller: b.caller, AttemptID: begin.Attempt.ID, Token: begin.Token,
+		Outcome: engine.Outcome{Status: ledger.AttemptSucceeded, Effect: ledger.EffectHappened}})
+	require.Equal(t, engine.CodeAttemptClosed, protoCode(t, err))
+	got, err := b.Store.FindActionByID(ctx, a.ID)
+	require.NoError(t, err)
+	require.Equal(t, ledger.ActionSucceeded, got.State, "reconciled by the late outcome")
+	_, err = b.engine.Begin(ctx, engine.BeginParams{Caller: b.caller, ActionID: a.ID, Key: "b2"})
+	require.Equal(t, engine.CodeNotApproved, protoCode(t, err), "no second execution")
+	rep, err := b.Store.VerifyChain(ctx, run.ID)
+	require.NoError(t, err)
+	require.True(t, rep.OK, rep.Reason)
+}

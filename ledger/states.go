@@ -136,7 +136,9 @@ var runTransitions = transitions[RunState]{
 var actionTransitions = transitions[ActionState]{
 	ActionProposed:         {ActionApproved, ActionAwaitingApproval, ActionDenied, ActionCancelled, ActionSuperseded},
 	ActionAwaitingApproval: {ActionApproved, ActionDenied, ActionExpired, ActionCancelled, ActionSuperseded},
-	ActionApproved:         {ActionRunning, ActionCancelled, ActionSuperseded},
+	// approved → succeeded: a retry was allowed, then a late outcome of
+	// the last attempt established that its effect happened (reconciled).
+	ActionApproved: {ActionRunning, ActionCancelled, ActionSuperseded, ActionSucceeded},
 	// running → needs_review: a client reported that its call failed but
 	// took effect (docs/agent-protocol.md): a person settles it.
 	ActionRunning:     {ActionSucceeded, ActionFailed, ActionUncertain, ActionNeedsReview},
