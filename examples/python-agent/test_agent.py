@@ -118,3 +118,30 @@ class ExampleAgentTest(unittest.TestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+class ReadmeSnippetTest(unittest.TestCase):
+    """The top README's "Bring your own agent" block, run as it stands, against the real server."""
+
+    def test_readme_snippet_completes_a_run(self) -> None:
+        root = os.path.abspath(os.path.join(HERE, "..", ".."))
+        with open(os.path.join(root, "README.md"), encoding="utf-8") as f:
+            readme = f.read()
+        start = readme.index("## Bring your own agent")
+        block = readme[readme.index("```python\n", start) + len("```python\n"):]
+        block = block[:block.index("```")]
+        self.assertLessEqual(len(block.strip().splitlines()), 10, "under ten lines of set-up")
+        dev = 'Client("http://127.0.0.1:8080")'
+        self.assertIn(dev, block)
+        server = LedgerServer(config_file=os.path.join(HERE, "config.yaml"), agent="notes-agent").start()
+        approver = Approver(server.url, server.approver_token)
+        approver.start()
+        try:
+            # The same block with this server's URL and the agent's token in place of dev mode's.
+            code = block.replace(dev, "Client(%r, token=%r)" % (server.url, server.agent_token))
+            p = subprocess.run([sys.executable, "-c", code], cwd=root, stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=60)
+            self.assertEqual(p.returncode, 0, p.stderr.decode())
+            self.assertEqual(len(approver.approved), 1, "one write, approved by a person")
+        finally:
+            approver.stop.set()
+            server.close()
