@@ -2,8 +2,12 @@ package ledger
 
 import (
 	"context"
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"strings"
 	"time"
 
 	"gorm.io/gorm"
@@ -152,16 +156,11 @@ type agentDecisionRow struct {
 
 func (agentDecisionRow) TableName() string { return "agent_decisions" }
 
+// validTokenHash reports whether h is a SHA-256 in lowercase hex, as
+// tokens are stored.
 func validTokenHash(h string) bool {
-	if len(h) != 64 {
-		return false
-	}
-	for _, c := range h {
-		if !('0' <= c && c <= '9' || 'a' <= c && c <= 'f') {
-			return false
-		}
-	}
-	return true
+	b, err := hex.DecodeString(h)
+	return err == nil && len(b) == sha256.Size && h == strings.ToLower(h)
 }
 
 // BeginAttempt implements Store.
@@ -253,7 +252,7 @@ func (tx *txn) leaseOf(id AttemptID, tokenSHA256 string) (*leaseRow, *Attempt, e
 		}
 		return nil, nil, err
 	}
-	if !validTokenHash(tokenSHA256) || !equalHash(row.TokenSHA256, tokenSHA256) {
+	if !validTokenHash(tokenSHA256) || subtle.ConstantTimeCompare([]byte(row.TokenSHA256), []byte(tokenSHA256)) != 1 {
 		return nil, nil, Errorf(CodeForbidden, "that is not the token of attempt %s", id)
 	}
 	att, err := tx.findAttempt(id)
@@ -273,18 +272,6 @@ func (tx *txn) completeLease(id AttemptID, o *LeaseOutcome) error {
 	}
 	return tx.db.Model(&leaseRow{}).Where("attempt_id = ?", row.AttemptID).
 		Updates(map[string]any{"outcome_digest": string(o.Digest), "outcome": string(o.Outcome)}).Error
-}
-
-// equalHash compares two hex digests in constant time.
-func equalHash(a, b string) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	var d byte
-	for i := range len(a) {
-		d |= a[i] ^ b[i]
-	}
-	return d == 0
 }
 
 // FindAttemptLease implements Store.
