@@ -254,6 +254,9 @@ func New(cfg Config) (*Engine, error) {
 		ra := &registeredAgent{Agent: a, tools: map[string]registeredTool{}}
 		for _, t := range a.Tools {
 			d := t.Descriptor()
+			if _, client := LeaseOf(t); a.Driver == DriverClient && !client {
+				return nil, fmt.Errorf("engine: agent %s: tool %s: a client-driven agent's tools are made with ClientTool", a.Name, d.Name)
+			}
 			v, err := d.ArgumentValidator()
 			if err != nil {
 				return nil, fmt.Errorf("engine: agent %s: tool %s: %w", a.Name, d.Name, err)
@@ -354,11 +357,7 @@ type AgentInfo struct {
 func (e *Engine) Agents() []AgentInfo {
 	out := make([]AgentInfo, 0, len(e.agents))
 	for _, a := range e.agents {
-		info := AgentInfo{Name: a.Name, Driver: a.Driver, Tenants: slices.Clone(a.Tenants), Policy: e.policyOf(a)}
-		for _, t := range a.Agent.Tools {
-			info.Tools = append(info.Tools, t.Descriptor())
-		}
-		out = append(out, info)
+		out = append(out, e.infoOf(a))
 	}
 	slices.SortFunc(out, func(x, y AgentInfo) int { return strings.Compare(x.Name, y.Name) })
 	return out
@@ -371,11 +370,16 @@ func (e *Engine) AgentFor(name, tenant string) (AgentInfo, bool) {
 	if !ok || len(a.Tenants) > 0 && !slices.Contains(a.Tenants, tenant) {
 		return AgentInfo{}, false
 	}
+	return e.infoOf(a), true
+}
+
+// infoOf is what Agents and AgentFor show of a registered agent.
+func (e *Engine) infoOf(a *registeredAgent) AgentInfo {
 	info := AgentInfo{Name: a.Name, Driver: a.Driver, Tenants: slices.Clone(a.Tenants), Policy: e.policyOf(a)}
 	for _, t := range a.Agent.Tools {
 		info.Tools = append(info.Tools, t.Descriptor())
 	}
-	return info, true
+	return info
 }
 
 // policyOf is the loop policy of an agent's runs: its own thresholds, the

@@ -180,10 +180,11 @@ func (e *Engine) replayProposal(ctx context.Context, actions []*ledger.Action, p
 		if a.IdempotencyKey != p.StepKey {
 			continue
 		}
+		// Recorded arguments are canonical (CreateAction keeps them so).
 		same := a.Tool == p.Tool && a.Supersedes == p.Supersedes
 		if same {
 			want, err := ledger.Canonicalize(p.Arguments)
-			same = err == nil && string(want) == string(mustCanon(a.Arguments))
+			same = err == nil && string(want) == string(a.Arguments)
 		}
 		if !same {
 			pe := protoErr(CodeStepKeyReused, "step key %q was used in this run for another call", p.StepKey)
@@ -203,14 +204,6 @@ func (e *Engine) replayProposal(ctx context.Context, actions []*ledger.Action, p
 		return res, nil, true
 	}
 	return ProposeResult{}, nil, false
-}
-
-func mustCanon(raw json.RawMessage) []byte {
-	c, err := ledger.Canonicalize(raw)
-	if err != nil {
-		return raw
-	}
-	return c
 }
 
 // historyOf is a run's history for the loop policies: every action with
@@ -259,15 +252,6 @@ func tokenHash(token string) string {
 	return hex.EncodeToString(h[:])
 }
 
-// leaseOf is the lease of a client's tool.
-func leaseOf(t registeredTool) Lease {
-	l, ok := LeaseOf(t.Tool)
-	if !ok {
-		l = Lease{HeartbeatTimeout: DefaultHeartbeatTimeout, MaxDuration: max(t.desc.Timeout(), DefaultHeartbeatTimeout)}
-	}
-	return l
-}
-
 // Begin begins an attempt of an approved action, durable before it
 // answers, with a lease and a secret token.
 func (e *Engine) Begin(ctx context.Context, p BeginParams) (BeginResult, error) {
@@ -287,7 +271,7 @@ func (e *Engine) Begin(ctx context.Context, p BeginParams) (BeginResult, error) 
 			return BeginResult{}, e.stopClient(ctx, run, budget.Verdict{Stop: reason, Rationale: why}, nil)
 		}
 	}
-	lease := leaseOf(tool)
+	lease, _ := LeaseOf(tool.Tool) // every tool of a client agent is a ClientTool (New)
 	token := e.attemptToken(a.ID, p.Key)
 	res, err := e.store.BeginAttempt(ctx, ledger.BeginAttemptParams{ActionID: a.ID, Key: p.Key, TokenSHA256: tokenHash(token),
 		Lease: lease.HeartbeatTimeout, MaxDuration: lease.MaxDuration, Actor: p.Caller.Principal})
@@ -309,20 +293,11 @@ func (e *Engine) Begin(ctx context.Context, p BeginParams) (BeginResult, error) 
 // whyNoAttempt turns the store's refusal of an attempt into the protocol's
 // code, from the facts as they stand now.
 func (e *Engine) whyNoAttempt(ctx context.Context, id ledger.ActionID, err error) error {
-	switch ledger.Code(err) {
+	code := ledger.Code(err)
+	switch code {
 	case ledger.CodeApprovalRequired:
 		return protoErr(CodeNotApproved, "%s", err.Error())
-	case ledger.CodeBudgetExceeded:
-		a, ferr := e.store.FindActionByID(ctx, id)
-		if ferr != nil {
-			return ferr
-		}
-		run, ferr := e.store.FindRunByID(ctx, a.RunID)
-		if ferr != nil {
-			return ferr
-		}
-		return e.stopClient(ctx, run, budget.Verdict{Stop: ledger.StopRetryBudgetExhausted, Rationale: err.Error()}, nil)
-	case ledger.CodeConflict:
+	case ledger.CodeBudgetExceeded, ledger.CodeConflict:
 	default:
 		return err
 	}
@@ -333,6 +308,9 @@ func (e *Engine) whyNoAttempt(ctx context.Context, id ledger.ActionID, err error
 	run, ferr := e.store.FindRunByID(ctx, a.RunID)
 	if ferr != nil {
 		return ferr
+	}
+	if code == ledger.CodeBudgetExceeded {
+		return e.stopClient(ctx, run, budget.Verdict{Stop: ledger.StopRetryBudgetExhausted, Rationale: err.Error()}, nil)
 	}
 	c, ferr := e.store.FindCancellation(ctx, run.ID)
 	switch {
@@ -724,7 +702,10 @@ func (e *Engine) Next(ctx context.Context, c Caller, id ledger.RunID) (NextResul
 	if err != nil {
 		return NextResult{}, err
 	}
-	for range 2 {
+	// Each pass in which recovery moved an action reads the run again; the
+	// moves converge (each takes an action one edge on), and after a few
+	// passes the directives of the last one are answered as they stand.
+	for pass := 0; ; pass++ {
 		actions, err := e.store.FindActions(ctx, ledger.ActionFilter{RunID: &run.ID})
 		if err != nil {
 			return NextResult{}, err
@@ -745,7 +726,7 @@ func (e *Engine) Next(ctx context.Context, c Caller, id ledger.RunID) (NextResul
 		if run, err = e.store.FindRunByID(ctx, run.ID); err != nil {
 			return NextResult{}, err
 		}
-		if recovered {
+		if recovered && pass < 3 {
 			continue // recovery moved something: read the run again
 		}
 		switch {
@@ -761,7 +742,6 @@ func (e *Engine) Next(ctx context.Context, c Caller, id ledger.RunID) (NextResul
 		}
 		return NextResult{Run: run, Directives: out}, nil
 	}
-	return e.Next(ctx, c, id)
 }
 
 // factsID is the decision id of a directive that records nothing: it names

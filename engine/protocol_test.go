@@ -367,3 +367,22 @@ func TestProtocolLateHappenedAfterRetryAllowed(t *testing.T) {
 	require.NoError(t, err)
 	require.True(t, rep.OK, rep.Reason)
 }
+
+func TestClientAgentNeedsClientTools(t *testing.T) {
+	lb := ledgertest.OpenStore(t)
+	policy, err := approval.NewPolicy(nil, approval.Defaults{})
+	require.NoError(t, err)
+	svc := approval.NewService(lb.Store, policy, nil, approval.Options{})
+	d := clientTool(t, "kv.get", contracts.EffectRead, contracts.Guarantees{}).Descriptor()
+	_, err = engine.New(engine.Config{Store: lb.Store, Approvals: svc, Agents: []engine.Agent{{Name: "py", Driver: engine.DriverClient,
+		Tools: []engine.Tool{perfLikeTool{d}}}}})
+	require.ErrorContains(t, err, "ClientTool", "the engine would have no lease for it")
+}
+
+// perfLikeTool is a tool the engine could call itself.
+type perfLikeTool struct{ d contracts.ToolDescriptor }
+
+func (t perfLikeTool) Descriptor() contracts.ToolDescriptor { return t.d }
+func (t perfLikeTool) Execute(context.Context, engine.Call) (engine.Result, error) {
+	return engine.Result{}, nil
+}
