@@ -1,12 +1,10 @@
 package perf
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"net/http/httptest"
 	"slices"
@@ -187,30 +185,8 @@ func (p *Protocol) Call(ctx context.Context, run ledger.RunID, i int) error {
 	return nil
 }
 
-// do POSTs body to path and decodes the answer into out, if not nil.
+// do POSTs body to path, as RoundTrip does its requests (dev mode: no
+// token), and decodes the answer into out, if not nil.
 func (p *Protocol) do(ctx context.Context, path, key string, body []byte, want int, out any) error {
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, p.URL+path, bytes.NewReader(body))
-	if err != nil {
-		return err
-	}
-	req.Header.Set("Content-Type", "application/json")
-	if key != "" {
-		req.Header.Set("Idempotency-Key", key)
-	}
-	resp, err := p.Client.Do(req)
-	if err != nil {
-		return err
-	}
-	defer resp.Body.Close()
-	raw, err := io.ReadAll(resp.Body)
-	if err != nil {
-		return err
-	}
-	if resp.StatusCode != want {
-		return fmt.Errorf("%s: %d, want %d: %s", path, resp.StatusCode, want, raw)
-	}
-	if out == nil {
-		return nil
-	}
-	return json.Unmarshal(raw, out)
+	return RoundTrip{URL: p.URL, Client: p.Client}.do(ctx, http.MethodPost, path, "", key, body, want, out)
 }
