@@ -15,6 +15,7 @@ import (
 
 	"github.com/actionledger/ledger/ledger"
 	"github.com/actionledger/ledger/ledger/ledgertest"
+	"github.com/actionledger/ledger/ledger/sqlite"
 	"github.com/stretchr/testify/require"
 )
 
@@ -164,7 +165,7 @@ func TestStoreHealth(t *testing.T) {
 		// The store's writes fail as on a full disk while full is set: the
 		// store's own fault hook, so the store stays real.
 		var full atomic.Bool
-		lb := ledgertest.OpenStoreWith(t, func(c *ledger.Config) {
+		lb := ledgertest.OpenStoreWith(t, func(c *sqlite.Config) {
 			c.WriteFaultFunc = func(_ int64, at ledger.WritePoint) error {
 				if at == ledger.WriteBeforeCommit && full.Load() {
 					return errors.New("database or disk is full")

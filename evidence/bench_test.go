@@ -4,7 +4,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/actionledger/ledger/ledger"
+	"github.com/actionledger/ledger/ledger/sqlite"
 	"github.com/actionledger/ledger/perf"
 	"github.com/stretchr/testify/require"
 )
@@ -19,7 +19,7 @@ import (
 func BenchmarkExport10kEvents(b *testing.B) {
 	const n = 10_000
 	ctx := b.Context()
-	f := openFixtureWith(b, ledger.Config{Synchronous: "OFF"})
+	f := openFixtureWith(b, sqlite.Config{Synchronous: "OFF"})
 	id := goldenRun(b, f)
 	_, err := perf.FillEvents(ctx, f.store, id, n)
 	require.NoError(b, err)

@@ -14,6 +14,7 @@ import (
 	"github.com/actionledger/ledger/evidence"
 	"github.com/actionledger/ledger/ledger"
 	"github.com/actionledger/ledger/ledger/ledgertest"
+	"github.com/actionledger/ledger/ledger/sqlite"
 	"github.com/actionledger/ledger/recovery"
 	"github.com/actionledger/ledger/redact"
 	"github.com/actionledger/ledger/simulator"
@@ -41,22 +42,22 @@ const goldenRulesDigest = ledger.Digest("sha256:5eed5eed5eed5eed5eed5eed5eed5eed
 // fixture is a real store with a fixed clock and sequential ids, so that
 // every id and time in a report is stable.
 type fixture struct {
-	store *ledger.GormStore
+	store *ledger.DB
 	clock *ledgertest.Clock
 	path  string
 }
 
 func openFixture(tb testing.TB) *fixture {
 	tb.Helper()
-	return openFixtureWith(tb, ledger.Config{})
+	return openFixtureWith(tb, sqlite.Config{})
 }
 
-func openFixtureWith(tb testing.TB, cfg ledger.Config) *fixture {
+func openFixtureWith(tb testing.TB, cfg sqlite.Config) *fixture {
 	tb.Helper()
 	clock := ledgertest.NewClock()
 	cfg.Path = filepath.Join(tb.TempDir(), "ledger.db")
 	cfg.Now, cfg.NewID = clock.Now, ledgertest.SequentialIDs()
-	s, err := ledger.Open(context.Background(), cfg)
+	s, err := sqlite.OpenStore(context.Background(), cfg)
 	require.NoError(tb, err)
 	tb.Cleanup(func() { _ = s.Close() })
 	return &fixture{store: s, clock: clock, path: cfg.Path}

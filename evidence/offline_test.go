@@ -10,6 +10,7 @@ import (
 
 	"github.com/actionledger/ledger/evidence"
 	"github.com/actionledger/ledger/ledger"
+	"github.com/actionledger/ledger/ledger/sqlite"
 	"github.com/stretchr/testify/require"
 )
 
@@ -19,7 +20,7 @@ func signedReport(t *testing.T) ([]byte, ed25519.PublicKey) {
 	t.Helper()
 	pub, key, err := ed25519.GenerateKey(rand.Reader)
 	require.NoError(t, err)
-	f := openFixtureWith(t, ledger.Config{SigningKey: key})
+	f := openFixtureWith(t, sqlite.Config{SigningKey: key})
 	id := goldenRun(t, f)
 	rep, err := evidence.Build(context.Background(), f.store, id, f.options(t))
 	require.NoError(t, err)

@@ -10,6 +10,7 @@ import (
 
 	"github.com/actionledger/ledger/evidence"
 	"github.com/actionledger/ledger/ledger"
+	"github.com/actionledger/ledger/ledger/sqlite"
 	"github.com/actionledger/ledger/perf"
 	_ "github.com/mattn/go-sqlite3" // the driver under gorm.io/driver/sqlite, for tampering by hand
 	"github.com/stretchr/testify/require"
@@ -79,7 +80,7 @@ func TestVerify(t *testing.T) {
 // ends the read: FindChain either returns the whole chain or fails with
 // the context's error, for deadlines from before the read to after it.
 func TestChainReadCancelled(t *testing.T) {
-	f := openFixtureWith(t, ledger.Config{Synchronous: "OFF"})
+	f := openFixtureWith(t, sqlite.Config{Synchronous: "OFF"})
 	id := goldenRun(t, f)
 	_, err := perf.FillEvents(context.Background(), f.store, id, 3000)
 	require.NoError(t, err)

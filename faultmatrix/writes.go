@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/actionledger/ledger/ledger"
+	"github.com/actionledger/ledger/ledger/sqlite"
 	"github.com/actionledger/ledger/server"
 	"github.com/actionledger/ledger/simulator"
 )
@@ -425,7 +426,7 @@ func checkWrites(ctx context.Context, h *harness, id ledger.RunID, path WritePat
 	if err != nil {
 		fail("simulator effects: %v", err)
 	}
-	store, err := ledger.Open(ctx, ledger.Config{Path: h.db})
+	store, err := sqlite.OpenStore(ctx, sqlite.Config{Path: h.db})
 	if err != nil {
 		fail("open the ledger: %v", err)
 		return "", "", len(effects), failures
@@ -477,7 +478,7 @@ type runFacts struct {
 	events    []*ledger.Event
 }
 
-func readFacts(ctx context.Context, s *ledger.GormStore, id ledger.RunID) (*runFacts, error) {
+func readFacts(ctx context.Context, s *ledger.DB, id ledger.RunID) (*runFacts, error) {
 	f := &runFacts{}
 	var err error
 	if f.run, err = s.FindRunByID(ctx, id); err != nil {

@@ -2,7 +2,6 @@ package ledger
 
 import (
 	"context"
-	"database/sql"
 	"fmt"
 )
 
@@ -25,7 +24,7 @@ var actionEdgeOwners = map[[2]ActionState]string{
 func ActionEdgeOwner(from, to ActionState) string { return actionEdgeOwners[[2]ActionState{from, to}] }
 
 // CreateAction implements Store.
-func (s *GormStore) CreateAction(ctx context.Context, p CreateActionParams) (CreateActionResult, error) {
+func (s *DB) CreateAction(ctx context.Context, p CreateActionParams) (CreateActionResult, error) {
 	if err := firstErr(checkText("idempotency key", p.IdempotencyKey, 255), checkText("tool", p.Tool, 128),
 		checkText("tool version", p.ToolVersion, 64)); err != nil {
 		return CreateActionResult{}, fmt.Errorf("create action: %w", err)
@@ -56,16 +55,14 @@ func (s *GormStore) CreateAction(ctx context.Context, p CreateActionParams) (Cre
 	}
 	var out CreateActionResult
 	err = s.inTx(ctx, "create action", func(tx *txn) error {
-		var existing actionRow
-		rows, err := tx.query(findActionByKeySQL, string(p.RunID), p.IdempotencyKey)
-		err = scanOne(rows, err, "action", func(rows *sql.Rows) error { return scanAction(rows, &existing) })
+		existing, err := tx.d.GetActionByKey(tx.ctx, p.RunID, p.IdempotencyKey)
 		switch {
 		case err == nil:
-			if existing.ActionDigest != string(digest) {
+			if existing.ActionDigest != digest {
 				return Errorf(CodeConflict, "action key %q of run %s was already used for another action", p.IdempotencyKey, p.RunID)
 			}
-			out = CreateActionResult{Action: existing.toAction(), Duplicate: true}
-			apr, err := tx.pendingApproval(ActionID(existing.ID))
+			out = CreateActionResult{Action: existing, Duplicate: true}
+			apr, err := tx.pendingApproval(existing.ID)
 			switch {
 			case err == nil:
 				out.Approval = apr
@@ -83,19 +80,17 @@ func (s *GormStore) CreateAction(ctx context.Context, p CreateActionParams) (Cre
 		if run.State != RunRunning {
 			return Errorf(CodeConflict, "run %s is %s: actions are recorded only while it runs", p.RunID, run.State)
 		}
-		var maxSeq int64
-		rows, err = tx.query(maxActionSeqSQL, string(p.RunID))
-		if err := scanOne(rows, err, "action seq", func(rows *sql.Rows) error { return rows.Scan(&maxSeq) }); err != nil {
+		maxSeq, err := tx.d.MaxActionSeq(tx.ctx, p.RunID)
+		if err != nil {
 			return err
 		}
 		id := ActionID(tx.newID(PrefixAction))
-		row := actionRow{
-			ID: string(id), RunID: string(p.RunID), Tenant: run.Tenant, Seq: maxSeq + 1, IdempotencyKey: p.IdempotencyKey,
-			Tool: p.Tool, ToolVersion: p.ToolVersion, Effect: string(p.Effect), Arguments: string(args),
-			ActionDigest: string(digest), DedupKey: DedupKeyFor(p.RunID, id), Supersedes: strPtr(string(p.Supersedes)),
-			State: string(ActionProposed), Version: 1, CreatedAt: micros(tx.now), UpdatedAt: micros(tx.now),
+		action := &Action{
+			ID: id, RunID: p.RunID, Tenant: run.Tenant, Seq: maxSeq + 1, IdempotencyKey: p.IdempotencyKey,
+			Tool: p.Tool, ToolVersion: p.ToolVersion, Effect: p.Effect, Arguments: args,
+			ActionDigest: digest, DedupKey: DedupKeyFor(p.RunID, id), Supersedes: p.Supersedes,
+			State: ActionProposed, Version: 1, CreatedAt: tx.now, UpdatedAt: tx.now, Gate: gateOf(p.Gate, p.GateAudit),
 		}
-		row.setGate(p.Gate, p.GateAudit)
 		if p.Supersedes != "" {
 			old, err := tx.findAction(p.Supersedes)
 			if err != nil {
@@ -118,16 +113,13 @@ func (s *GormStore) CreateAction(ctx context.Context, p CreateActionParams) (Cre
 			if err := ValidateActionTransition(ActionProposed, p.Gate); err != nil {
 				return err
 			}
-			row.State, row.Version = string(p.Gate), 2
+			action.State, action.Version = p.Gate, 2
 		}
-		if _, err := tx.exec(insertActionSQL, row.ID, row.RunID, row.Tenant, row.Seq, row.IdempotencyKey, row.Tool,
-			row.ToolVersion, row.Effect, row.Arguments, row.ActionDigest, row.DedupKey, row.Supersedes, row.State,
-			row.AttemptCount, row.Version, row.CreatedAt, row.UpdatedAt, row.GateDecision, row.GateRule, row.GateReason,
-			row.RulesDigest); err != nil {
+		if err := tx.d.InsertAction(tx.ctx, action); err != nil {
 			return err
 		}
 		data := map[string]any{"tool": p.Tool, "tool_version": p.ToolVersion, "effect": p.Effect,
-			"action_digest": digest, "seq": row.Seq}
+			"action_digest": digest, "seq": action.Seq}
 		if p.Supersedes != "" {
 			data["supersedes"] = p.Supersedes
 		}
@@ -135,7 +127,7 @@ func (s *GormStore) CreateAction(ctx context.Context, p CreateActionParams) (Cre
 		// inserted in: the gate's, when it opens no approval.
 		proposed := transitionEvent(p.RunID, "action", string(id), ActionState(""), ActionProposed, p.Actor, data)
 		if !direct {
-			proposed = proposed.bind(ActionContentOf(row.toAction()))
+			proposed = proposed.bind(ActionContentOf(action))
 		}
 		if _, err := tx.appendEvent(proposed); err != nil {
 			return err
@@ -144,13 +136,13 @@ func (s *GormStore) CreateAction(ctx context.Context, p CreateActionParams) (Cre
 		// state it enters, when the caller audited it.
 		var gateData any
 		if p.GateAudit != (GateAudit{}) {
-			g := GateContentOf(row.gate())
+			g := GateContentOf(action.Gate)
 			gateData = gateEventData{Gate: gateEventGate{Rule: g.Rule, Reason: g.Reason, RulesDigest: g.RulesDigest}}
 		}
 		switch {
 		case direct:
 			if _, err := tx.appendEvent(transitionEvent(p.RunID, "action", string(id), ActionProposed, p.Gate, p.Actor, gateData).
-				bind(ActionContentOf(row.toAction()))); err != nil {
+				bind(ActionContentOf(action))); err != nil {
 				return err
 			}
 		case p.Gate != "":
@@ -175,7 +167,7 @@ func (s *GormStore) CreateAction(ctx context.Context, p CreateActionParams) (Cre
 			// startAttempt writes nothing before its checks pass, so a
 			// refusal keeps the recorded action and its events intact. The
 			// action and the run are as this write has just written them.
-			out.Attempt, out.StartErr = tx.startAttemptOf(row.toAction(), run, p.Actor)
+			out.Attempt, out.StartErr = tx.startAttemptOf(action, run, p.Actor)
 			if out.StartErr != nil && Code(out.StartErr) == CodeInternal {
 				return out.StartErr
 			}
@@ -215,7 +207,7 @@ func checkGateAudit(gate ActionState, a GateAudit) error {
 }
 
 // TransitionAction implements Store.
-func (s *GormStore) TransitionAction(ctx context.Context, p ActionTransition) (*Action, error) {
+func (s *DB) TransitionAction(ctx context.Context, p ActionTransition) (*Action, error) {
 	if p.ApprovalTTL < 0 {
 		return nil, Errorf(CodeInvalid, "transition action: approval TTL cannot be negative")
 	}
@@ -244,67 +236,47 @@ func (tx *txn) transitionAction(p ActionTransition) error {
 }
 
 // moveAction is transitionAction that also raises the action's attempt
-// count to attemptCount (StartAttempt) and returns the updated row.
-func (tx *txn) moveAction(p ActionTransition, attemptCount int64) (*actionRow, error) {
+// count to attemptCount (StartAttempt) and returns the updated action.
+func (tx *txn) moveAction(p ActionTransition, attemptCount int64) (*Action, error) {
 	if err := ValidateActionTransition(p.From, p.To); err != nil {
 		return nil, err
 	}
-	// RETURNING hands back the updated row (its run, its digest for an
+	// The driver hands back the updated row (its run, its digest for an
 	// approval, its content for the event) without reading it again.
-	var row actionRow
-	rows, err := tx.query(moveActionSQL, string(p.To), micros(tx.now), attemptCount, string(p.ID), string(p.From))
-	err = scanOne(rows, err, "action "+string(p.ID), func(rows *sql.Rows) error { return scanAction(rows, &row) })
-	if Code(err) == CodeNotFound {
-		return nil, tx.staleState(&actionRow{}, "action", string(p.ID), string(p.From))
-	}
+	action, ok, err := tx.d.MoveAction(tx.ctx, p.ID, p.From, p.To, attemptCount, tx.now)
 	if err != nil {
 		return nil, err
 	}
-	if _, err := tx.appendEvent(transitionEvent(RunID(row.RunID), "action", string(p.ID), p.From, p.To, p.Actor, p.Data).
-		bind(ActionContentOf(row.toAction()))); err != nil {
+	if !ok {
+		a, err := tx.d.GetAction(tx.ctx, p.ID)
+		if err != nil {
+			return nil, err
+		}
+		return nil, Errorf(CodeConflict, "action %s is %s, not %s", p.ID, a.State, p.From)
+	}
+	if _, err := tx.appendEvent(transitionEvent(action.RunID, "action", string(p.ID), p.From, p.To, p.Actor, p.Data).
+		bind(ActionContentOf(action))); err != nil {
 		return nil, err
 	}
 	if p.To == ActionAwaitingApproval {
-		_, err := tx.openApproval(&row, p.ApprovalTTL, p.Actor)
-		return &row, err
+		_, err := tx.openApproval(action, p.ApprovalTTL, p.Actor)
+		return action, err
 	}
 	if p.From == ActionAwaitingApproval && p.To != ActionApproved && p.To != ActionDenied && p.To != ActionExpired {
 		apr, err := tx.pendingApproval(p.ID)
 		if err != nil {
 			return nil, err
 		}
-		return &row, tx.transitionApproval(apr, ApprovalInvalidated, p.Actor, "action "+string(p.To), nil)
+		return action, tx.transitionApproval(apr, ApprovalInvalidated, p.Actor, "action "+string(p.To), nil)
 	}
-	return &row, nil
+	return action, nil
 }
 
-var (
-	findActionSQL      = writeStmt(`SELECT ` + actionCols + ` FROM actions WHERE id = ?`)
-	findActionByKeySQL = writeStmt(`SELECT ` + actionCols + ` FROM actions WHERE run_id = ? AND idempotency_key = ?`)
-	maxActionSeqSQL    = writeStmt(`SELECT COALESCE(MAX(seq), 0) FROM actions WHERE run_id = ?`)
-	insertActionSQL    = writeStmt(`INSERT INTO actions (` + actionCols + `) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`)
-	moveActionSQL      = writeStmt(`UPDATE actions SET state = ?, version = version + 1, updated_at = ?,
-	attempt_count = max(attempt_count, ?) WHERE id = ? AND state = ? RETURNING ` + actionCols)
-)
-
-func (tx *txn) findAction(id ActionID) (*Action, error) {
-	rows, err := tx.query(findActionSQL, string(id))
-	return scanActionOf(rows, err, id)
-}
-
-// scanActionOf scans the answer of findActionSQL.
-func scanActionOf(rows *sql.Rows, err error, id ActionID) (*Action, error) {
-	var r actionRow
-	if err := scanOne(rows, err, "action "+string(id), func(rows *sql.Rows) error { return scanAction(rows, &r) }); err != nil {
-		return nil, err
-	}
-	return r.toAction(), nil
-}
+func (tx *txn) findAction(id ActionID) (*Action, error) { return tx.d.GetAction(tx.ctx, id) }
 
 // FindActionByID implements Store.
-func (s *GormStore) FindActionByID(ctx context.Context, id ActionID) (*Action, error) {
-	rows, err := s.rs.query(ctx, findActionSQL.sql, string(id))
-	a, err := scanActionOf(rows, err, id)
+func (s *DB) FindActionByID(ctx context.Context, id ActionID) (*Action, error) {
+	a, err := s.reader().GetAction(ctx, id)
 	if err != nil {
 		return nil, wrapErr("find action", err)
 	}
@@ -312,32 +284,18 @@ func (s *GormStore) FindActionByID(ctx context.Context, id ActionID) (*Action, e
 }
 
 // FindActions implements Store.
-func (s *GormStore) FindActions(ctx context.Context, f ActionFilter) ([]*Action, error) {
-	var w where
-	if f.RunID != nil {
-		w.eq("run_id", string(*f.RunID))
-	}
-	if f.Tenant != nil {
-		w.eq("tenant", *f.Tenant)
-	}
-	if f.State != nil {
-		w.eq("state", string(*f.State))
-	}
-	rows, err := s.rs.query(ctx, w.query(`SELECT `+actionCols+` FROM actions`, "run_id, seq", f.Limit), w.args...)
+func (s *DB) FindActions(ctx context.Context, f ActionFilter) ([]*Action, error) {
+	out, err := s.reader().ListActions(ctx, f)
 	if err != nil {
 		return nil, wrapErr("find actions", err)
 	}
-	defer rows.Close()
-	out := []*Action{}
-	for rows.Next() {
-		var r actionRow
-		if err := scanAction(rows, &r); err != nil {
-			return nil, wrapErr("find actions", err)
-		}
-		out = append(out, r.toAction())
-	}
-	if err := rows.Err(); err != nil {
-		return nil, wrapErr("find actions", err)
-	}
 	return out, nil
+}
+
+// gateOf is the gate CreateAction records: nil for the zero audit.
+func gateOf(gate ActionState, a GateAudit) *ActionGate {
+	if a == (GateAudit{}) {
+		return nil
+	}
+	return &ActionGate{Decision: gate, Rule: a.Rule, Reason: a.Reason, RulesDigest: a.RulesDigest}
 }

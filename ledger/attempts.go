@@ -2,11 +2,9 @@ package ledger
 
 import (
 	"context"
-	"database/sql"
 	"encoding/json"
 	"fmt"
-
-	"gorm.io/gorm"
+	"time"
 )
 
 // StartAttempt implements Store. Retry semantics: every call that succeeds
@@ -15,7 +13,7 @@ import (
 // finds the started attempt instead. The budget checks and the increments
 // are in the same IMMEDIATE transaction, so no interleaving of processes can
 // exceed a budget.
-func (s *GormStore) StartAttempt(ctx context.Context, p StartAttemptParams) (*Attempt, error) {
+func (s *DB) StartAttempt(ctx context.Context, p StartAttemptParams) (*Attempt, error) {
 	var out *Attempt
 	err := s.inTx(ctx, "start attempt", func(tx *txn) error {
 		var err error
@@ -55,12 +53,12 @@ func (tx *txn) startAttemptOf(action *Action, run *Run, actor string) (*Attempt,
 	if run.State != RunRunning {
 		return nil, Errorf(CodeConflict, "run %s is %s: no attempt starts", run.ID, run.State)
 	}
-	var cancelled bool
-	rows, err := tx.query(cancelAcceptedSQL, string(run.ID), string(CancelRequested))
-	if err := scanOne(rows, err, "cancellation", func(rows *sql.Rows) error { return rows.Scan(&cancelled) }); err != nil {
+	c, err := tx.d.GetCancellation(tx.ctx, run.ID)
+	switch {
+	case Code(err) == CodeNotFound:
+	case err != nil:
 		return nil, err
-	}
-	if cancelled {
+	case c.State != CancelRequested:
 		return nil, Errorf(CodeConflict, "run %s: cancellation accepted, no new attempt starts", run.ID)
 	}
 	if err := checkAttemptBudget(run.Budget, action, tx); err != nil {
@@ -72,51 +70,28 @@ func (tx *txn) startAttemptOf(action *Action, run *Run, actor string) (*Attempt,
 		Data: map[string]any{"attempt_no": no}}, no); err != nil {
 		return nil, err
 	}
-	row := attemptRow{
-		ID: tx.newID(PrefixAttempt), ActionID: string(action.ID), RunID: string(action.RunID), AttemptNo: no,
-		Status: string(AttemptStarted), Effect: string(EffectUnknown), Version: 1, StartedAt: micros(tx.now),
+	att := &Attempt{
+		ID: AttemptID(tx.newID(PrefixAttempt)), ActionID: action.ID, RunID: action.RunID, No: no,
+		Status: AttemptStarted, Effect: EffectUnknown, Version: 1, StartedAt: tx.now,
 	}
-	if _, err := tx.exec(insertAttemptSQL, row.ID, row.ActionID, row.RunID, row.AttemptNo, row.Status, row.Effect,
-		row.Version, row.StartedAt); err != nil {
+	if err := tx.d.InsertAttempt(tx.ctx, att); err != nil {
 		return nil, err
 	}
-	if _, err := tx.exec(countAttemptSQL, string(run.ID)); err != nil {
+	if err := tx.d.CountAttempt(tx.ctx, run.ID); err != nil {
 		return nil, err
 	}
 	// run's budget is as this write read it (or, in CreateAction, as its
 	// usage left it), so after the count it is that with one more attempt.
 	budget := run.Budget
 	budget.Used.Attempts++
-	att, err := row.toAttempt()
-	if err != nil {
-		return nil, err
-	}
 	// The attempt's event also binds the budget it counted against.
-	if _, err := tx.appendEvent(transitionEvent(action.RunID, "attempt", row.ID, AttemptStatus(""), AttemptStarted, actor,
+	if _, err := tx.appendEvent(transitionEvent(action.RunID, "attempt", string(att.ID), AttemptStatus(""), AttemptStarted, actor,
 		map[string]any{"action_id": action.ID, "attempt_no": no, "dedup_key": action.DedupKey}).
 		bind(AttemptContentOf(att), BudgetContentOf(run.ID, budget))); err != nil {
 		return nil, err
 	}
 	return att, nil
 }
-
-// spend runs one of the statements that count an attempt against a run's
-// budget and returns the budget after it.
-func (tx *txn) spend(s *stmt, args ...any) (*budgetRow, error) {
-	var b budgetRow
-	rows, err := tx.query(s, args...)
-	if err := scanOne(rows, err, "budget", func(rows *sql.Rows) error { return rows.Scan(b.targets()...) }); err != nil {
-		return nil, err
-	}
-	return &b, nil
-}
-
-var (
-	cancelAcceptedSQL = writeStmt(`SELECT EXISTS (SELECT 1 FROM cancellations WHERE run_id = ? AND state <> ?)`)
-	insertAttemptSQL  = writeStmt(`INSERT INTO attempts (id, action_id, run_id, attempt_no, status, effect, version, started_at)
-	VALUES (?, ?, ?, ?, ?, ?, ?, ?)`)
-	countAttemptSQL = writeStmt(`UPDATE budgets SET attempts_used = attempts_used + 1, version = version + 1 WHERE run_id = ?`)
-)
 
 // checkAttemptBudget refuses another attempt when a persisted budget is
 // spent: attempts per action, attempts per run, execution time, deadline.
@@ -136,7 +111,7 @@ func checkAttemptBudget(b Budget, a *Action, tx *txn) error {
 }
 
 // FinishAttempt implements Store.
-func (s *GormStore) FinishAttempt(ctx context.Context, p FinishAttemptParams) (FinishAttemptResult, error) {
+func (s *DB) FinishAttempt(ctx context.Context, p FinishAttemptParams) (FinishAttemptResult, error) {
 	if p.Status == AttemptStarted || !p.Status.Valid() {
 		return FinishAttemptResult{}, Errorf(CodeInvalid, "finish attempt: %q is not an outcome", p.Status)
 	}
@@ -163,7 +138,7 @@ func (s *GormStore) FinishAttempt(ctx context.Context, p FinishAttemptParams) (F
 		if err != nil {
 			return err
 		}
-		out.Action, out.Observation = action.toAction(), obs
+		out.Action, out.Observation = action, obs
 		out.Attempt, err = tx.findAttempt(att.ID)
 		return err
 	})
@@ -185,36 +160,29 @@ type attemptOutcome struct {
 // the run's execution budget, its event, the observation if any, and the
 // action moved from running to o.ActionState, which it returns with the
 // observation.
-func (tx *txn) finishAttempt(att *Attempt, o attemptOutcome) (*actionRow, *Observation, error) {
-	var errJSON *string
-	if o.Error != nil {
-		b, err := json.Marshal(o.Error)
-		if err != nil {
-			return nil, nil, Errorf(CodeInvalid, "attempt error: %w", err)
-		}
-		errJSON = rawPtr(b)
-	}
+func (tx *txn) finishAttempt(att *Attempt, o attemptOutcome) (*Action, *Observation, error) {
 	if err := ValidateAttemptTransition(att.Status, o.Status); err != nil {
 		if att.Status != AttemptStarted {
 			return nil, nil, Errorf(CodeConflict, "attempt %s already finished as %s", att.ID, att.Status)
 		}
 		return nil, nil, err
 	}
-	finished, err := tx.execOne(finishAttemptSQL, string(o.Status), rawPtr(o.Result), errJSON, micros(tx.now),
-		string(att.ID), string(AttemptStarted))
+	// att was read in this transaction and the guarded move matches it,
+	// so the row then is att with the outcome: its content needs no read.
+	done := *att
+	now := tx.now
+	done.Status, done.Result, done.Error, done.FinishedAt = o.Status, o.Result, o.Error, &now
+	finished, err := tx.d.FinishAttempt(tx.ctx, &done)
 	if err != nil {
 		return nil, nil, err
 	}
 	if !finished {
 		return nil, nil, tx.staleAttempt(att.ID, AttemptStarted)
 	}
-	// att was read in this transaction and the guarded UPDATE matched it,
-	// so the row now is att with the outcome: its content needs no read.
-	now := tx.now
-	att.Status, att.Result, att.Error, att.FinishedAt = o.Status, o.Result, o.Error, &now
+	*att = done
 	// The attempt's time counts against the run's execution budget.
 	spent := tx.now.Sub(att.StartedAt).Microseconds()
-	budget, err := tx.spend(spendExecutionSQL, max(spent, 0), string(att.RunID))
+	budget, err := tx.d.SpendExecution(tx.ctx, att.RunID, time.Duration(max(spent, 0))*time.Microsecond)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -223,7 +191,7 @@ func (tx *txn) finishAttempt(att *Attempt, o attemptOutcome) (*actionRow, *Obser
 		data["error"] = o.Error
 	}
 	if _, err := tx.appendEvent(transitionEvent(att.RunID, "attempt", string(att.ID), AttemptStarted, o.Status, o.Actor, data).
-		bind(AttemptContentOf(att), budget.content())); err != nil {
+		bind(AttemptContentOf(att), BudgetContentOf(att.RunID, *budget))); err != nil {
 		return nil, nil, err
 	}
 	var obs *Observation
@@ -240,15 +208,8 @@ func (tx *txn) finishAttempt(att *Attempt, o attemptOutcome) (*actionRow, *Obser
 	return action, obs, nil
 }
 
-var (
-	finishAttemptSQL = writeStmt(`UPDATE attempts SET status = ?, result = ?, error = ?, finished_at = ?, version = version + 1
-	WHERE id = ? AND status = ?`)
-	spendExecutionSQL = writeStmt(`UPDATE budgets SET execution_used_us = execution_used_us + ?, version = version + 1
-	WHERE run_id = ? RETURNING ` + budgetCols)
-)
-
 // RecordObservation implements Store.
-func (s *GormStore) RecordObservation(ctx context.Context, p RecordObservationParams) (*Observation, *Attempt, error) {
+func (s *DB) RecordObservation(ctx context.Context, p RecordObservationParams) (*Observation, *Attempt, error) {
 	var obs *Observation
 	var att *Attempt
 	err := s.inTx(ctx, "record observation", func(tx *txn) error {
@@ -292,18 +253,15 @@ func (tx *txn) observe(att *Attempt, src ObservationSource, effect EffectFact, d
 		return nil, Errorf(CodeConflict, "attempt %s effect is already %s; %s evidence saying %s needs a person",
 			att.ID, att.Effect, src, effect)
 	}
-	row := observationRow{
-		ID: tx.newID(PrefixObservation), RunID: string(att.RunID), ActionID: string(att.ActionID),
-		AttemptID: strPtr(string(att.ID)), Source: string(src), Effect: string(effect), Detail: rawPtr(canon),
-		ObservedAt: micros(tx.now),
+	obs := &Observation{
+		ID: ObservationID(tx.newID(PrefixObservation)), RunID: att.RunID, ActionID: att.ActionID, AttemptID: att.ID,
+		Source: src, Effect: effect, Detail: canon, ObservedAt: tx.now,
 	}
-	if _, err := tx.exec(insertObservationSQL, row.ID, row.RunID, row.ActionID, row.AttemptID, row.Source, row.Effect,
-		row.Detail, row.ObservedAt); err != nil {
+	if err := tx.d.InsertObservation(tx.ctx, obs); err != nil {
 		return nil, err
 	}
-	obs := row.toObservation()
 	if _, err := tx.appendEvent(eventSpec{RunID: att.RunID, Type: "observation.recorded", EntityType: "observation",
-		EntityID: row.ID, Actor: actor, Data: map[string]any{"attempt_id": att.ID, "source": src, "effect": effect}}.
+		EntityID: string(obs.ID), Actor: actor, Data: map[string]any{"attempt_id": att.ID, "source": src, "effect": effect}}.
 		bind(ObservationContentOf(obs))); err != nil {
 		return nil, err
 	}
@@ -311,7 +269,7 @@ func (tx *txn) observe(att *Attempt, src ObservationSource, effect EffectFact, d
 		if err := ValidateEffectTransition(att.Effect, effect); err != nil {
 			return nil, err
 		}
-		set, err := tx.execOne(setEffectSQL, string(effect), row.ID, string(att.ID), string(EffectUnknown))
+		set, err := tx.d.SetAttemptEffect(tx.ctx, att.ID, effect, obs.ID)
 		if err != nil {
 			return nil, err
 		}
@@ -320,22 +278,15 @@ func (tx *txn) observe(att *Attempt, src ObservationSource, effect EffectFact, d
 		}
 		// As in finishAttempt, the row is att (as this write last read or
 		// wrote it) with the effect.
-		att.Effect, att.EffectObservation = effect, ObservationID(row.ID)
+		att.Effect, att.EffectObservation = effect, obs.ID
 		if _, err := tx.appendEvent(eventSpec{RunID: att.RunID, Type: "attempt.effect_" + string(effect), EntityType: "attempt",
 			EntityID: string(att.ID), From: string(EffectUnknown), To: string(effect), Actor: actor,
-			Data: map[string]any{"observation_id": row.ID, "source": src}}.bind(AttemptContentOf(att))); err != nil {
+			Data: map[string]any{"observation_id": obs.ID, "source": src}}.bind(AttemptContentOf(att))); err != nil {
 			return nil, err
 		}
 	}
 	return obs, nil
 }
-
-var (
-	insertObservationSQL = writeStmt(`INSERT INTO observations (id, run_id, action_id, attempt_id, source, effect, detail,
-	observed_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?)`)
-	setEffectSQL = writeStmt(`UPDATE attempts SET effect = ?, effect_observation_id = ?, version = version + 1
-	WHERE id = ? AND effect = ?`)
-)
 
 func (tx *txn) staleAttempt(id AttemptID, from AttemptStatus) error {
 	a, err := tx.findAttempt(id)
@@ -345,78 +296,22 @@ func (tx *txn) staleAttempt(id AttemptID, from AttemptStatus) error {
 	return Errorf(CodeConflict, "attempt %s is %s, not %s", id, a.Status, from)
 }
 
-func (tx *txn) findAttempt(id AttemptID) (*Attempt, error) {
-	var row attemptRow
-	rows, err := tx.query(findAttemptSQL, string(id))
-	if err := scanOne(rows, err, "attempt "+string(id), func(rows *sql.Rows) error { return scanAttempt(rows, &row) }); err != nil {
-		return nil, err
-	}
-	return row.toAttempt()
-}
-
-var findAttemptSQL = writeStmt(`SELECT ` + attemptCols + ` FROM attempts WHERE id = ?`)
+func (tx *txn) findAttempt(id AttemptID) (*Attempt, error) { return tx.d.GetAttempt(tx.ctx, id) }
 
 // FindAttempts implements Store.
-func (s *GormStore) FindAttempts(ctx context.Context, f AttemptFilter) ([]*Attempt, error) {
-	var w where
-	if f.ActionID != nil {
-		w.eq("action_id", string(*f.ActionID))
-	}
-	if f.RunID != nil {
-		w.eq("run_id", string(*f.RunID))
-	}
-	if f.Status != nil {
-		w.eq("status", string(*f.Status))
-	}
-	rows, err := s.rs.query(ctx, w.query(`SELECT `+attemptCols+` FROM attempts`, "action_id, attempt_no", f.Limit), w.args...)
+func (s *DB) FindAttempts(ctx context.Context, f AttemptFilter) ([]*Attempt, error) {
+	out, err := s.reader().ListAttempts(ctx, f)
 	if err != nil {
-		return nil, wrapErr("find attempts", err)
-	}
-	defer rows.Close()
-	out := []*Attempt{}
-	for rows.Next() {
-		var r attemptRow
-		if err := scanAttempt(rows, &r); err != nil {
-			return nil, wrapErr("find attempts", err)
-		}
-		a, err := r.toAttempt()
-		if err != nil {
-			return nil, wrapErr("find attempts", err)
-		}
-		out = append(out, a)
-	}
-	if err := rows.Err(); err != nil {
 		return nil, wrapErr("find attempts", err)
 	}
 	return out, nil
 }
 
 // FindObservations implements Store.
-func (s *GormStore) FindObservations(ctx context.Context, f ObservationFilter) ([]*Observation, error) {
-	var rows []observationRow
-	if err := observationsQuery(s.r.WithContext(ctx), f).Find(&rows).Error; err != nil {
+func (s *DB) FindObservations(ctx context.Context, f ObservationFilter) ([]*Observation, error) {
+	out, err := s.reader().ListObservations(ctx, f)
+	if err != nil {
 		return nil, wrapErr("find observations", err)
 	}
-	out := make([]*Observation, len(rows))
-	for i := range rows {
-		out[i] = rows[i].toObservation()
-	}
 	return out, nil
-}
-
-// observationsQuery is FindObservations' query.
-func observationsQuery(db *gorm.DB, f ObservationFilter) *gorm.DB {
-	q := db.Model(&observationRow{})
-	if f.RunID != nil {
-		// Through the run's actions, so that observations_action serves
-		// the read instead of a scan of every observation.
-		q = q.Where("run_id = ? AND action_id IN (SELECT id FROM actions WHERE run_id = ?)", *f.RunID, *f.RunID)
-	}
-	if f.ActionID != nil {
-		q = q.Where("action_id = ?", *f.ActionID)
-	}
-	if f.AttemptID != nil {
-		q = q.Where("attempt_id = ?", *f.AttemptID)
-	}
-	return q.Order("observed_at, id")
 }

@@ -2,26 +2,14 @@ package ledger
 
 import (
 	"context"
-	"database/sql"
-
-	"gorm.io/gorm"
 )
-
-// cancellationTimeColumn is the column that records when each fact became
-// true.
-var cancellationTimeColumn = map[CancellationState]string{
-	CancelAccepted: "accepted_at",
-	CancelStopping: "stopping_at",
-	CancelStopped:  "stopped_at",
-	CancelTooLate:  "too_late_at",
-}
 
 // RequestCancel implements Store. The whole decision is this one write:
 // between reading the run and moving it nothing else can commit (the
 // transaction began IMMEDIATE), so a run that completes "at the same time"
 // either completed first (CodeConflict, nothing written) or finds itself
 // stopping and loses its guarded update.
-func (s *GormStore) RequestCancel(ctx context.Context, p RequestCancelParams) (RequestCancelResult, error) {
+func (s *DB) RequestCancel(ctx context.Context, p RequestCancelParams) (RequestCancelResult, error) {
 	if p.Principal == "" {
 		return RequestCancelResult{}, Errorf(CodeInvalid, "request cancel: principal is required")
 	}
@@ -45,18 +33,18 @@ func (s *GormStore) RequestCancel(ctx context.Context, p RequestCancelParams) (R
 		if run.State.Terminal() {
 			return Errorf(CodeConflict, "run %s is already %s (%s): nothing to cancel", run.ID, run.State, run.StopReason)
 		}
-		row := cancellationRow{
-			ID: tx.newID(PrefixCancellation), RunID: string(run.ID), Tenant: run.Tenant, State: string(CancelRequested),
-			RequestedBy: p.Principal, Reason: strPtr(p.Reason), Version: 1, RequestedAt: micros(tx.now),
+		c := &Cancellation{
+			ID: CancellationID(tx.newID(PrefixCancellation)), RunID: run.ID, Tenant: run.Tenant, State: CancelRequested,
+			RequestedBy: p.Principal, Reason: p.Reason, Version: 1, RequestedAt: tx.now,
 		}
-		if err := tx.db.Create(&row).Error; err != nil {
+		if err := tx.d.InsertCancellation(tx.ctx, c); err != nil {
 			return err
 		}
-		if _, err := tx.appendEvent(transitionEvent(run.ID, "cancellation", row.ID, CancellationState(""), CancelRequested,
-			p.Principal, map[string]any{"reason": p.Reason}).bind(CancellationContentOf(row.toCancellation()))); err != nil {
+		if _, err := tx.appendEvent(transitionEvent(run.ID, "cancellation", string(c.ID), CancellationState(""), CancelRequested,
+			p.Principal, map[string]any{"reason": p.Reason}).bind(CancellationContentOf(c))); err != nil {
 			return err
 		}
-		c, err := tx.settleCancellation(row.toCancellation(), run, p.Principal)
+		c, err = tx.settleCancellation(c, run, p.Principal)
 		out = RequestCancelResult{Cancellation: c, Created: true}
 		return err
 	})
@@ -101,15 +89,14 @@ func (tx *txn) settleCancellation(c *Cancellation, run *Run, actor string) (*Can
 }
 
 // SettleCancellations implements Store.
-func (s *GormStore) SettleCancellations(ctx context.Context) ([]*Cancellation, error) {
+func (s *DB) SettleCancellations(ctx context.Context) ([]*Cancellation, error) {
 	var out []*Cancellation
 	err := s.inTx(ctx, "settle cancellations", func(tx *txn) error {
-		var rows []cancellationRow
-		if err := unsettledCancellations(tx.db).Find(&rows).Error; err != nil {
+		unsettled, err := tx.d.ListUnsettledCancellations(tx.ctx)
+		if err != nil {
 			return err
 		}
-		for i := range rows {
-			c := rows[i].toCancellation()
+		for _, c := range unsettled {
 			run, err := tx.findRun(c.RunID)
 			if err != nil {
 				return err
@@ -128,15 +115,8 @@ func (s *GormStore) SettleCancellations(ctx context.Context) ([]*Cancellation, e
 	return out, err
 }
 
-// unsettledCancellations selects the cancellations not yet stopped or too
-// late. The partial index cancellations_unsettled holds only those, so
-// this reads the few unsettled rows, not the table.
-func unsettledCancellations(db *gorm.DB) *gorm.DB {
-	return db.Model(&cancellationRow{}).Where("state IN ('requested', 'accepted', 'stopping')").Order("id")
-}
-
 // TransitionCancellation implements Store.
-func (s *GormStore) TransitionCancellation(ctx context.Context, p CancellationTransition) (*Cancellation, error) {
+func (s *DB) TransitionCancellation(ctx context.Context, p CancellationTransition) (*Cancellation, error) {
 	if err := ValidateCancellationTransition(p.From, p.To); err != nil {
 		return nil, wrapErr("transition cancellation", err)
 	}
@@ -170,13 +150,11 @@ func (tx *txn) transitionCancellation(p CancellationTransition) (*Cancellation, 
 			return nil, Errorf(CodeConflict, "cancellation of run %s cannot be too late: the run is %s", p.RunID, run.State)
 		}
 	}
-	res := tx.db.Model(&cancellationRow{}).Where("run_id = ? AND state = ?", p.RunID, p.From).Updates(map[string]any{
-		"state": p.To, cancellationTimeColumn[p.To]: micros(tx.now), "version": gorm.Expr("version + 1"),
-	})
-	if res.Error != nil {
-		return nil, res.Error
+	moved, err := tx.d.MoveCancellation(tx.ctx, p.RunID, p.From, p.To, tx.now)
+	if err != nil {
+		return nil, err
 	}
-	if res.RowsAffected == 0 {
+	if !moved {
 		c, err := tx.findCancellation(p.RunID)
 		if err != nil {
 			return nil, err
@@ -199,42 +177,26 @@ func (tx *txn) transitionCancellation(p CancellationTransition) (*Cancellation, 
 // unknown effect. An attempt whose effect a query established may still be
 // open; one handed to review has been finished as uncertain.
 func (tx *txn) checkNothingInFlight(run RunID) error {
-	var open []string
-	if err := tx.db.Model(&attemptRow{}).Where("run_id = ? AND status = ? AND effect = ?", run, AttemptStarted, EffectUnknown).
-		Limit(3).Pluck("id", &open).Error; err != nil {
+	started := AttemptStarted
+	open, err := tx.d.ListAttempts(tx.ctx, AttemptFilter{RunID: &run, Status: &started})
+	if err != nil {
 		return err
 	}
-	if len(open) > 0 {
-		return Errorf(CodeConflict, "cancellation of run %s cannot be confirmed: attempt %s is in flight with an unknown effect", run, open[0])
+	for _, a := range open {
+		if a.Effect == EffectUnknown {
+			return Errorf(CodeConflict, "cancellation of run %s cannot be confirmed: attempt %s is in flight with an unknown effect", run, a.ID)
+		}
 	}
 	return nil
 }
 
 func (tx *txn) findCancellation(run RunID) (*Cancellation, error) {
-	rows, err := tx.query(findCancellationSQL, string(run))
-	return scanCancellation(rows, err, run)
-}
-
-var findCancellationSQL = writeStmt(`SELECT id, run_id, tenant, state, requested_by, reason, version, requested_at,
-	accepted_at, stopping_at, stopped_at, too_late_at FROM cancellations WHERE run_id = ?`)
-
-// scanCancellation scans the answer of findCancellationSQL.
-func scanCancellation(rows *sql.Rows, err error, run RunID) (*Cancellation, error) {
-	var r cancellationRow
-	err = scanOne(rows, err, "cancellation of run "+string(run), func(rows *sql.Rows) error {
-		return rows.Scan(&r.ID, &r.RunID, &r.Tenant, &r.State, &r.RequestedBy, &r.Reason, &r.Version, &r.RequestedAt,
-			&r.AcceptedAt, &r.StoppingAt, &r.StoppedAt, &r.TooLateAt)
-	})
-	if err != nil {
-		return nil, err
-	}
-	return r.toCancellation(), nil
+	return tx.d.GetCancellation(tx.ctx, run)
 }
 
 // FindCancellation implements Store.
-func (s *GormStore) FindCancellation(ctx context.Context, run RunID) (*Cancellation, error) {
-	rows, err := s.rs.query(ctx, findCancellationSQL.sql, string(run))
-	c, err := scanCancellation(rows, err, run)
+func (s *DB) FindCancellation(ctx context.Context, run RunID) (*Cancellation, error) {
+	c, err := s.reader().GetCancellation(ctx, run)
 	if err != nil {
 		return nil, wrapErr("find cancellation", err)
 	}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/actionledger/ledger/ledger"
 	"github.com/actionledger/ledger/ledger/ledgertest"
+	"github.com/actionledger/ledger/ledger/sqlite"
 )
 
 func TestCountByState(t *testing.T) {
@@ -81,7 +82,7 @@ func TestOnCommit(t *testing.T) {
 		mu    sync.Mutex
 		stats []ledger.CommitStats
 	)
-	s, err := ledger.Open(ctx, ledger.Config{Path: filepath.Join(t.TempDir(), "ledger.db"), Now: func() time.Time {
+	s, err := sqlite.OpenStore(ctx, sqlite.Config{Path: filepath.Join(t.TempDir(), "ledger.db"), Now: func() time.Time {
 		// Each reading of the clock moves it on, so a commit's duration
 		// is the number of readings between its start and its end.
 		clock.Advance(time.Millisecond)

@@ -3,7 +3,7 @@ package ledger
 import "context"
 
 // SettleReview implements Store.
-func (s *GormStore) SettleReview(ctx context.Context, p SettleReviewParams) (*Action, error) {
+func (s *DB) SettleReview(ctx context.Context, p SettleReviewParams) (*Action, error) {
 	if p.Actor == "" {
 		return nil, Errorf(CodeInvalid, "settle review: actor is required")
 	}
@@ -16,25 +16,20 @@ func (s *GormStore) SettleReview(ctx context.Context, p SettleReviewParams) (*Ac
 		if a.State != ActionNeedsReview {
 			return Errorf(CodeConflict, "action %s is %s, not in review", a.ID, a.State)
 		}
-		var last attemptRow
-		err = tx.db.Where("action_id = ?", a.ID).Order("attempt_no DESC").Limit(1).Find(&last).Error
-		if err != nil {
-			return err
-		}
-		if last.ID != "" {
-			att, err := last.toAttempt()
-			if err != nil {
-				return err
-			}
+		att, err := tx.d.LastAttempt(tx.ctx, a.ID)
+		switch {
+		case err == nil:
 			if _, err := tx.observe(att, ObservedPerson, p.Effect, p.Detail, p.Actor); err != nil {
 				return err
 			}
+		case Code(err) != CodeNotFound:
+			return err
 		}
 		if err := tx.transitionAction(ActionTransition{ID: a.ID, From: ActionNeedsReview, To: p.To, Actor: p.Actor, Data: p.Data}); err != nil {
 			return err
 		}
-		var waiting int64
-		if err := tx.db.Model(&actionRow{}).Where("run_id = ? AND state = ?", a.RunID, ActionNeedsReview).Count(&waiting).Error; err != nil {
+		waiting, err := tx.d.CountActions(tx.ctx, a.RunID, ActionNeedsReview)
+		if err != nil {
 			return err
 		}
 		run, err := tx.findRun(a.RunID)

@@ -1,12 +1,13 @@
 // Package ledger is the root of the action ledger: the domain types (runs,
 // actions, attempts, approvals, cancellations, observations, budgets and
 // events), their state machines, identities and digests, and the Store that
-// keeps them durable.
+// keeps them durable: DB, the ledger's rules (gating, budgets, effect facts,
+// recovery writes, the event chain) written once over a storage Driver
+// (driver.go). Drivers live in ledger/sqlite and ledger/postgres and only
+// store and guard; there is no SQL in this package.
 //
-// It imports nothing of the project except contracts. It is the only package
-// that imports GORM: row structs, SQL and driver errors stay behind the Store
-// interface, and every error leaving the package is a *Error with an
-// ErrorCode.
+// It imports nothing of the project except contracts. Every error leaving
+// the package is a *Error with an ErrorCode.
 //
 // Every event of a run is hash-chained to its predecessor and carries the
 // digests of the rows its write changed (content.go), so that a row edited
@@ -14,5 +15,6 @@
 // signing key signs each run's chain head (signing.go).
 //
 // Newcomers start with states.go (the transition tables), store.go (the Store
-// interface and what each method guarantees), then sqlstore.go.
+// interface and what each method guarantees), driver.go (the seam), then
+// runs.go and actions.go.
 package ledger

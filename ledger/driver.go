@@ -40,6 +40,9 @@ type Driver interface {
 	Reader() Reader
 	// SchemaVersion is the schema version the database records.
 	SchemaVersion(ctx context.Context) (int, error)
+	// LatestSchemaVersion is the schema version this build of the driver
+	// writes.
+	LatestSchemaVersion() int
 	// Close releases the database.
 	Close() error
 }
@@ -76,9 +79,6 @@ type Reader interface {
 	LastAttempt(ctx context.Context, action ActionID) (*Attempt, error)
 	// ListAttempts lists attempts in (action, number) order.
 	ListAttempts(ctx context.Context, f AttemptFilter) ([]*Attempt, error)
-	// CountOpenAttempts counts a run's attempts started with an unknown
-	// effect.
-	CountOpenAttempts(ctx context.Context, run RunID) (int64, error)
 	// ListObservations lists observations in (time, id) order.
 	ListObservations(ctx context.Context, f ObservationFilter) ([]*Observation, error)
 

@@ -3,7 +3,6 @@ package ledger
 import (
 	"bytes"
 	"context"
-	"database/sql"
 	"encoding"
 	"encoding/json"
 	"fmt"
@@ -15,7 +14,6 @@ import (
 	"unicode/utf8"
 
 	"github.com/gowebpki/jcs"
-	"gorm.io/gorm"
 )
 
 // EventFormat is the hash format of the events this build writes
@@ -610,13 +608,6 @@ func plainString(b []byte) ([]byte, []byte, bool) {
 	return nil, nil, false
 }
 
-var (
-	insertEventSQL = writeStmt(`INSERT INTO events (id, run_id, seq, type, entity_type, entity_id, from_state, to_state,
-	actor, data, created_at, prev_hash, hash, format, row_digests) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`)
-	selectHeadSQL = writeStmt(`SELECT event_seq, event_hash FROM runs WHERE id = ?`)
-	moveHeadSQL   = writeStmt(`UPDATE runs SET event_seq = ?, event_hash = ? WHERE id = ? AND event_seq = ?`)
-)
-
 // chainHead is a run's chain head as a write sees it: where it stood when
 // the write first read it (base) and where the write has moved it.
 type chainHead struct {
@@ -634,9 +625,8 @@ func (tx *txn) appendEvent(spec eventSpec) (*Event, error) {
 	h := tx.heads[spec.RunID]
 	if h == nil {
 		h = &chainHead{}
-		rows, err := tx.query(selectHeadSQL, string(spec.RunID))
-		err = scanOne(rows, err, "run "+string(spec.RunID), func(rows *sql.Rows) error { return rows.Scan(&h.seq, &h.hash) })
-		if err != nil {
+		var err error
+		if h.seq, h.hash, err = tx.d.ChainHead(tx.ctx, spec.RunID); err != nil {
 			return nil, fmt.Errorf("append event: %w", err)
 		}
 		h.base = h.seq
@@ -668,8 +658,7 @@ func (tx *txn) appendEvent(spec eventSpec) (*Event, error) {
 		return nil, err
 	}
 	e.Hash = hash
-	if _, err := tx.exec(insertEventSQL, string(e.ID), string(e.RunID), e.Seq, e.Type, e.EntityType, e.EntityID,
-		e.FromState, e.ToState, e.Actor, rawPtr(e.Data), micros(e.CreatedAt), e.PrevHash, e.Hash, e.Format, rawPtr(e.Rows)); err != nil {
+	if err := tx.d.InsertEvent(tx.ctx, e); err != nil {
 		return nil, fmt.Errorf("append event %s: %w", e.Type, err)
 	}
 	h.seq, h.hash = e.Seq, e.Hash
@@ -683,7 +672,7 @@ func (tx *txn) flushHeads() error {
 		if h.seq == h.base {
 			continue
 		}
-		moved, err := tx.execOne(moveHeadSQL, h.seq, h.hash, string(run), h.base)
+		moved, err := tx.d.MoveChainHead(tx.ctx, run, h.base, h.seq, h.hash)
 		if err != nil {
 			return fmt.Errorf("move chain head of run %s: %w", run, err)
 		}
@@ -701,8 +690,8 @@ func (tx *txn) flushHeads() error {
 }
 
 // FindEvents returns a run's events in sequence order.
-func (s *GormStore) FindEvents(ctx context.Context, run RunID) ([]*Event, error) {
-	events, err := readChainEvents(s.r.WithContext(ctx), run, 0)
+func (s *DB) FindEvents(ctx context.Context, run RunID) ([]*Event, error) {
+	events, err := s.reader().ListEvents(ctx, run, 0)
 	if err != nil {
 		return nil, wrapErr("find events", err)
 	}
@@ -713,13 +702,13 @@ func (s *GormStore) FindEvents(ctx context.Context, run RunID) ([]*Event, error)
 // head's signature in one read transaction and verifies them: readers that
 // show events, rows and their verdict (timelines, evidence) get all of it
 // from one snapshot, in one pass.
-func (s *GormStore) FindChain(ctx context.Context, run RunID) (*Chain, error) {
+func (s *DB) FindChain(ctx context.Context, run RunID) (*Chain, error) {
 	var out Chain
-	err := s.r.WithContext(ctx).Transaction(func(db *gorm.DB) error {
-		if err := readRecord(db, run, &out); err != nil {
+	err := s.d.Read(ctx, func(r Reader) error {
+		if err := readRecord(ctx, r, run, &out); err != nil {
 			return err
 		}
-		events, err := readChainEvents(db, run, out.Run.EventSeq)
+		events, err := r.ListEvents(ctx, run, out.Run.EventSeq)
 		if err != nil {
 			return err
 		}
@@ -757,7 +746,7 @@ func (c *Chain) contents() []Content {
 }
 
 // VerifyChain is FindChain's verdict alone.
-func (s *GormStore) VerifyChain(ctx context.Context, run RunID) (ChainReport, error) {
+func (s *DB) VerifyChain(ctx context.Context, run RunID) (ChainReport, error) {
 	c, err := s.FindChain(ctx, run)
 	if err != nil {
 		return ChainReport{}, err

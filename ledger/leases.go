@@ -6,11 +6,8 @@ import (
 	"crypto/subtle"
 	"encoding/hex"
 	"encoding/json"
-	"errors"
 	"strings"
 	"time"
-
-	"gorm.io/gorm"
 )
 
 // AttemptLease is the lease of an attempt a client executes (the agent
@@ -113,49 +110,6 @@ type AgentDecision struct {
 	DecidedAt  time.Time
 }
 
-type leaseRow struct {
-	AttemptID     string `gorm:"primaryKey"`
-	ActionID      string
-	RunID         string
-	BeginKey      string
-	TokenSHA256   string `gorm:"column:token_sha256"`
-	LeaseUs       int64
-	LeaseUntil    int64
-	MaxUntil      int64
-	Heartbeats    int64
-	Progress      *string
-	OutcomeDigest *string
-	Outcome       *string
-}
-
-func (leaseRow) TableName() string { return "attempt_leases" }
-
-func (r *leaseRow) toLease() *AttemptLease {
-	l := &AttemptLease{AttemptID: AttemptID(r.AttemptID), ActionID: ActionID(r.ActionID), RunID: RunID(r.RunID),
-		BeginKey: r.BeginKey, TokenSHA256: r.TokenSHA256, Lease: time.Duration(r.LeaseUs) * time.Microsecond,
-		Until: fromMicros(r.LeaseUntil), MaxUntil: fromMicros(r.MaxUntil), Heartbeats: r.Heartbeats}
-	if r.Progress != nil {
-		l.Progress = json.RawMessage(*r.Progress)
-	}
-	if r.OutcomeDigest != nil {
-		l.OutcomeDigest = Digest(*r.OutcomeDigest)
-	}
-	if r.Outcome != nil {
-		l.Outcome = json.RawMessage(*r.Outcome)
-	}
-	return l
-}
-
-type agentDecisionRow struct {
-	ActionID   string `gorm:"primaryKey"`
-	DecisionID string
-	Kind       string
-	Answered   bool
-	DecidedAt  int64
-}
-
-func (agentDecisionRow) TableName() string { return "agent_decisions" }
-
 // validTokenHash reports whether h is a SHA-256 in lowercase hex, as
 // tokens are stored.
 func validTokenHash(h string) bool {
@@ -164,7 +118,7 @@ func validTokenHash(h string) bool {
 }
 
 // BeginAttempt implements Store.
-func (s *GormStore) BeginAttempt(ctx context.Context, p BeginAttemptParams) (BeginAttemptResult, error) {
+func (s *DB) BeginAttempt(ctx context.Context, p BeginAttemptParams) (BeginAttemptResult, error) {
 	switch {
 	case !ValidIdempotencyKey(p.Key):
 		return BeginAttemptResult{}, Errorf(CodeInvalid, "begin attempt: the key must be 1–255 printable ASCII characters")
@@ -176,14 +130,13 @@ func (s *GormStore) BeginAttempt(ctx context.Context, p BeginAttemptParams) (Beg
 	var out BeginAttemptResult
 	err := s.inTx(ctx, "begin attempt", func(tx *txn) error {
 		out = BeginAttemptResult{}
-		var prior leaseRow
-		err := tx.db.Where("action_id = ? AND begin_key = ?", string(p.ActionID), p.Key).Take(&prior).Error
+		prior, err := tx.d.GetAttemptLeaseByKey(tx.ctx, p.ActionID, p.Key)
 		switch {
 		case err == nil:
-			att, err := tx.findAttempt(AttemptID(prior.AttemptID))
-			out = BeginAttemptResult{Attempt: att, Lease: prior.toLease(), Replayed: true}
+			att, err := tx.findAttempt(prior.AttemptID)
+			out = BeginAttemptResult{Attempt: att, Lease: prior, Replayed: true}
 			return err
-		case !errors.Is(err, gorm.ErrRecordNotFound):
+		case Code(err) != CodeNotFound:
 			return err
 		}
 		action, err := tx.findAction(p.ActionID)
@@ -197,20 +150,20 @@ func (s *GormStore) BeginAttempt(ctx context.Context, p BeginAttemptParams) (Beg
 		if err != nil {
 			return err
 		}
-		row := leaseRow{AttemptID: string(att.ID), ActionID: string(att.ActionID), RunID: string(att.RunID), BeginKey: p.Key,
-			TokenSHA256: p.TokenSHA256, LeaseUs: p.Lease.Microseconds(), LeaseUntil: micros(tx.now.Add(p.Lease)),
-			MaxUntil: micros(tx.now.Add(p.MaxDuration))}
-		if err := tx.db.Create(&row).Error; err != nil {
+		lease := &AttemptLease{AttemptID: att.ID, ActionID: att.ActionID, RunID: att.RunID, BeginKey: p.Key,
+			TokenSHA256: p.TokenSHA256, Lease: p.Lease.Truncate(time.Microsecond),
+			Until: tx.now.Add(p.Lease).Truncate(time.Microsecond), MaxUntil: tx.now.Add(p.MaxDuration).Truncate(time.Microsecond)}
+		if err := tx.d.InsertAttemptLease(tx.ctx, lease); err != nil {
 			return err
 		}
-		out = BeginAttemptResult{Attempt: att, Lease: row.toLease()}
+		out = BeginAttemptResult{Attempt: att, Lease: lease}
 		return nil
 	})
 	return out, err
 }
 
 // RenewLease implements Store.
-func (s *GormStore) RenewLease(ctx context.Context, p RenewLeaseParams) (*AttemptLease, error) {
+func (s *DB) RenewLease(ctx context.Context, p RenewLeaseParams) (*AttemptLease, error) {
 	var progress []byte
 	if len(p.Progress) > 0 {
 		var err error
@@ -220,132 +173,109 @@ func (s *GormStore) RenewLease(ctx context.Context, p RenewLeaseParams) (*Attemp
 	}
 	var out *AttemptLease
 	err := s.inTx(ctx, "renew lease", func(tx *txn) error {
-		row, att, err := tx.leaseOf(p.AttemptID, p.TokenSHA256)
+		lease, att, err := tx.leaseOf(p.AttemptID, p.TokenSHA256)
 		if err != nil {
 			return err
 		}
-		now := micros(tx.now)
-		if att.Status != AttemptStarted || now >= row.LeaseUntil {
+		if att.Status != AttemptStarted || !tx.now.Before(lease.Until) {
 			return Errorf(CodeConflict, "attempt %s is closed: its lease lapsed or it was finished", att.ID)
 		}
-		row.LeaseUntil = min(now+row.LeaseUs, row.MaxUntil)
-		row.Heartbeats++
-		if progress != nil {
-			row.Progress = strPtr(string(progress))
+		if until := tx.now.Add(lease.Lease); until.Before(lease.MaxUntil) {
+			lease.Until = until
+		} else {
+			lease.Until = lease.MaxUntil
 		}
-		if err := tx.db.Model(&leaseRow{}).Where("attempt_id = ?", row.AttemptID).
-			Updates(map[string]any{"lease_until": row.LeaseUntil, "heartbeats": row.Heartbeats, "progress": row.Progress}).Error; err != nil {
+		lease.Heartbeats++
+		if progress != nil {
+			lease.Progress = progress
+		}
+		if err := tx.d.UpdateAttemptLease(tx.ctx, lease); err != nil {
 			return err
 		}
-		out = row.toLease()
+		out = lease
 		return nil
 	})
 	return out, err
 }
 
-// leaseOf reads an attempt's lease and the attempt, checking the token.
-func (tx *txn) leaseOf(id AttemptID, tokenSHA256 string) (*leaseRow, *Attempt, error) {
-	var row leaseRow
-	if err := tx.db.Where("attempt_id = ?", string(id)).Take(&row).Error; err != nil {
-		if errors.Is(err, gorm.ErrRecordNotFound) {
-			return nil, nil, Errorf(CodeNotFound, "attempt %s has no lease", id)
-		}
+// leaseOf reads the lease of attempt id and its attempt, if tokenSHA256 is
+// its token's hash: CodeNotFound if it has none, CodeForbidden for another
+// token.
+func (tx *txn) leaseOf(id AttemptID, tokenSHA256 string) (*AttemptLease, *Attempt, error) {
+	lease, err := tx.d.GetAttemptLease(tx.ctx, id)
+	if err != nil {
 		return nil, nil, err
 	}
-	if !validTokenHash(tokenSHA256) || subtle.ConstantTimeCompare([]byte(row.TokenSHA256), []byte(tokenSHA256)) != 1 {
+	if !validTokenHash(tokenSHA256) || subtle.ConstantTimeCompare([]byte(lease.TokenSHA256), []byte(tokenSHA256)) != 1 {
 		return nil, nil, Errorf(CodeForbidden, "that is not the token of attempt %s", id)
 	}
 	att, err := tx.findAttempt(id)
-	return &row, att, err
+	return lease, att, err
 }
 
-// completeLease checks, within FinishAttempt's transaction, that the lease
-// o completes through holds (its token, not lapsed, not completed) and
-// keeps the outcome's digest on it.
+// completeLease records, on the lease of attempt id, the outcome it is
+// completed with: CodeConflict if it was completed or has lapsed.
 func (tx *txn) completeLease(id AttemptID, o *LeaseOutcome) error {
-	row, _, err := tx.leaseOf(id, o.TokenSHA256)
+	lease, _, err := tx.leaseOf(id, o.TokenSHA256)
 	if err != nil {
 		return err
 	}
-	if row.OutcomeDigest != nil || micros(tx.now) >= row.LeaseUntil {
+	if lease.OutcomeDigest != "" || !tx.now.Before(lease.Until) {
 		return Errorf(CodeConflict, "attempt %s is closed: its lease lapsed or it was completed", id)
 	}
-	return tx.db.Model(&leaseRow{}).Where("attempt_id = ?", row.AttemptID).
-		Updates(map[string]any{"outcome_digest": string(o.Digest), "outcome": string(o.Outcome)}).Error
+	lease.OutcomeDigest, lease.Outcome = o.Digest, o.Outcome
+	return tx.d.UpdateAttemptLease(tx.ctx, lease)
 }
 
 // FindAttemptLease implements Store.
-func (s *GormStore) FindAttemptLease(ctx context.Context, id AttemptID) (*AttemptLease, error) {
-	var row leaseRow
-	if err := s.r.WithContext(ctx).Where("attempt_id = ?", string(id)).Take(&row).Error; err != nil {
-		if errors.Is(err, gorm.ErrRecordNotFound) {
-			return nil, Errorf(CodeNotFound, "attempt %s has no lease", id)
-		}
+func (s *DB) FindAttemptLease(ctx context.Context, id AttemptID) (*AttemptLease, error) {
+	l, err := s.reader().GetAttemptLease(ctx, id)
+	if err != nil {
 		return nil, wrapErr("find attempt lease", err)
 	}
-	return row.toLease(), nil
+	return l, nil
 }
 
 // FindLapsedLeases implements Store.
-func (s *GormStore) FindLapsedLeases(ctx context.Context, before time.Time, limit int) ([]*AttemptLease, error) {
-	var rows []leaseRow
-	q := s.r.WithContext(ctx).Where("outcome_digest IS NULL AND lease_until < ? AND attempt_id IN (SELECT id FROM attempts WHERE status = ?)",
-		micros(before), string(AttemptStarted)).Order("lease_until, attempt_id")
-	if limit > 0 {
-		q = q.Limit(limit)
-	}
-	if err := q.Find(&rows).Error; err != nil {
+func (s *DB) FindLapsedLeases(ctx context.Context, before time.Time, limit int) ([]*AttemptLease, error) {
+	out, err := s.reader().ListLapsedLeases(ctx, before, limit)
+	if err != nil {
 		return nil, wrapErr("find lapsed leases", err)
-	}
-	out := make([]*AttemptLease, len(rows))
-	for i := range rows {
-		out[i] = rows[i].toLease()
 	}
 	return out, nil
 }
 
 // FindAgentDecision implements Store.
-func (s *GormStore) FindAgentDecision(ctx context.Context, action ActionID) (AgentDecision, error) {
-	var row agentDecisionRow
-	if err := s.r.WithContext(ctx).Where("action_id = ?", string(action)).Take(&row).Error; err != nil {
-		if errors.Is(err, gorm.ErrRecordNotFound) {
-			return AgentDecision{}, Errorf(CodeNotFound, "no decision was told about action %s", action)
-		}
+func (s *DB) FindAgentDecision(ctx context.Context, action ActionID) (AgentDecision, error) {
+	d, err := s.reader().GetAgentDecision(ctx, action)
+	if err != nil {
 		return AgentDecision{}, wrapErr("find agent decision", err)
 	}
-	return AgentDecision{ActionID: ActionID(row.ActionID), DecisionID: row.DecisionID, Kind: row.Kind, Answered: row.Answered,
-		DecidedAt: fromMicros(row.DecidedAt)}, nil
+	return *d, nil
 }
 
-// tellDecision records, within a recovery write, that the agent is told
-// decision id about action; false if it was told that already (the write
-// then records nothing).
+// tellDecision records that the decision id of kind is told about action,
+// replacing an earlier one; false if it was told already (the same id).
 func (tx *txn) tellDecision(action ActionID, id, kind string) (bool, error) {
-	var row agentDecisionRow
-	err := tx.db.Where("action_id = ?", string(action)).Take(&row).Error
+	d, err := tx.d.GetAgentDecision(tx.ctx, action)
 	switch {
-	case err == nil && row.DecisionID == id:
+	case err == nil && d.DecisionID == id:
 		return false, nil
-	case err == nil:
-		return true, tx.db.Model(&agentDecisionRow{}).Where("action_id = ?", string(action)).
-			Updates(map[string]any{"decision_id": id, "kind": kind, "answered": false, "decided_at": micros(tx.now)}).Error
-	case errors.Is(err, gorm.ErrRecordNotFound):
-		return true, tx.db.Create(&agentDecisionRow{ActionID: string(action), DecisionID: id, Kind: kind, DecidedAt: micros(tx.now)}).Error
+	case err == nil, Code(err) == CodeNotFound:
+		return true, tx.d.PutAgentDecision(tx.ctx, &AgentDecision{ActionID: action, DecisionID: id, Kind: kind, DecidedAt: tx.now})
 	default:
 		return false, err
 	}
 }
 
-// answerDecision marks, within an observation's write, the decision the
-// observation answers; CodeConflict if it is not the current one or was
-// answered already.
+// answerDecision marks the decision id about action answered:
+// CodeConflict if it is not the current one or was answered already.
 func (tx *txn) answerDecision(action ActionID, id string) error {
-	res := tx.db.Model(&agentDecisionRow{}).Where("action_id = ? AND decision_id = ? AND answered = ?", string(action), id, false).
-		Update("answered", true)
-	if res.Error != nil {
-		return res.Error
+	ok, err := tx.d.AnswerAgentDecision(tx.ctx, action, id)
+	if err != nil {
+		return err
 	}
-	if res.RowsAffected != 1 {
+	if !ok {
 		return Errorf(CodeConflict, "decision %s about action %s is not the current one, or was answered already", id, action)
 	}
 	return nil

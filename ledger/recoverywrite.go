@@ -2,7 +2,6 @@ package ledger
 
 import (
 	"context"
-	"database/sql"
 	"maps"
 )
 
@@ -79,7 +78,7 @@ type RecordRecoveryResult struct {
 }
 
 // RecordRecovery implements Store.
-func (s *GormStore) RecordRecovery(ctx context.Context, p RecordRecoveryParams) (RecordRecoveryResult, error) {
+func (s *DB) RecordRecovery(ctx context.Context, p RecordRecoveryParams) (RecordRecoveryResult, error) {
 	if err := p.check(); err != nil {
 		return RecordRecoveryResult{}, wrapErr("record recovery", err)
 	}
@@ -147,32 +146,25 @@ func (s *GormStore) RecordRecovery(ctx context.Context, p RecordRecoveryParams) 
 
 // recoveryTargetSQL reads an action's run and state and, if named, one of
 // its attempts, in one statement.
-var recoveryTargetSQL = writeStmt(`SELECT a.run_id, a.state, ` + joinedAttemptCols + `
-FROM actions a LEFT JOIN attempts t ON t.id = ? AND t.action_id = a.id
-WHERE a.id = ?`)
-
 // recoveryTarget reads what RecordRecovery guards on: the action's run and
 // state and, if attempt is set, that attempt of the action (CodeInvalid if
 // the action has no such attempt).
 func (tx *txn) recoveryTarget(action ActionID, attempt AttemptID) (RunID, ActionState, *Attempt, error) {
-	var (
-		run, state string
-		t          nullableAttemptRow
-	)
-	rows, err := tx.query(recoveryTargetSQL, string(attempt), string(action))
-	err = scanOne(rows, err, "action "+string(action), func(rows *sql.Rows) error {
-		return rows.Scan(append([]any{&run, &state}, t.targets()...)...)
-	})
+	a, err := tx.findAction(action)
+	if err != nil {
+		return "", "", nil, err
+	}
+	if attempt == "" {
+		return a.RunID, a.State, nil, nil
+	}
+	att, err := tx.findAttempt(attempt)
 	switch {
+	case Code(err) == CodeNotFound || (err == nil && att.ActionID != action):
+		return "", "", nil, Errorf(CodeInvalid, "action %s has no attempt %s", action, attempt)
 	case err != nil:
 		return "", "", nil, err
-	case attempt == "":
-		return RunID(run), ActionState(state), nil, nil
-	case !t.ID.Valid:
-		return "", "", nil, Errorf(CodeInvalid, "action %s has no attempt %s", action, attempt)
 	}
-	att, err := t.toAttempt(action, RunID(run))
-	return RunID(run), ActionState(state), att, err
+	return a.RunID, a.State, att, nil
 }
 
 // check refuses a malformed RecordRecoveryParams before anything is read.

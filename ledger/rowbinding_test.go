@@ -14,6 +14,7 @@ import (
 
 	"github.com/actionledger/ledger/ledger"
 	"github.com/actionledger/ledger/ledger/ledgertest"
+	"github.com/actionledger/ledger/ledger/sqlite"
 	"github.com/stretchr/testify/require"
 )
 
@@ -37,12 +38,12 @@ type rowsFixture struct {
 var rowsGate = ledger.GateAudit{Rule: -1, Reason: "default: write actions require approval",
 	RulesDigest: ledger.Digest("sha256:" + strings.Repeat("ab", 32))}
 
-func openRowsFixture(t *testing.T, cfg ledger.Config) *rowsFixture {
+func openRowsFixture(t *testing.T, cfg sqlite.Config) *rowsFixture {
 	t.Helper()
 	ctx := context.Background()
 	clock := ledgertest.NewClock()
 	cfg.Path, cfg.Now, cfg.NewID = filepath.Join(t.TempDir(), "ledger.db"), clock.Now, ledgertest.SequentialIDs()
-	s, err := ledger.Open(ctx, cfg)
+	s, err := sqlite.OpenStore(ctx, cfg)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = s.Close() })
 	f := &rowsFixture{b: &ledgertest.Bundle{Store: s, Clock: clock, Path: cfg.Path}}
@@ -166,7 +167,7 @@ func TestVerifyChainDetectsRowEdits(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			f := openRowsFixture(t, ledger.Config{})
+			f := openRowsFixture(t, sqlite.Config{})
 			exec(t, f.db, `DROP TRIGGER observations_no_update`)
 			q, args := tc.sql(f)
 			exec(t, f.db, q, args...)
@@ -199,7 +200,7 @@ func TestVerifyChainDetectsRowEdits(t *testing.T) {
 func TestVerifyChainDetectsMissingAndExtraRows(t *testing.T) {
 	ctx := context.Background()
 	t.Run("deleted approval", func(t *testing.T) {
-		f := openRowsFixture(t, ledger.Config{})
+		f := openRowsFixture(t, sqlite.Config{})
 		exec(t, f.db, `DELETE FROM approvals WHERE id = ?`, f.apr.ID)
 		rep, err := f.b.Store.VerifyChain(ctx, f.run.ID)
 		require.NoError(t, err)
@@ -209,7 +210,7 @@ func TestVerifyChainDetectsMissingAndExtraRows(t *testing.T) {
 		require.Contains(t, rep.Reason, "is missing")
 	})
 	t.Run("inserted approval", func(t *testing.T) {
-		f := openRowsFixture(t, ledger.Config{})
+		f := openRowsFixture(t, sqlite.Config{})
 		exec(t, f.db, `INSERT INTO approvals (id, action_id, run_id, tenant, action_digest, state, decided_by, version, requested_at, decided_at)
 			SELECT 'apr_forged', action_id, run_id, tenant, action_digest, 'granted', 'mallory', 2, requested_at, decided_at
 			FROM approvals WHERE id = ?`, f.apr.ID)
@@ -227,7 +228,7 @@ func TestVerifyChainDetectsMissingAndExtraRows(t *testing.T) {
 // it changes.
 func TestVerifyChainLegacyRows(t *testing.T) {
 	ctx := context.Background()
-	f := openRowsFixture(t, ledger.Config{})
+	f := openRowsFixture(t, sqlite.Config{})
 	exec(t, f.db, `DROP TRIGGER events_no_update`)
 	events, err := f.b.Store.FindEvents(ctx, f.run.ID)
 	require.NoError(t, err)
@@ -279,7 +280,7 @@ func TestVerifyChainLegacyRows(t *testing.T) {
 // hash, so editing an event's digests is an edited event.
 func TestEventBindsRowsInItsHash(t *testing.T) {
 	ctx := context.Background()
-	f := openRowsFixture(t, ledger.Config{})
+	f := openRowsFixture(t, sqlite.Config{})
 	exec(t, f.db, `DROP TRIGGER events_no_update`)
 	seq := lastBinding(t, f.b.Store, f.run.ID, "approval/"+string(f.apr.ID))
 	exec(t, f.db, `UPDATE events SET row_digests = replace(row_digests, 'sha256:', 'sha256:0') WHERE run_id = ? AND seq = ?`, f.run.ID, seq)
@@ -300,7 +301,7 @@ func TestSignedHeads(t *testing.T) {
 	require.NoError(t, err)
 
 	t.Run("OK", func(t *testing.T) {
-		f := openRowsFixture(t, ledger.Config{SigningKey: key})
+		f := openRowsFixture(t, sqlite.Config{SigningKey: key})
 		chain, err := f.b.Store.FindChain(ctx, f.run.ID)
 		require.NoError(t, err)
 		require.True(t, chain.Report.OK, chain.Report.Reason)
@@ -313,7 +314,7 @@ func TestSignedHeads(t *testing.T) {
 		require.NoError(t, ledger.VerifySignedHead(sig, pub, f.run.ID, chain.Run.EventSeq, chain.Run.EventHash))
 	})
 	t.Run("another key", func(t *testing.T) {
-		f := openRowsFixture(t, ledger.Config{SigningKey: key})
+		f := openRowsFixture(t, sqlite.Config{SigningKey: key})
 		other, _, err := ed25519.GenerateKey(rand.Reader)
 		require.NoError(t, err)
 		chain, err := f.b.Store.FindChain(ctx, f.run.ID)
@@ -323,11 +324,11 @@ func TestSignedHeads(t *testing.T) {
 		require.Contains(t, err.Error(), "was signed by key "+chain.Signature.KeyID+", not by the given key "+ledger.SigningKeyID(other))
 	})
 	t.Run("written without the key", func(t *testing.T) {
-		f := openRowsFixture(t, ledger.Config{SigningKey: key})
+		f := openRowsFixture(t, sqlite.Config{SigningKey: key})
 		signed, err := f.b.Store.FindChain(ctx, f.run.ID)
 		require.NoError(t, err)
 		require.NoError(t, f.b.Store.Close())
-		unsigned, err := ledger.Open(ctx, ledger.Config{Path: f.b.Path, Now: f.b.Clock.Now})
+		unsigned, err := sqlite.OpenStore(ctx, sqlite.Config{Path: f.b.Path, Now: f.b.Clock.Now})
 		require.NoError(t, err)
 		defer unsigned.Close()
 		_, err = unsigned.TransitionRun(ctx, ledger.RunTransition{ID: f.run.ID, From: ledger.RunStopping, To: ledger.RunStopped,
@@ -342,7 +343,7 @@ func TestSignedHeads(t *testing.T) {
 		require.Contains(t, err.Error(), "were written without the signing key")
 	})
 	t.Run("chain and head rewritten", func(t *testing.T) {
-		f := openRowsFixture(t, ledger.Config{SigningKey: key})
+		f := openRowsFixture(t, sqlite.Config{SigningKey: key})
 		exec(t, f.db, `DROP TRIGGER events_no_update`)
 		events, err := f.b.Store.FindEvents(ctx, f.run.ID)
 		require.NoError(t, err)
@@ -366,12 +367,12 @@ func TestSignedHeads(t *testing.T) {
 		require.Contains(t, err.Error(), "the chain was rewritten")
 	})
 	t.Run("ErrInvalid key", func(t *testing.T) {
-		_, err := ledger.Open(ctx, ledger.Config{Path: filepath.Join(t.TempDir(), "x.db"), SigningKey: key[:10]})
+		_, err := sqlite.OpenStore(ctx, sqlite.Config{Path: filepath.Join(t.TempDir(), "x.db"), SigningKey: key[:10]})
 		require.ErrorIs(t, err, ledger.ErrInvalid)
 		require.NotContains(t, err.Error(), string(key[:10]))
 	})
 	t.Run("no signature", func(t *testing.T) {
-		f := openRowsFixture(t, ledger.Config{})
+		f := openRowsFixture(t, sqlite.Config{})
 		chain, err := f.b.Store.FindChain(ctx, f.run.ID)
 		require.NoError(t, err)
 		require.Nil(t, chain.Signature)

@@ -2,17 +2,13 @@ package ledger
 
 import (
 	"context"
-	"database/sql"
 	"encoding/json"
-	"errors"
 	"fmt"
-	"math"
 	"regexp"
 	"strings"
+	"time"
 	"unicode"
 	"unicode/utf8"
-
-	"gorm.io/gorm"
 )
 
 // idempotencyKeyPattern is the API's key: 1–255 printable ASCII characters.
@@ -60,31 +56,22 @@ func (tx *txn) addUsage(p AddUsageParams) (BudgetUsage, error) {
 	if p.Steps < 0 || p.Tokens < 0 || p.Execution < 0 {
 		return BudgetUsage{}, Errorf(CodeInvalid, "usage cannot be negative")
 	}
-	// The guard keeps the sums inside int64: SQLite would silently turn an
-	// overflowing INTEGER into a REAL.
-	var b budgetRow
-	rows, err := tx.query(addUsageSQL, p.Steps, p.Tokens, p.Execution.Microseconds(), p.TokensUnavailable,
-		string(p.RunID), math.MaxInt64-p.Steps, math.MaxInt64-p.Tokens, math.MaxInt64-p.Execution.Microseconds())
-	err = scanOne(rows, err, "budget of run "+string(p.RunID), func(rows *sql.Rows) error { return rows.Scan(b.targets()...) })
-	if Code(err) == CodeNotFound {
+	b, ok, err := tx.d.AddUsage(tx.ctx, p.RunID, BudgetUsage{Steps: p.Steps, Tokens: p.Tokens, Execution: p.Execution,
+		TokensUnavailable: p.TokensUnavailable})
+	if err != nil {
+		return BudgetUsage{}, err
+	}
+	if !ok {
 		if _, err := tx.findRun(p.RunID); err != nil {
 			return BudgetUsage{}, err
 		}
 		return BudgetUsage{}, Errorf(CodeInvalid, "usage of run %s would overflow", p.RunID)
 	}
-	if err != nil {
-		return BudgetUsage{}, err
-	}
 	_, err = tx.appendEvent(eventSpec{RunID: p.RunID, Type: "budget.usage", EntityType: "budget",
 		EntityID: string(p.RunID), Data: map[string]any{"steps": p.Steps, "tokens": p.Tokens,
-			"execution_us": p.Execution.Microseconds(), "tokens_unavailable": p.TokensUnavailable}}.bind(b.content()))
-	return b.toBudget(0).Used, err
+			"execution_us": p.Execution.Microseconds(), "tokens_unavailable": p.TokensUnavailable}}.bind(BudgetContentOf(p.RunID, *b)))
+	return b.Used, err
 }
-
-var addUsageSQL = writeStmt(`UPDATE budgets SET steps_used = steps_used + ?, tokens_used = tokens_used + ?,
-	execution_used_us = execution_used_us + ?, tokens_unavailable = tokens_unavailable OR ?, version = version + 1
-	WHERE run_id = ? AND steps_used <= ? AND tokens_used <= ? AND execution_used_us <= ?
-	RETURNING ` + budgetCols)
 
 // requestDigestInput is what a run's request digest covers.
 type requestDigestInput struct {
@@ -102,7 +89,7 @@ func RequestDigest(p SubmitRunParams) (Digest, error) {
 }
 
 // SubmitRun implements Store.
-func (s *GormStore) SubmitRun(ctx context.Context, p SubmitRunParams) (SubmitRunResult, error) {
+func (s *DB) SubmitRun(ctx context.Context, p SubmitRunParams) (SubmitRunResult, error) {
 	if err := firstErr(
 		checkText("tenant", p.Tenant, 128),
 		checkText("agent", p.Agent, 64),
@@ -127,46 +114,37 @@ func (s *GormStore) SubmitRun(ctx context.Context, p SubmitRunParams) (SubmitRun
 	}
 	var out SubmitRunResult
 	err = s.inTx(ctx, "submit run", func(tx *txn) error {
-		var existing runRow
-		err := tx.db.Where("tenant = ? AND submitted_by = ? AND idempotency_key = ?", p.Tenant, p.Principal, p.IdempotencyKey).
-			Take(&existing).Error
+		existing, err := tx.d.GetRunByRequest(tx.ctx, p.Tenant, p.Principal, p.IdempotencyKey)
 		switch {
 		case err == nil:
-			if existing.RequestDigest != string(digest) {
+			if existing.RequestDigest != digest {
 				return Errorf(CodeConflict, "idempotency key %q was already used for a different request", p.IdempotencyKey)
 			}
-			run, err := tx.findRun(RunID(existing.ID))
+			run, err := tx.findRun(existing.ID)
 			out = SubmitRunResult{Run: run, Replayed: true}
 			return err
-		case !errors.Is(err, gorm.ErrRecordNotFound):
+		case Code(err) != CodeNotFound:
 			return err
 		}
 		if err := tx.checkPendingCap(p.Tenant, p.MaxPendingApprovals); err != nil {
 			return err
 		}
-		row := runRow{
-			ID: tx.newID(PrefixRun), Tenant: p.Tenant, IdempotencyKey: p.IdempotencyKey,
-			RequestDigest: string(digest), SubmittedBy: p.Principal, Agent: p.Agent, Input: string(input),
-			State: string(RunQueued), Version: 1, CreatedAt: micros(tx.now), UpdatedAt: micros(tx.now),
-		}
-		if err := tx.db.Create(&row).Error; err != nil {
-			return err
-		}
-		l := p.Budgets
-		b := budgetRow{
-			RunID: row.ID, MaxAttemptsPerAction: l.MaxAttemptsPerAction, MaxAttemptsPerRun: l.MaxAttemptsPerRun,
-			MaxExecutionUs: l.MaxExecution.Microseconds(), MaxSteps: l.MaxSteps, MaxTokens: l.MaxTokens,
-			Version: 1,
+		l := p.Budgets // as stored: in microseconds
+		l.MaxExecution, l.DeadlineAfter = l.MaxExecution.Truncate(time.Microsecond), l.DeadlineAfter.Truncate(time.Microsecond)
+		created := &Run{
+			ID: RunID(tx.newID(PrefixRun)), Tenant: p.Tenant, IdempotencyKey: p.IdempotencyKey,
+			RequestDigest: digest, SubmittedBy: p.Principal, Agent: p.Agent, Input: input,
+			State: RunQueued, Version: 1, CreatedAt: tx.now, UpdatedAt: tx.now,
+			Budget: Budget{Limits: l},
 		}
 		if l.DeadlineAfter > 0 {
-			at := micros(tx.now) + l.DeadlineAfter.Microseconds()
-			b.DeadlineAt = &at
+			at := tx.now.Add(l.DeadlineAfter)
+			created.Budget.Deadline = &at
 		}
-		if err := tx.db.Create(&b).Error; err != nil {
+		if err := tx.d.InsertRun(tx.ctx, created); err != nil {
 			return err
 		}
-		created := row.toRun(&b)
-		if _, err := tx.appendEvent(transitionEvent(RunID(row.ID), "run", row.ID, RunState(""), RunQueued, p.Principal,
+		if _, err := tx.appendEvent(transitionEvent(created.ID, "run", string(created.ID), RunState(""), RunQueued, p.Principal,
 			map[string]any{"agent": p.Agent, "request_digest": digest, "idempotency_key": p.IdempotencyKey}).
 			bind(RunContentOf(created), BudgetContentOf(created.ID, created.Budget))); err != nil {
 			return err
@@ -177,7 +155,7 @@ func (s *GormStore) SubmitRun(ctx context.Context, p SubmitRunParams) (SubmitRun
 				return err
 			}
 		}
-		run, err := tx.findRun(RunID(row.ID))
+		run, err := tx.findRun(created.ID)
 		out = SubmitRunResult{Run: run}
 		return err
 	})
@@ -194,9 +172,8 @@ func (tx *txn) checkPendingCap(tenant string, capN int) error {
 	if capN <= 0 {
 		return nil
 	}
-	var waiting int
-	rows, err := tx.query(pendingCapSQL, tenant, string(ApprovalPending), capN, tenant, string(RunQueued), string(RunRunning), capN)
-	if err := scanOne(rows, err, "pending approvals", func(rows *sql.Rows) error { return rows.Scan(&waiting) }); err != nil {
+	waiting, err := tx.d.CountWaiting(tx.ctx, tenant, capN)
+	if err != nil {
 		return err
 	}
 	if waiting >= capN {
@@ -206,12 +183,8 @@ func (tx *txn) checkPendingCap(tenant string, capN int) error {
 	return nil
 }
 
-var pendingCapSQL = writeStmt(`SELECT
-	(SELECT COUNT(*) FROM (SELECT 1 FROM approvals WHERE tenant = ? AND state = ? LIMIT ?)) +
-	(SELECT COUNT(*) FROM (SELECT 1 FROM runs WHERE tenant = ? AND state IN (?, ?) LIMIT ?))`)
-
 // TransitionRun implements Store.
-func (s *GormStore) TransitionRun(ctx context.Context, p RunTransition) (*Run, error) {
+func (s *DB) TransitionRun(ctx context.Context, p RunTransition) (*Run, error) {
 	var run *Run
 	err := s.inTx(ctx, "transition run", func(tx *txn) error {
 		if err := tx.transitionRun(p); err != nil {
@@ -229,45 +202,34 @@ func (tx *txn) transitionRun(p RunTransition) error {
 	if err := ValidateRunTransition(p.From, p.To, p.StopReason); err != nil {
 		return err
 	}
-	var row runRow
-	rows, err := tx.query(moveRunSQL, string(p.To), strPtr(string(p.StopReason)), micros(tx.now), string(p.ID), string(p.From))
-	err = scanOne(rows, err, "run "+string(p.ID), func(rows *sql.Rows) error { return rows.Scan(row.contentTargets()...) })
-	if Code(err) == CodeNotFound {
-		return tx.staleState(&runRow{}, "run", string(p.ID), string(p.From))
-	}
+	run, ok, err := tx.d.MoveRun(tx.ctx, p.ID, p.From, p.To, p.StopReason, tx.now)
 	if err != nil {
 		return err
+	}
+	if !ok {
+		return tx.staleRun(p.ID, p.From)
 	}
 	data := p.Data
 	if p.StopReason != "" && data == nil {
 		data = map[string]any{"stop_reason": p.StopReason}
 	}
 	_, err = tx.appendEvent(transitionEvent(p.ID, "run", string(p.ID), p.From, p.To, p.Actor, data).
-		bind(RunContentOf(row.toRun(nil))).bind(p.also...))
+		bind(RunContentOf(run)).bind(p.also...))
 	return err
 }
 
-// moveRunSQL hands back the run's content, which its event binds.
-var moveRunSQL = writeStmt(`UPDATE runs SET state = ?, stop_reason = ?, version = version + 1, updated_at = ?
-	WHERE id = ? AND state = ? RETURNING ` + runContentCols)
-
-// staleState explains a guarded UPDATE that matched no row: the object is
-// missing (CodeNotFound) or no longer in the expected state (CodeConflict).
-func (tx *txn) staleState(model any, entity, id, from string) error {
-	var state string
-	err := tx.db.Model(model).Select("state").Where("id = ?", id).Take(&state).Error
-	if errors.Is(err, gorm.ErrRecordNotFound) {
-		return Errorf(CodeNotFound, "%s %s not found", entity, id)
-	}
+// staleRun explains a guarded move of a run that matched no row: the run
+// is missing (CodeNotFound) or no longer in from (CodeConflict).
+func (tx *txn) staleRun(id RunID, from RunState) error {
+	run, err := tx.d.GetRun(tx.ctx, id)
 	if err != nil {
 		return err
 	}
-	return Errorf(CodeConflict, "%s %s is %s, not %s", entity, id, state, from)
+	return Errorf(CodeConflict, "run %s is %s, not %s", id, run.State, from)
 }
 
 func (tx *txn) findRun(id RunID) (*Run, error) {
-	rows, err := tx.query(findRunSQL, string(id))
-	run, err := scanRun(rows, err, id)
+	run, err := tx.d.GetRun(tx.ctx, id)
 	if err == nil {
 		if h := tx.heads[id]; h != nil { // events of this write not yet on the run row
 			run.EventSeq, run.EventHash = h.seq, h.hash
@@ -276,29 +238,9 @@ func (tx *txn) findRun(id RunID) (*Run, error) {
 	return run, err
 }
 
-// findRunSQL reads a run with its budget: it runs on every step of every
-// run, so one query, scanned by hand, not two through reflection.
-var findRunSQL = writeStmt(`SELECT ` + runBudgetCols + `
-FROM runs r JOIN budgets b ON b.run_id = r.id WHERE r.id = ?`)
-
-// scanRun scans the answer of findRunSQL.
-func scanRun(rows *sql.Rows, err error, id RunID) (*Run, error) {
-	var (
-		r runRow
-		b budgetRow
-	)
-	err = scanOne(rows, err, "run "+string(id), func(rows *sql.Rows) error { return rows.Scan(runBudgetTargets(&r, &b)...) })
-	if err != nil {
-		return nil, err
-	}
-	b.RunID = r.ID
-	return r.toRun(&b), nil
-}
-
 // FindRunByID implements Store.
-func (s *GormStore) FindRunByID(ctx context.Context, id RunID) (*Run, error) {
-	rows, err := s.rs.query(ctx, findRunSQL.sql, string(id))
-	run, err := scanRun(rows, err, id)
+func (s *DB) FindRunByID(ctx context.Context, id RunID) (*Run, error) {
+	run, err := s.reader().GetRun(ctx, id)
 	if err != nil {
 		return nil, wrapErr("find run", err)
 	}
@@ -306,54 +248,19 @@ func (s *GormStore) FindRunByID(ctx context.Context, id RunID) (*Run, error) {
 }
 
 // FindRuns implements Store.
-func (s *GormStore) FindRuns(ctx context.Context, f RunFilter) ([]*Run, error) {
-	q := s.r.WithContext(ctx).Model(&runRow{})
-	if f.Tenant != nil {
-		q = q.Where("tenant = ?", *f.Tenant)
-	}
-	if f.State != nil {
-		q = q.Where("state = ?", *f.State)
-	}
-	if f.SubmittedBy != nil {
-		q = q.Where("submitted_by = ?", *f.SubmittedBy)
-	}
-	if f.AfterID != nil {
-		q = q.Where("id > ?", *f.AfterID)
-	}
-	if len(f.NotAgents) > 0 {
-		q = q.Where("agent NOT IN ?", f.NotAgents)
-	}
-	if f.Limit > 0 {
-		q = q.Limit(f.Limit)
-	}
-	var rows []runRow
-	if err := q.Order("id").Find(&rows).Error; err != nil {
+func (s *DB) FindRuns(ctx context.Context, f RunFilter) ([]*Run, error) {
+	runs, err := s.reader().ListRuns(ctx, f)
+	if err != nil {
 		return nil, wrapErr("find runs", err)
 	}
-	if len(rows) == 0 {
+	if len(runs) == 0 {
 		return nil, nil
 	}
-	ids := make([]string, len(rows))
-	for i := range rows {
-		ids[i] = rows[i].ID
-	}
-	var budgets []budgetRow
-	if err := s.r.WithContext(ctx).Where("run_id IN ?", ids).Find(&budgets).Error; err != nil {
-		return nil, wrapErr("find runs: budgets", err)
-	}
-	byRun := make(map[string]*budgetRow, len(budgets))
-	for i := range budgets {
-		byRun[budgets[i].RunID] = &budgets[i]
-	}
-	out := make([]*Run, len(rows))
-	for i := range rows {
-		out[i] = rows[i].toRun(byRun[rows[i].ID])
-	}
-	return out, nil
+	return runs, nil
 }
 
 // AddUsage implements Store.
-func (s *GormStore) AddUsage(ctx context.Context, p AddUsageParams) (*Budget, error) {
+func (s *DB) AddUsage(ctx context.Context, p AddUsageParams) (*Budget, error) {
 	if p.Steps < 0 || p.Tokens < 0 || p.Execution < 0 {
 		return nil, Errorf(CodeInvalid, "add usage: usage cannot be negative")
 	}

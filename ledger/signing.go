@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"crypto/ed25519"
 	"crypto/sha256"
-	"encoding/base64"
 	"encoding/hex"
 	"fmt"
 	"time"
@@ -136,39 +135,11 @@ func newSigner(key ed25519.PrivateKey) (*signer, error) {
 	return &signer{key: key, id: SigningKeyID(key.Public().(ed25519.PublicKey))}, nil
 }
 
-var upsertSignatureSQL = writeStmt(`INSERT INTO chain_signatures (run_id, seq, hash, signed_at, key_id, signature)
-	VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (run_id) DO UPDATE SET seq = excluded.seq, hash = excluded.hash,
-	signed_at = excluded.signed_at, key_id = excluded.key_id, signature = excluded.signature`)
-
 // sign records the signature of run's head (seq, hash).
 func (tx *txn) sign(run RunID, seq int64, hash string) error {
 	h := SignHead(tx.signer.key, run, seq, hash, tx.now)
-	if _, err := tx.exec(upsertSignatureSQL, string(run), seq, hash, micros(h.SignedAt), h.KeyID,
-		base64.StdEncoding.EncodeToString(h.Signature)); err != nil {
+	if err := tx.d.PutSignature(tx.ctx, h); err != nil {
 		return fmt.Errorf("sign chain head of run %s: %w", run, err)
 	}
 	return nil
-}
-
-// signatureRow is a row of chain_signatures.
-type signatureRow struct {
-	RunID     string
-	Seq       int64
-	Hash      string
-	SignedAt  int64
-	KeyID     string
-	Signature string
-}
-
-func (signatureRow) TableName() string { return "chain_signatures" }
-
-// toSignature is the row's signature. A signature that is not base64 (an
-// edit) is kept as its text, which verifies as nothing.
-func (r *signatureRow) toSignature() *HeadSignature {
-	sig, err := base64.StdEncoding.DecodeString(r.Signature)
-	if err != nil {
-		sig = []byte(r.Signature)
-	}
-	return &HeadSignature{RunID: RunID(r.RunID), Seq: r.Seq, Hash: r.Hash, SignedAt: fromMicros(r.SignedAt),
-		KeyID: r.KeyID, Signature: sig}
 }

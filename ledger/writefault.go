@@ -1,7 +1,9 @@
 package ledger
 
+import "time"
+
 // WritePoint is a moment of a store write where a fault plan may strike
-// (Config.WriteFaultFunc).
+// (a driver's WriteFaultFunc).
 type WritePoint string
 
 // Write points, in the order a write reaches them.
@@ -19,22 +21,15 @@ const (
 // WritePoints lists the write points in order.
 func WritePoints() []WritePoint { return []WritePoint{WriteBeforeCommit, WriteAfterCommit} }
 
-// numberWrites numbers the writes of a batch about to run (called by the
-// leader, which holds the writer lock) and returns the number of its first.
-func (s *GormStore) numberWrites(n int) int64 {
-	first := s.writes + 1
-	s.writes += int64(n)
-	return first
-}
-
-// writeFault calls the fault plan's hook, if there is one, for write n at
-// p, and returns the failure it asks for as the write's error.
-func (s *GormStore) writeFault(n int64, p WritePoint) error {
-	if s.writeFaultFunc == nil {
-		return nil
-	}
-	if err := s.writeFaultFunc(n, p); err != nil {
-		return Errorf(CodeInternal, "write %d: %w", n, err)
-	}
-	return nil
+// CommitStats describe one commit of a driver (its OnCommit hook).
+type CommitStats struct {
+	// Writes is how many Store writes shared the transaction.
+	Writes int
+	// Duration is BEGIN to the end of COMMIT (or of the rollback).
+	Duration time.Duration
+	// Err is the transaction's own error (BEGIN, a savepoint or COMMIT
+	// failed: none of its writes is durable); nil when it committed, even
+	// if some of its writes failed alone and were rolled back to their
+	// savepoints.
+	Err error
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/actionledger/ledger/contracts"
 	"github.com/actionledger/ledger/engine"
 	"github.com/actionledger/ledger/ledger"
+	"github.com/actionledger/ledger/ledger/sqlite"
 	"github.com/actionledger/ledger/simulator"
 )
 
@@ -53,7 +54,7 @@ func StepArguments(i int) json.RawMessage {
 // model step's usage with the action, starts the attempt and finishes it,
 // each durable before the next.
 type Actions struct {
-	Store  *ledger.GormStore
+	Store  *ledger.DB
 	Engine *engine.Engine
 	seq    atomic.Int64 // runs submitted, for their idempotency keys
 	done   atomic.Int64 // runs advanced to their end
@@ -62,7 +63,7 @@ type Actions struct {
 // OpenActions opens the workload's Store at path, which should be a new
 // file, and its engine.
 func OpenActions(ctx context.Context, path string) (*Actions, error) {
-	store, err := ledger.Open(ctx, ledger.Config{Path: path})
+	store, err := sqlite.OpenStore(ctx, sqlite.Config{Path: path})
 	if err != nil {
 		return nil, err
 	}

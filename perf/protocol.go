@@ -17,6 +17,7 @@ import (
 	"github.com/actionledger/ledger/contracts"
 	"github.com/actionledger/ledger/engine"
 	"github.com/actionledger/ledger/ledger"
+	"github.com/actionledger/ledger/ledger/sqlite"
 	"github.com/actionledger/ledger/server"
 )
 
@@ -34,7 +35,7 @@ const (
 // call: propose it, begin its attempt, complete it — three requests, each
 // durable before its answer.
 type Protocol struct {
-	Store  *ledger.GormStore
+	Store  *ledger.DB
 	Engine *engine.Engine
 	URL    string
 	Client *http.Client
@@ -44,7 +45,7 @@ type Protocol struct {
 
 // OpenProtocol opens the workload on path, which should be a new file.
 func OpenProtocol(ctx context.Context, path string) (*Protocol, error) {
-	store, err := ledger.Open(ctx, ledger.Config{Path: path})
+	store, err := sqlite.OpenStore(ctx, sqlite.Config{Path: path})
 	if err != nil {
 		return nil, err
 	}

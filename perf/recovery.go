@@ -9,6 +9,7 @@ import (
 
 	"github.com/actionledger/ledger/contracts"
 	"github.com/actionledger/ledger/ledger"
+	"github.com/actionledger/ledger/ledger/sqlite"
 	"github.com/actionledger/ledger/recovery"
 )
 
@@ -19,7 +20,7 @@ import (
 // and one writer: the store has one writer connection, and four goroutines
 // were no faster.
 func WriteInterruptedRuns(ctx context.Context, path string, n int, progress Progress) error {
-	s, err := ledger.Open(ctx, ledger.Config{Path: path, Synchronous: "OFF"})
+	s, err := sqlite.OpenStore(ctx, sqlite.Config{Path: path, Synchronous: "OFF"})
 	if err != nil {
 		return err
 	}
@@ -66,7 +67,7 @@ func interruptedRun(ctx context.Context, s ledger.Store, i int) error {
 // that the scan decided to continue every one of the n actions. While the
 // scan runs it reports the decisions so far every five seconds.
 func ScanRecovery(ctx context.Context, path string, n int, progress Progress) (time.Duration, error) {
-	s, err := ledger.Open(ctx, ledger.Config{Path: path})
+	s, err := sqlite.OpenStore(ctx, sqlite.Config{Path: path})
 	if err != nil {
 		return 0, err
 	}

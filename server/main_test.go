@@ -22,6 +22,7 @@ import (
 	"github.com/actionledger/ledger/engine"
 	"github.com/actionledger/ledger/ledger"
 	"github.com/actionledger/ledger/ledger/ledgertest"
+	"github.com/actionledger/ledger/ledger/sqlite"
 	"github.com/actionledger/ledger/recovery"
 	"github.com/actionledger/ledger/redact"
 	"github.com/actionledger/ledger/server"
@@ -97,7 +98,7 @@ func newEnv(t testing.TB, o options) *env {
 	t.Helper()
 	ctx := context.Background()
 	var metrics atomic.Pointer[server.Metrics] // set once the server exists
-	lb := ledgertest.OpenStoreWith(t, func(c *ledger.Config) {
+	lb := ledgertest.OpenStoreWith(t, func(c *sqlite.Config) {
 		if o.hooks {
 			c.OnCommit = func(s ledger.CommitStats) {
 				if m := metrics.Load(); m != nil {

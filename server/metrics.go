@@ -167,7 +167,7 @@ func (m *Metrics) observe(method, route string, status int, took time.Duration) 
 	m.duration.WithLabelValues(method, route).Observe(took.Seconds())
 }
 
-// ObserveCommit records one group commit; it is ledger.Config.OnCommit.
+// ObserveCommit records one group commit; it is a driver's OnCommit (sqlite.Config.OnCommit).
 func (m *Metrics) ObserveCommit(c ledger.CommitStats) {
 	m.commits.Observe(c.Duration.Seconds())
 	m.batch.Observe(float64(c.Writes))

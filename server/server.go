@@ -84,7 +84,7 @@ type Config struct {
 	// ReadyFunc reports whether the server can serve (GET /readyz): the
 	// store is reachable and its migrations are current. Nil means a
 	// one-row FindRuns and, if the store can say (CurrentSchemaVersion),
-	// a schema version equal to ledger.SchemaVersion(). Either way /readyz
+	// a schema version equal to the one its driver writes (LatestSchemaVersion). Either way /readyz
 	// is also not ready while the store's writes fail (the engine's
 	// StoreHealth, which also watches Store for the handlers).
 	ReadyFunc func(ctx context.Context) error
@@ -421,9 +421,10 @@ func (s *Server) readyz(c echo.Context) error {
 }
 
 // schemaVersioner is implemented by stores that can say which schema
-// version their database holds (ledger.GormStore).
+// version their database holds and which their driver writes (ledger.DB).
 type schemaVersioner interface {
 	CurrentSchemaVersion(ctx context.Context) (int, error)
+	LatestSchemaVersion() int
 }
 
 // defaultReady reads one run, and compares the database's schema version
@@ -437,7 +438,7 @@ func (s *Server) defaultReady(ctx context.Context) error {
 		if err != nil {
 			return fmt.Errorf("store unreachable: %w", err)
 		}
-		if want := ledger.SchemaVersion(); v != want {
+		if want := sv.LatestSchemaVersion(); v != want {
 			return fmt.Errorf("database schema version %d, this build needs %d", v, want)
 		}
 	}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/actionledger/ledger/config"
 	"github.com/actionledger/ledger/ledger"
+	"github.com/actionledger/ledger/ledger/sqlite"
 	"github.com/actionledger/ledger/server"
 	"github.com/actionledger/ledger/server/servertest"
 	"github.com/stretchr/testify/require"
@@ -238,7 +239,7 @@ func TestLocalCommandsTakeTheConfig(t *testing.T) {
 	require.NoError(t, err)
 	_, _, err = runCLI(t, nil, "worker", "--db", db, "--until-idle", "--config", cfgPath)
 	require.NoError(t, err)
-	store, err := ledger.Open(t.Context(), ledger.Config{Path: db})
+	store, err := sqlite.OpenStore(t.Context(), sqlite.Config{Path: db})
 	require.NoError(t, err)
 	run, err := store.FindRunByID(t.Context(), res.Run.ID)
 	require.NoError(t, err)

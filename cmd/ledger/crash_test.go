@@ -16,6 +16,7 @@ import (
 	"github.com/actionledger/ledger/contracts"
 	"github.com/actionledger/ledger/engine"
 	"github.com/actionledger/ledger/ledger"
+	"github.com/actionledger/ledger/ledger/sqlite"
 	"github.com/actionledger/ledger/simulator"
 	"github.com/stretchr/testify/require"
 )
@@ -117,7 +118,7 @@ type outcome struct {
 func readOutcome(t *testing.T, db string, run ledger.RunID, action ledger.ActionID) outcome {
 	t.Helper()
 	ctx := context.Background()
-	store, err := ledger.Open(ctx, ledger.Config{Path: db})
+	store, err := sqlite.OpenStore(ctx, sqlite.Config{Path: db})
 	require.NoError(t, err)
 	defer store.Close()
 	effects, err := simulator.OpenEffectStore(ctx, db+".effects.db", nil)

@@ -18,6 +18,7 @@ import (
 	"github.com/actionledger/ledger/contracts"
 	"github.com/actionledger/ledger/evidence"
 	"github.com/actionledger/ledger/ledger"
+	"github.com/actionledger/ledger/ledger/sqlite"
 	"github.com/actionledger/ledger/redact"
 	"github.com/actionledger/ledger/simulator"
 	"github.com/spf13/cobra"
@@ -331,14 +332,14 @@ func notFoundExit(err error) error {
 
 // openExistingStore opens the ledger at path, refusing to create one: an
 // export from a mistyped path must fail, not leave an empty database.
-func openExistingStore(ctx context.Context, path string) (*ledger.GormStore, error) {
+func openExistingStore(ctx context.Context, path string) (*ledger.DB, error) {
 	if _, err := os.Stat(path); err != nil {
 		if errors.Is(err, os.ErrNotExist) {
 			return nil, ledger.Errorf(ledger.CodeInvalid, "database %s does not exist", path)
 		}
 		return nil, err
 	}
-	return ledger.Open(ctx, ledger.Config{Path: path})
+	return sqlite.OpenStore(ctx, sqlite.Config{Path: path})
 }
 
 // redactionKey reads the key from keyFile, else $LEDGER_REDACTION_KEY,

@@ -14,6 +14,7 @@ import (
 	"testing"
 
 	"github.com/actionledger/ledger/ledger"
+	"github.com/actionledger/ledger/ledger/sqlite"
 	"github.com/stretchr/testify/require"
 )
 
@@ -333,7 +334,7 @@ func rewriteChain(t *testing.T, db string, id ledger.RunID) {
 	t.Helper()
 	ctx := context.Background()
 	forge(t, db, `DROP TRIGGER events_no_update`, `UPDATE approvals SET decided_by = 'mallory'`)
-	store, err := ledger.Open(ctx, ledger.Config{Path: db})
+	store, err := sqlite.OpenStore(ctx, sqlite.Config{Path: db})
 	require.NoError(t, err)
 	defer store.Close()
 	approvals, err := store.FindApprovals(ctx, ledger.ApprovalFilter{RunID: &id})
@@ -379,7 +380,7 @@ func TestSigningKeyWiring(t *testing.T) {
 	require.NoError(t, err)
 	signedHead := func(t *testing.T, db string) {
 		t.Helper()
-		store, err := ledger.Open(ctx, ledger.Config{Path: db})
+		store, err := sqlite.OpenStore(ctx, sqlite.Config{Path: db})
 		require.NoError(t, err)
 		defer store.Close()
 		runs, err := store.FindRuns(ctx, ledger.RunFilter{})

@@ -12,6 +12,7 @@ import (
 	"testing"
 
 	"github.com/actionledger/ledger/ledger"
+	"github.com/actionledger/ledger/ledger/sqlite"
 	"github.com/stretchr/testify/require"
 )
 
@@ -30,7 +31,7 @@ func TestVersion(t *testing.T) {
 		SchemaVersion int    `json:"schema_version"`
 	}
 	require.NoError(t, json.Unmarshal([]byte(out), &v))
-	require.Equal(t, ledger.SchemaVersion(), v.SchemaVersion)
+	require.Equal(t, sqlite.SchemaVersion(), v.SchemaVersion)
 
 	out, err = run(t, "version")
 	require.NoError(t, err)
@@ -48,7 +49,7 @@ func TestMigrate(t *testing.T) {
 	db := filepath.Join(t.TempDir(), "ledger.db")
 	out, err := run(t, "migrate", "--db", db, "--json")
 	require.NoError(t, err)
-	require.JSONEq(t, `{"db":"`+db+`","schema_version":`+itoa(ledger.SchemaVersion())+`}`, out)
+	require.JSONEq(t, `{"db":"`+db+`","schema_version":`+itoa(sqlite.SchemaVersion())+`}`, out)
 	out, err = run(t, "migrate", "--db", db)
 	require.NoError(t, err, "re-running is a no-op")
 	require.Contains(t, out, "schema version")

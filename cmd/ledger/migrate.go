@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 
-	"github.com/actionledger/ledger/ledger"
+	"github.com/actionledger/ledger/ledger/sqlite"
 	"github.com/spf13/cobra"
 )
 
@@ -29,7 +29,7 @@ one another ledger process holds (exit status 7: stop the server first).`,
 				return err
 			}
 			defer lock.Release()
-			s, err := ledger.Open(ctx, ledger.Config{Path: dbPath})
+			s, err := sqlite.OpenStore(ctx, sqlite.Config{Path: dbPath})
 			if err != nil {
 				return err
 			}

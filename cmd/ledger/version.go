@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"runtime"
 
-	"github.com/actionledger/ledger/ledger"
+	"github.com/actionledger/ledger/ledger/sqlite"
 	"github.com/spf13/cobra"
 )
 
@@ -38,7 +38,7 @@ type buildInfo struct {
 }
 
 func versionInfo() buildInfo {
-	return buildInfo{Version, ledger.SchemaVersion(), runtime.Version()}
+	return buildInfo{Version, sqlite.SchemaVersion(), runtime.Version()}
 }
 
 // versionLine is the line of `ledger version` and `ledger --version`.

@@ -15,6 +15,7 @@ import (
 	"github.com/actionledger/ledger/contracts"
 	"github.com/actionledger/ledger/engine"
 	"github.com/actionledger/ledger/ledger"
+	"github.com/actionledger/ledger/ledger/sqlite"
 	"github.com/actionledger/ledger/recovery"
 	"github.com/actionledger/ledger/redact"
 	"github.com/actionledger/ledger/simulator"
@@ -24,7 +25,7 @@ import (
 // effect store, the approval service and the engine with the practice-cards
 // agent registered, and the config file's agents beside it.
 type service struct {
-	store     *ledger.GormStore
+	store     *ledger.DB
 	effects   *simulator.EffectStore
 	approvals *approval.Service
 	engine    *engine.Engine
@@ -86,7 +87,7 @@ func openService(ctx context.Context, cfg serviceConfig) (*service, error) {
 	if err != nil {
 		return nil, err
 	}
-	store, err := ledger.Open(ctx, ledger.Config{Path: cfg.DBPath, OnCommit: cfg.OnCommit, WriteFaultFunc: cfg.WriteFault,
+	store, err := sqlite.OpenStore(ctx, sqlite.Config{Path: cfg.DBPath, OnCommit: cfg.OnCommit, WriteFaultFunc: cfg.WriteFault,
 		SigningKey: cfg.SigningKey})
 	if err != nil {
 		return nil, errors.Join(err, lock.Release())

@@ -31,6 +31,7 @@ import (
 	"github.com/actionledger/ledger/contracts"
 	"github.com/actionledger/ledger/engine"
 	"github.com/actionledger/ledger/ledger"
+	"github.com/actionledger/ledger/ledger/sqlite"
 )
 
 func main() {
@@ -69,7 +70,7 @@ func runAgent(ctx context.Context, o options) (*ledger.Run, error) {
 		return nil, err
 	}
 	defer notes.db.Close()
-	store, err := ledger.Open(ctx, ledger.Config{Path: o.DB})
+	store, err := sqlite.OpenStore(ctx, sqlite.Config{Path: o.DB})
 	if err != nil {
 		return nil, err
 	}

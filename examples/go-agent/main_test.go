@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/actionledger/ledger/ledger"
+	"github.com/actionledger/ledger/ledger/sqlite"
 )
 
 func TestNotesAgent(t *testing.T) {
@@ -34,7 +35,7 @@ func TestNotesAgent(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, 2, n, "one note per run, counted in the tool's own store")
 
-	store, err := ledger.Open(ctx, ledger.Config{Path: o.DB})
+	store, err := sqlite.OpenStore(ctx, sqlite.Config{Path: o.DB})
 	require.NoError(t, err)
 	defer store.Close()
 	rep, err := store.VerifyChain(ctx, first.ID)

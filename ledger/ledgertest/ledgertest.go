@@ -18,6 +18,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/actionledger/ledger/ledger"
+	"github.com/actionledger/ledger/ledger/sqlite"
 )
 
 // Clock is a fake clock that moves only when told to.
@@ -60,7 +61,7 @@ func SequentialIDs() ledger.NewIDFunc {
 
 // Bundle is what OpenStore returns.
 type Bundle struct {
-	Store *ledger.GormStore
+	Store *ledger.DB
 	Clock *Clock
 	Path  string
 }
@@ -76,22 +77,22 @@ func OpenStore(tb testing.TB) *Bundle {
 // several stores on one file never collide), closing it when the test ends.
 func OpenStoreAt(tb testing.TB, path string, clock *Clock) *Bundle {
 	tb.Helper()
-	return openStore(tb, ledger.Config{Path: path, Now: clock.Now}, clock)
+	return openStore(tb, sqlite.Config{Path: path, Now: clock.Now}, clock)
 }
 
 // OpenStoreWith is OpenStore with a last say on the store's configuration
 // (a hook such as OnCommit); tune may not change Now.
-func OpenStoreWith(tb testing.TB, tune func(*ledger.Config)) *Bundle {
+func OpenStoreWith(tb testing.TB, tune func(*sqlite.Config)) *Bundle {
 	tb.Helper()
 	clock := NewClock()
-	cfg := ledger.Config{Path: filepath.Join(tb.TempDir(), "ledger.db"), Now: clock.Now}
+	cfg := sqlite.Config{Path: filepath.Join(tb.TempDir(), "ledger.db"), Now: clock.Now}
 	tune(&cfg)
 	return openStore(tb, cfg, clock)
 }
 
-func openStore(tb testing.TB, cfg ledger.Config, clock *Clock) *Bundle {
+func openStore(tb testing.TB, cfg sqlite.Config, clock *Clock) *Bundle {
 	tb.Helper()
-	s, err := ledger.Open(context.Background(), cfg)
+	s, err := sqlite.OpenStore(context.Background(), cfg)
 	if err != nil {
 		tb.Fatalf("open store: %v", err)
 	}

@@ -1,4 +1,4 @@
-package ledger_test
+package sqlite_test
 
 import (
 	"context"
@@ -11,6 +11,7 @@ import (
 
 	"github.com/actionledger/ledger/ledger"
 	"github.com/actionledger/ledger/ledger/ledgertest"
+	"github.com/actionledger/ledger/ledger/sqlite"
 )
 
 // writeLog records what a WriteFaultFunc is called with.
@@ -38,10 +39,10 @@ func (l *writeLog) hook(n int64, at ledger.WritePoint) error {
 	return nil
 }
 
-func openWithHook(t *testing.T, l *writeLog) *ledger.GormStore {
+func openWithHook(t *testing.T, l *writeLog) *ledger.DB {
 	t.Helper()
 	clock := ledgertest.NewClock()
-	s, err := ledger.Open(context.Background(), ledger.Config{Path: filepath.Join(t.TempDir(), "ledger.db"), Now: clock.Now,
+	s, err := sqlite.OpenStore(context.Background(), sqlite.Config{Path: filepath.Join(t.TempDir(), "ledger.db"), Now: clock.Now,
 		WriteFaultFunc: l.hook})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = s.Close() })
@@ -163,3 +164,4 @@ func TestWriteFaultFunc(t *testing.T) {
 		require.NoError(t, err, "no hook, no fault")
 	})
 }
+func ptr[T any](v T) *T { return &v }

@@ -1,4 +1,4 @@
-package ledger
+package sqlite
 
 import (
 	"context"
@@ -7,6 +7,7 @@ import (
 	"embed"
 	"errors"
 	"fmt"
+	"github.com/actionledger/ledger/ledger"
 	"io/fs"
 	"net/url"
 	"path"
@@ -22,18 +23,16 @@ import (
 	"gorm.io/gorm/logger"
 )
 
-//go:embed migrations/sqlite/*.sql
+//go:embed migrations/*.sql
 var sqliteMigrations embed.FS
 
-// Config opens a Store.
+// Config opens a Driver.
 type Config struct {
 	// Path is the SQLite database file; it is created if missing.
 	Path string
-	// Now is the clock; nil means time.Now. Times are kept in UTC with
-	// microsecond precision.
+	// Now is the clock of migrations' applied_at and of commit durations;
+	// nil means time.Now.
 	Now func() time.Time
-	// NewID makes identifiers; nil means prefixed monotonic ULIDs.
-	NewID NewIDFunc
 	// BusyTimeout is how long a writer waits for another process's write
 	// lock before failing; 0 means 5s.
 	BusyTimeout time.Duration
@@ -47,7 +46,7 @@ type Config struct {
 	// matrix, through cmd/ledger, which sets it only from an explicit
 	// LEDGER_FAULT_PLAN in the environment of a process someone started
 	// with one; nothing reachable from the network sets it. It is called
-	// with the write's number n (1 for the first write this Store runs,
+	// with the write's number n (1 for the first write this Driver runs,
 	// counted in the order the writes run, failed ones included) at each
 	// WritePoint of the write, on the goroutine that runs its commit, so it
 	// may kill the process there. An error it returns at
@@ -55,72 +54,56 @@ type Config struct {
 	// statements are rolled back and its caller gets the error as
 	// CodeInternal; at WriteAfterCommit the error is ignored. Nil, the
 	// default, costs nothing.
-	WriteFaultFunc func(n int64, at WritePoint) error
+	WriteFaultFunc func(n int64, at ledger.WritePoint) error
+	// NewID and SigningKey are the ledger's (ledger.Options), for
+	// OpenStore; Open ignores them.
+	NewID      ledger.NewIDFunc
+	SigningKey ed25519.PrivateKey
 	// OnCommit, if set, is told of every group commit once it has ended:
 	// how many writes it held and how long its transaction took, BEGIN to
 	// the end of COMMIT, on the clock Now (metrics). It runs on the
 	// committing goroutine after every caller of the batch was answered:
-	// keep it quick, and do not call the Store from it.
-	// SigningKey, if set, signs each run's chain head whenever a write
-	// moves it (signing.go). It stays in memory: never stored or logged.
-	SigningKey ed25519.PrivateKey
-	OnCommit   func(CommitStats)
+	// keep it quick, and do not call the Driver from it.
+	OnCommit func(ledger.CommitStats)
 }
 
-// CommitStats describe one group commit (Config.OnCommit).
-type CommitStats struct {
-	// Writes is how many Store writes shared the transaction.
-	Writes int
-	// Duration is BEGIN to the end of COMMIT (or of the rollback).
-	Duration time.Duration
-	// Err is the transaction's own error (BEGIN, a savepoint or COMMIT
-	// failed: none of its writes is durable); nil when it committed, even
-	// if some of its writes failed alone and were rolled back to their
-	// savepoints.
-	Err error
-}
-
-// GormStore is the Store on GORM and SQLite. It keeps one writer connection
-// (all write transactions begin IMMEDIATE, so a read-then-write never fails
-// halfway with SQLITE_BUSY) and a pool of query-only readers; WAL lets them
-// read while the writer commits.
-type GormStore struct {
-	w, r  *gorm.DB
-	now   func() time.Time
-	newID NewIDFunc
-	// clock is Config.Now untruncated, so commit durations keep its
-	// monotonic reading; onCommit is Config.OnCommit.
+// Driver is the ledger's storage on GORM and SQLite. It keeps one writer
+// connection (all write transactions begin IMMEDIATE, so a read-then-write
+// never fails halfway with SQLITE_BUSY, and writes of other processes on
+// the same file wait their turn) and a pool of query-only readers; WAL
+// lets them read while the writer commits.
+type Driver struct {
+	w, r *gorm.DB
+	// now is Config.Now in UTC microseconds; clock is Config.Now
+	// untruncated, so commit durations keep its monotonic reading;
+	// onCommit is Config.OnCommit.
+	now      func() time.Time
 	clock    func() time.Time
-	onCommit func(CommitStats)
+	onCommit func(ledger.CommitStats)
 	wr       *writer // group commit (groupcommit.go)
 	// writeFaultFunc is Config.WriteFaultFunc; writes counts the writes
-	// run so far, under the writer lock (writefault.go).
-	writeFaultFunc func(n int64, at WritePoint) error
+	// run so far, under the writer lock (groupcommit.go).
+	writeFaultFunc func(n int64, at ledger.WritePoint) error
 	writes         int64
-	// ws are the write statements, prepared on the writer's connection;
+	// ws are the declared statements, prepared on the writer's connection;
 	// rs the read statements of the reader pool (stmts.go).
 	ws []*sql.Stmt
 	rs *readStmts
-	// signer signs chain heads; nil without a signing key.
-	signer *signer
 }
 
-var _ Store = (*GormStore)(nil)
+var _ ledger.Driver = (*Driver)(nil)
 
 // Open opens (creating if needed) the database at cfg.Path and applies
 // pending migrations. A database whose schema is newer than this build is
 // refused with CodeUnsupportedVersion and left untouched.
-func Open(ctx context.Context, cfg Config) (*GormStore, error) {
+func Open(ctx context.Context, cfg Config) (*Driver, error) {
 	if cfg.Path == "" {
-		return nil, Errorf(CodeInvalid, "open store: no database path")
+		return nil, ledger.Errorf(ledger.CodeInvalid, "open store: no database path")
 	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
 	now := func() time.Time { return cfg.Now().UTC().Truncate(time.Microsecond) }
-	if cfg.NewID == nil {
-		cfg.NewID = NewULIDFunc(now)
-	}
 	if cfg.BusyTimeout == 0 {
 		cfg.BusyTimeout = 5 * time.Second
 	}
@@ -128,14 +111,10 @@ func Open(ctx context.Context, cfg Config) (*GormStore, error) {
 		cfg.Synchronous = "FULL"
 	}
 	if !slices.Contains([]string{"OFF", "NORMAL", "FULL", "EXTRA"}, strings.ToUpper(cfg.Synchronous)) {
-		return nil, Errorf(CodeInvalid, "open store: synchronous must be OFF, NORMAL, FULL or EXTRA, not %q", cfg.Synchronous)
+		return nil, ledger.Errorf(ledger.CodeInvalid, "open store: synchronous must be OFF, NORMAL, FULL or EXTRA, not %q", cfg.Synchronous)
 	}
 	if cfg.ReadConns == 0 {
 		cfg.ReadConns = 4
-	}
-	sign, err := newSigner(cfg.SigningKey)
-	if err != nil {
-		return nil, fmt.Errorf("open store: %w", err)
 	}
 	gcfg := func() *gorm.Config {
 		return &gorm.Config{
@@ -154,10 +133,9 @@ func Open(ctx context.Context, cfg Config) (*GormStore, error) {
 	registerDriver()
 	w, err := gorm.Open(sqlite.New(sqlite.Config{DriverName: driverName, DSN: dsn(cfg, false)}), gcfg())
 	if err != nil {
-		return nil, Errorf(CodeInternal, "open store %s: %w", cfg.Path, err)
+		return nil, ledger.Errorf(ledger.CodeInternal, "open store %s: %w", cfg.Path, err)
 	}
-	s := &GormStore{w: w, now: now, newID: cfg.NewID, clock: cfg.Now, onCommit: cfg.OnCommit,
-		writeFaultFunc: cfg.WriteFaultFunc, signer: sign}
+	s := &Driver{w: w, now: now, clock: cfg.Now, onCommit: cfg.OnCommit, writeFaultFunc: cfg.WriteFaultFunc}
 	if err := setPool(w, 1); err != nil {
 		return nil, err
 	}
@@ -171,13 +149,13 @@ func Open(ctx context.Context, cfg Config) (*GormStore, error) {
 	}
 	if err != nil {
 		_ = closeDB(w)
-		return nil, Errorf(CodeInternal, "open store %s: %w", cfg.Path, err)
+		return nil, ledger.Errorf(ledger.CodeInternal, "open store %s: %w", cfg.Path, err)
 	}
 	// Readers open after migration so they find the WAL files in place.
 	r, err := gorm.Open(sqlite.New(sqlite.Config{DriverName: driverName, DSN: dsn(cfg, true)}), gcfg())
 	if err != nil {
 		_ = closeDB(w)
-		return nil, Errorf(CodeInternal, "open store readers %s: %w", cfg.Path, err)
+		return nil, ledger.Errorf(ledger.CodeInternal, "open store readers %s: %w", cfg.Path, err)
 	}
 	if err := setPool(r, cfg.ReadConns); err != nil {
 		_ = closeStmts(s.ws)
@@ -188,10 +166,25 @@ func Open(ctx context.Context, cfg Config) (*GormStore, error) {
 	if err != nil {
 		_ = closeStmts(s.ws)
 		_ = closeDB(w)
-		return nil, Errorf(CodeInternal, "open store readers %s: %w", cfg.Path, err)
+		return nil, ledger.Errorf(ledger.CodeInternal, "open store readers %s: %w", cfg.Path, err)
 	}
 	s.r, s.rs = r, &readStmts{db: rdb}
 	s.startWriter()
+	return s, nil
+}
+
+// OpenStore opens the Driver at cfg.Path and the ledger over it, with
+// cfg's clock, ids and signing key; closing the Store closes the Driver.
+func OpenStore(ctx context.Context, cfg Config) (*ledger.DB, error) {
+	d, err := Open(ctx, cfg)
+	if err != nil {
+		return nil, err
+	}
+	s, err := ledger.New(d, ledger.Options{Now: cfg.Now, NewID: cfg.NewID, SigningKey: cfg.SigningKey})
+	if err != nil {
+		_ = d.Close()
+		return nil, err
+	}
 	return s, nil
 }
 
@@ -225,7 +218,7 @@ func dsn(cfg Config, readOnly bool) string {
 func setPool(db *gorm.DB, n int) error {
 	sqlDB, err := db.DB()
 	if err != nil {
-		return Errorf(CodeInternal, "open store: %w", err)
+		return ledger.Errorf(ledger.CodeInternal, "open store: %w", err)
 	}
 	sqlDB.SetMaxOpenConns(n)
 	sqlDB.SetMaxIdleConns(n)
@@ -242,7 +235,7 @@ func closeDB(db *gorm.DB) error {
 }
 
 // Close closes both connection pools.
-func (s *GormStore) Close() error {
+func (s *Driver) Close() error {
 	s.stopWriter()
 	var errs []error
 	if s.r != nil {
@@ -250,7 +243,7 @@ func (s *GormStore) Close() error {
 	}
 	errs = append(errs, closeStmts(s.ws), closeDB(s.w))
 	if err := errors.Join(errs...); err != nil {
-		return Errorf(CodeInternal, "close store: %w", err)
+		return ledger.Errorf(ledger.CodeInternal, "close store: %w", err)
 	}
 	return nil
 }
@@ -280,7 +273,7 @@ const foreignKeysOffDirective = "-- ledger:foreign_keys=off"
 var loadMigrations = sync.OnceValues(parseMigrations)
 
 func parseMigrations() ([]migration, error) {
-	const dir = "migrations/sqlite"
+	const dir = "migrations"
 	entries, err := fs.ReadDir(sqliteMigrations, dir)
 	if err != nil {
 		return nil, err
@@ -320,24 +313,24 @@ func SchemaVersion() int {
 
 // migrate applies pending migrations, each in its own transaction together
 // with its row in schema_migrations.
-func (s *GormStore) migrate(ctx context.Context) error {
+func (s *Driver) migrate(ctx context.Context) error {
 	ms, err := loadMigrations()
 	if err != nil {
-		return Errorf(CodeInternal, "load migrations: %w", err)
+		return ledger.Errorf(ledger.CodeInternal, "load migrations: %w", err)
 	}
 	db := s.w.WithContext(ctx)
 	if err := db.Exec(`CREATE TABLE IF NOT EXISTS schema_migrations (
 		version    INTEGER PRIMARY KEY,
 		name       TEXT    NOT NULL,
 		applied_at INTEGER NOT NULL)`).Error; err != nil {
-		return Errorf(CodeInternal, "migrate: %w", err)
+		return ledger.Errorf(ledger.CodeInternal, "migrate: %w", err)
 	}
 	var current int
 	if err := db.Raw(`SELECT COALESCE(MAX(version), 0) FROM schema_migrations`).Scan(&current).Error; err != nil {
-		return Errorf(CodeInternal, "migrate: read schema version: %w", err)
+		return ledger.Errorf(ledger.CodeInternal, "migrate: read schema version: %w", err)
 	}
 	if current > len(ms) {
-		return Errorf(CodeUnsupportedVersion,
+		return ledger.Errorf(ledger.CodeUnsupportedVersion,
 			"database schema version %d is newer than this build of ledger understands (%d): upgrade ledger, or open a copy made by this version",
 			current, len(ms))
 	}
@@ -345,11 +338,11 @@ func (s *GormStore) migrate(ctx context.Context) error {
 	// GORM uses) compile only the first, so they run on database/sql.
 	sqlDB, err := s.w.DB()
 	if err != nil {
-		return Errorf(CodeInternal, "migrate: %w", err)
+		return ledger.Errorf(ledger.CodeInternal, "migrate: %w", err)
 	}
 	for _, m := range ms[current:] {
 		if err := applyMigration(ctx, sqlDB, m, s.now()); err != nil {
-			return Errorf(CodeInternal, "migrate: apply %s: %w", m.name, err)
+			return ledger.Errorf(ledger.CodeInternal, "migrate: apply %s: %w", m.name, err)
 		}
 	}
 	return nil
@@ -418,46 +411,86 @@ func checkForeignKeys(ctx context.Context, tx *sql.Tx) error {
 	return rows.Err()
 }
 
-// CurrentSchemaVersion returns the schema version recorded in the database.
-func (s *GormStore) CurrentSchemaVersion(ctx context.Context) (int, error) {
+// SchemaVersion implements ledger.Driver.
+func (s *Driver) SchemaVersion(ctx context.Context) (int, error) {
 	var v int
 	if err := s.r.WithContext(ctx).Raw(`SELECT COALESCE(MAX(version), 0) FROM schema_migrations`).Scan(&v).Error; err != nil {
-		return 0, Errorf(CodeInternal, "read schema version: %w", err)
+		return 0, ledger.Errorf(ledger.CodeInternal, "read schema version: %w", err)
 	}
 	return v, nil
 }
 
-// txn is one write transaction: the GORM handle and the same transaction
-// for the prepared hot statements (stmts.go), one "now" for every row and
-// event it writes, and the id generator.
-type txn struct {
-	db    *gorm.DB
-	ctx   context.Context
-	sql   *sql.Tx
-	stmts []*sql.Stmt
-	now   time.Time
-	newID NewIDFunc
-	// heads caches the chain heads this write moved; flushHeads writes
-	// them to the runs once the write is done (events.go), signed by
-	// signer if there is one.
-	heads  map[RunID]*chainHead
-	signer *signer
+// LatestSchemaVersion implements ledger.Driver.
+func (s *Driver) LatestSchemaVersion() int { return SchemaVersion() }
+
+// Reader implements ledger.Driver: the reader pool, each statement on its
+// own.
+func (s *Driver) Reader() ledger.Reader {
+	return reader{c: conn{
+		db: s.r,
+		query: func(ctx context.Context, st *stmt, args ...any) (*sql.Rows, error) {
+			return s.rs.query(ctx, st.sql, args...)
+		},
+		snap: func(ctx context.Context, fn func(*gorm.DB) error) error {
+			return s.r.WithContext(ctx).Transaction(fn)
+		},
+	}}
 }
 
-// wrapErr gives err the op as context and makes sure it is an *Error; GORM
-// errors are translated here and nowhere else.
-func wrapErr(op string, err error) error {
-	var e *Error
+// Read implements ledger.Driver: one read transaction of the pool, which
+// on WAL sees one snapshot from its first read to its end.
+func (s *Driver) Read(ctx context.Context, fn func(ledger.Reader) error) error {
+	return translate(s.r.WithContext(ctx).Transaction(func(db *gorm.DB) error {
+		return fn(snapshotReader(db))
+	}))
+}
+
+// snapshotReader reads on db, a read transaction. Its statements run
+// without the caller's cancellation, checked before each (see ListEvents):
+// database/sql still closes a transaction's rows when the context it began
+// with is done.
+func snapshotReader(db *gorm.DB) reader {
+	return reader{c: conn{
+		db: db,
+		query: func(ctx context.Context, st *stmt, args ...any) (*sql.Rows, error) {
+			if err := ctx.Err(); err != nil {
+				return nil, err
+			}
+			return db.WithContext(context.WithoutCancel(ctx)).Raw(st.sql, args...).Rows()
+		},
+		snap: func(ctx context.Context, fn func(*gorm.DB) error) error { return fn(db.WithContext(ctx)) },
+	}}
+}
+
+// translate makes err an *ledger.Error: the ledger's own pass through;
+// GORM's translated errors and SQLite's constraint errors, from whichever
+// path raised them, get their code; anything else is CodeInternal.
+func translate(err error) error {
+	var (
+		e  *ledger.Error
+		se sqlite3.Error
+	)
 	switch {
+	case err == nil:
+		return nil
 	case errors.As(err, &e):
-		return &Error{Code: e.Code, Message: op + ": " + err.Error(), Err: err}
+		return err
 	case errors.Is(err, gorm.ErrRecordNotFound):
-		return &Error{Code: CodeNotFound, Message: op + ": not found", Err: err}
+		return &ledger.Error{Code: ledger.CodeNotFound, Message: "not found", Err: err}
 	case errors.Is(err, gorm.ErrDuplicatedKey):
-		return &Error{Code: CodeConflict, Message: op + ": already exists", Err: err}
+		return &ledger.Error{Code: ledger.CodeConflict, Message: "already exists", Err: err}
 	case errors.Is(err, gorm.ErrForeignKeyViolated):
-		return &Error{Code: CodeInvalid, Message: op + ": refers to a missing object", Err: err}
+		return &ledger.Error{Code: ledger.CodeInvalid, Message: "refers to a missing object", Err: err}
+	case errors.As(err, &se) && se.Code == sqlite3.ErrConstraint:
+		switch se.ExtendedCode {
+		case sqlite3.ErrConstraintUnique, sqlite3.ErrConstraintPrimaryKey:
+			return &ledger.Error{Code: ledger.CodeConflict, Message: "already exists: " + err.Error(), Err: err}
+		case sqlite3.ErrConstraintForeignKey:
+			return &ledger.Error{Code: ledger.CodeInvalid, Message: "refers to a missing object: " + err.Error(), Err: err}
+		default:
+			return &ledger.Error{Code: ledger.CodeInvalid, Message: "breaks a constraint: " + err.Error(), Err: err}
+		}
 	default:
-		return &Error{Code: CodeInternal, Message: op + ": " + err.Error(), Err: err}
+		return &ledger.Error{Code: ledger.CodeInternal, Message: err.Error(), Err: err}
 	}
 }

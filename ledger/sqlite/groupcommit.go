@@ -1,10 +1,11 @@
-package ledger
+package sqlite
 
 import (
 	"context"
 	"database/sql"
 	"errors"
 	"fmt"
+	"github.com/actionledger/ledger/ledger"
 	"sync"
 	"time"
 
@@ -28,7 +29,7 @@ const maxBatch = 64
 // writeReq is one write waiting in the queue.
 type writeReq struct {
 	ctx  context.Context
-	fn   func(tx *txn) error
+	fn   func(ledger.Tx) error
 	done chan error // buffered: the leader never waits for the caller
 }
 
@@ -41,10 +42,10 @@ type writer struct {
 	closed bool
 }
 
-func (s *GormStore) startWriter() { s.wr = &writer{} }
+func (s *Driver) startWriter() { s.wr = &writer{} }
 
 // stopWriter refuses new writes and waits for the batch being run.
-func (s *GormStore) stopWriter() {
+func (s *Driver) stopWriter() {
 	if s.wr == nil {
 		return
 	}
@@ -62,7 +63,7 @@ func (s *GormStore) stopWriter() {
 
 // write queues r and returns once a commit (its own batch or another
 // leader's) has answered it.
-func (s *GormStore) write(r *writeReq) error {
+func (s *Driver) write(r *writeReq) error {
 	w := s.wr
 	w.mu.Lock()
 	if w.closed {
@@ -83,7 +84,7 @@ func (s *GormStore) write(r *writeReq) error {
 
 // lead takes the writer lock and runs the writes queued at that moment, if
 // a previous leader has not run them all already.
-func (s *GormStore) lead() {
+func (s *Driver) lead() {
 	w := s.wr
 	w.lead.Lock()
 	defer w.lead.Unlock()
@@ -99,7 +100,7 @@ func (s *GormStore) lead() {
 
 // runBatch runs a batch in one transaction and answers every request once
 // the outcome of the COMMIT is known.
-func (s *GormStore) runBatch(batch []*writeReq) {
+func (s *Driver) runBatch(batch []*writeReq) {
 	errs := make([]error, len(batch))
 	first := s.numberWrites(len(batch)) // for fault plans (writefault.go)
 	var began time.Time
@@ -112,7 +113,7 @@ func (s *GormStore) runBatch(batch []*writeReq) {
 	err := s.w.WithContext(context.Background()).Transaction(func(db *gorm.DB) error {
 		if len(batch) == 1 {
 			errs[0] = s.runOne(batch[0], db)
-			if ferr := s.writeFault(first, WriteBeforeCommit); errs[0] == nil {
+			if ferr := s.writeFault(first, ledger.WriteBeforeCommit); errs[0] == nil {
 				errs[0] = ferr
 			}
 			return errs[0]
@@ -134,7 +135,7 @@ func (s *GormStore) runBatch(batch []*writeReq) {
 				return err
 			}
 			errs[i] = s.runOne(r, db)
-			if ferr := s.writeFault(first+int64(i), WriteBeforeCommit); errs[i] == nil {
+			if ferr := s.writeFault(first+int64(i), ledger.WriteBeforeCommit); errs[i] == nil {
 				errs[i] = ferr
 			}
 			if errs[i] != nil {
@@ -149,7 +150,7 @@ func (s *GormStore) runBatch(batch []*writeReq) {
 		return nil
 	})
 	for i, r := range batch {
-		_ = s.writeFault(first+int64(i), WriteAfterCommit) // it can only kill here
+		_ = s.writeFault(first+int64(i), ledger.WriteAfterCommit) // it can only kill here
 		switch {
 		case errs[i] != nil:
 			r.done <- errs[i]
@@ -160,19 +161,19 @@ func (s *GormStore) runBatch(batch []*writeReq) {
 		}
 	}
 	if s.onCommit != nil {
-		s.onCommit(CommitStats{Writes: len(batch), Duration: s.clock().Sub(began), Err: err})
+		s.onCommit(ledger.CommitStats{Writes: len(batch), Duration: s.clock().Sub(began), Err: err})
 	}
 }
 
 var (
-	savepointSQL           = writeStmt(`SAVEPOINT write`)
-	rollbackToSavepointSQL = writeStmt(`ROLLBACK TO write`)
-	releaseSavepointSQL    = writeStmt(`RELEASE write`)
+	savepointSQL           = declare(`SAVEPOINT write`)
+	rollbackToSavepointSQL = declare(`ROLLBACK TO write`)
+	releaseSavepointSQL    = declare(`RELEASE write`)
 )
 
 // runOne runs one write; a panic becomes its error, since the leader runs
 // other callers' writes too.
-func (s *GormStore) runOne(r *writeReq, db *gorm.DB) (err error) {
+func (s *Driver) runOne(r *writeReq, db *gorm.DB) (err error) {
 	if err := r.ctx.Err(); err != nil {
 		return err
 	}
@@ -190,28 +191,39 @@ func (s *GormStore) runOne(r *writeReq, db *gorm.DB) (err error) {
 	// statement of a cancellable context on a goroutine of its own, to be
 	// able to interrupt it, and that hand-off cost more than the statement.
 	ctx := context.WithoutCancel(r.ctx)
-	tx := &txn{db: db.WithContext(ctx), ctx: ctx, sql: sqlTx, stmts: s.ws, now: s.now(), newID: s.newID, signer: s.signer}
-	if err := r.fn(tx); err != nil {
-		return err
-	}
-	return tx.flushHeads()
+	return r.fn(newTx(ctx, db, sqlTx, s.ws))
 }
 
 // errClosed answers writes to a closed store.
 var errClosed = errors.New("store is closed")
 
-// inTx runs fn as one write: in a transaction (BEGIN IMMEDIATE on SQLite),
-// possibly shared with other writes through group commit, isolated from
-// them by a savepoint. fn's error rolls back fn's changes; errors come out
-// as *Error. Once queued, a write is waited for even if ctx ends, because
-// it may already be committed; a write whose ctx ended before its batch
-// began is not run.
-func (s *GormStore) inTx(ctx context.Context, op string, fn func(tx *txn) error) error {
+// Write implements ledger.Driver: fn runs as one write, in a transaction
+// (BEGIN IMMEDIATE), possibly shared with other writes through group
+// commit, isolated from them by a savepoint. fn's error rolls back fn's
+// changes; errors come out as *ledger.Error. Once queued, a write is
+// waited for even if ctx ends, because it may already be committed; a
+// write whose ctx ended before its batch began is not run.
+func (s *Driver) Write(ctx context.Context, fn func(ledger.Tx) error) error {
 	if err := ctx.Err(); err != nil {
-		return wrapErr(op, err)
+		return translate(err)
 	}
-	if err := s.write(&writeReq{ctx: ctx, fn: fn, done: make(chan error, 1)}); err != nil {
-		return wrapErr(op, err)
+	return translate(s.write(&writeReq{ctx: ctx, fn: fn, done: make(chan error, 1)}))
+}
+
+// numberWrites reserves the numbers of the next n writes (fault plans).
+func (s *Driver) numberWrites(n int) int64 {
+	first := s.writes + 1
+	s.writes += int64(n)
+	return first
+}
+
+// writeFault calls the fault plan's hook for write n at p, if there is one.
+func (s *Driver) writeFault(n int64, p ledger.WritePoint) error {
+	if s.writeFaultFunc == nil {
+		return nil
+	}
+	if err := s.writeFaultFunc(n, p); err != nil {
+		return ledger.Errorf(ledger.CodeInternal, "write %d: %w", n, err)
 	}
 	return nil
 }

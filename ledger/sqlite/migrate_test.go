@@ -1,4 +1,4 @@
-package ledger_test
+package sqlite_test
 
 import (
 	"context"
@@ -8,6 +8,7 @@ import (
 
 	"github.com/actionledger/ledger/ledger"
 	"github.com/actionledger/ledger/ledger/ledgertest"
+	"github.com/actionledger/ledger/ledger/sqlite"
 	"github.com/stretchr/testify/require"
 )
 
@@ -20,7 +21,7 @@ func TestMigrations(t *testing.T) {
 		b := ledgertest.OpenStoreAt(t, path, clock)
 		v, err := b.Store.CurrentSchemaVersion(ctx)
 		require.NoError(t, err)
-		require.Equal(t, ledger.SchemaVersion(), v)
+		require.Equal(t, sqlite.SchemaVersion(), v)
 		require.GreaterOrEqual(t, v, 1)
 		run := b.RunningRun(t, "k", ledger.BudgetLimits{})
 		require.NoError(t, b.Store.Close())
@@ -58,11 +59,11 @@ func TestMigrations(t *testing.T) {
 		db, err := sql.Open("sqlite3", path)
 		require.NoError(t, err)
 		defer db.Close()
-		newer := ledger.SchemaVersion() + 1
+		newer := sqlite.SchemaVersion() + 1
 		_, err = db.Exec(`INSERT INTO schema_migrations (version, name, applied_at) VALUES (?, 'from_the_future.sql', 0)`, newer)
 		require.NoError(t, err)
 
-		_, err = ledger.Open(ctx, ledger.Config{Path: path})
+		_, err = sqlite.OpenStore(ctx, sqlite.Config{Path: path})
 		require.ErrorIs(t, err, ledger.ErrUnsupportedVersion)
 		require.Contains(t, err.Error(), "newer than this build")
 		var maxV int
@@ -71,11 +72,11 @@ func TestMigrations(t *testing.T) {
 	})
 
 	t.Run("bad config", func(t *testing.T) {
-		_, err := ledger.Open(ctx, ledger.Config{})
+		_, err := sqlite.OpenStore(ctx, sqlite.Config{})
 		require.ErrorIs(t, err, ledger.ErrInvalid)
-		_, err = ledger.Open(ctx, ledger.Config{Path: filepath.Join(t.TempDir(), "x.db"), Synchronous: "sometimes"})
+		_, err = sqlite.OpenStore(ctx, sqlite.Config{Path: filepath.Join(t.TempDir(), "x.db"), Synchronous: "sometimes"})
 		require.ErrorIs(t, err, ledger.ErrInvalid)
-		_, err = ledger.Open(ctx, ledger.Config{Path: filepath.Join(t.TempDir(), "no", "such", "dir", "x.db")})
+		_, err = sqlite.OpenStore(ctx, sqlite.Config{Path: filepath.Join(t.TempDir(), "no", "such", "dir", "x.db")})
 		require.Error(t, err)
 	})
 }

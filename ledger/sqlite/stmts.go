@@ -1,4 +1,4 @@
-package ledger
+package sqlite
 
 import (
 	"context"
@@ -19,7 +19,7 @@ import (
 //
 // Writes: the writer has one connection, and a statement prepared on the
 // database while a transaction holds that connection would wait for it
-// forever, so write statements are declared up front (writeStmt) and
+// forever, so write statements are declared up front (declare) and
 // prepared when the Store opens; a transaction takes them with
 // Tx.StmtContext, which reuses the connection's prepared statement.
 // Reads: the pool has several connections; a read statement is prepared on
@@ -32,21 +32,21 @@ type stmt struct {
 	index int
 }
 
-// writeStmts lists every write statement in declaration order.
-var writeStmts []*stmt
+// declared lists every write statement in declaration order.
+var declared []*stmt
 
-// writeStmt declares a statement the writer prepares at Open. Call it only
+// declare declared a statement the writer prepares at Open. Call it only
 // from package-level variable declarations.
-func writeStmt(sql string) *stmt {
-	s := &stmt{sql: sql, index: len(writeStmts)}
-	writeStmts = append(writeStmts, s)
+func declare(sql string) *stmt {
+	s := &stmt{sql: sql, index: len(declared)}
+	declared = append(declared, s)
 	return s
 }
 
 // prepareWrites prepares every declared write statement on db.
 func prepareWrites(ctx context.Context, db *sql.DB) ([]*sql.Stmt, error) {
-	out := make([]*sql.Stmt, len(writeStmts))
-	for i, s := range writeStmts {
+	out := make([]*sql.Stmt, len(declared))
+	for i, s := range declared {
 		p, err := db.PrepareContext(ctx, s.sql)
 		if err != nil {
 			_ = closeStmts(out)
@@ -65,30 +65,6 @@ func closeStmts(stmts []*sql.Stmt) error {
 		}
 	}
 	return errors.Join(errs...)
-}
-
-// stmt returns the transaction's form of the prepared statement s.
-func (tx *txn) stmt(s *stmt) *sql.Stmt { return tx.sql.StmtContext(tx.ctx, tx.stmts[s.index]) }
-
-// exec runs a write statement in the transaction.
-func (tx *txn) exec(s *stmt, args ...any) (sql.Result, error) {
-	return tx.stmt(s).ExecContext(tx.ctx, args...)
-}
-
-// execOne runs a guarded write statement and reports whether it changed a
-// row.
-func (tx *txn) execOne(s *stmt, args ...any) (bool, error) {
-	res, err := tx.exec(s, args...)
-	if err != nil {
-		return false, err
-	}
-	n, err := res.RowsAffected()
-	return n > 0, err
-}
-
-// query runs a statement that returns rows in the transaction.
-func (tx *txn) query(s *stmt, args ...any) (*sql.Rows, error) {
-	return tx.stmt(s).QueryContext(tx.ctx, args...)
 }
 
 // readStmts prepares read statements lazily, once per statement text.
@@ -139,25 +115,6 @@ func (r *readStmts) close() error {
 	}
 	r.m = nil
 	return errors.Join(errs...)
-}
-
-// scanOne scans the first row of a query's answer (rows, err) with scan;
-// no row is CodeNotFound, with what naming the object.
-func scanOne(rows *sql.Rows, err error, what string, scan func(*sql.Rows) error) error {
-	if err != nil {
-		return err
-	}
-	defer rows.Close()
-	if !rows.Next() {
-		if err := rows.Err(); err != nil {
-			return err
-		}
-		return Errorf(CodeNotFound, "%s not found", what)
-	}
-	if err := scan(rows); err != nil {
-		return fmt.Errorf("%s: %w", what, err)
-	}
-	return rows.Close()
 }
 
 // where is the WHERE clause of a list query with optional equality

@@ -1,7 +1,8 @@
-package ledger
+package sqlite
 
 import (
 	"context"
+	"github.com/actionledger/ledger/ledger"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -48,20 +49,20 @@ func TestRunReadsUseIndexes(t *testing.T) {
 	s, err := Open(ctx, Config{Path: filepath.Join(t.TempDir(), "ledger.db")})
 	require.NoError(t, err)
 	defer s.Close()
-	run := RunID("run_x")
+	run := ledger.RunID("run_x")
 	reads := map[string]func(db *gorm.DB) *gorm.DB{
 		"observations of a run": func(db *gorm.DB) *gorm.DB {
 			var rows []observationRow
-			return observationsQuery(db, ObservationFilter{RunID: &run}).Find(&rows)
+			return observationsQuery(db, ledger.ObservationFilter{RunID: &run}).Find(&rows)
 		},
 		"approvals of a run": func(db *gorm.DB) *gorm.DB {
 			var rows []approvalRow
-			return approvalsQuery(db, ApprovalFilter{RunID: &run}).Find(&rows)
+			return approvalsQuery(db, ledger.ApprovalFilter{RunID: &run}).Find(&rows)
 		},
 		"a page of a tenant's pending approvals": func(db *gorm.DB) *gorm.DB {
 			var rows []approvalRow
-			tenant, state, after := "acme", ApprovalPending, ApprovalID("apr_x")
-			return approvalsQuery(db, ApprovalFilter{Tenant: &tenant, State: &state, AfterID: &after, Limit: 51}).Find(&rows)
+			tenant, state, after := "acme", ledger.ApprovalPending, ledger.ApprovalID("apr_x")
+			return approvalsQuery(db, ledger.ApprovalFilter{Tenant: &tenant, State: &state, AfterID: &after, Limit: 51}).Find(&rows)
 		},
 		"unsettled cancellations": func(db *gorm.DB) *gorm.DB {
 			var rows []cancellationRow

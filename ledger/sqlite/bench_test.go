@@ -1,4 +1,4 @@
-package ledger_test
+package sqlite_test
 
 import (
 	"context"
@@ -25,7 +25,7 @@ import (
 
 // hotPath is a Store with one running run and unlimited budgets.
 type hotPath struct {
-	store *ledger.GormStore
+	store *ledger.DB
 	run   ledger.RunID
 	n     int
 }

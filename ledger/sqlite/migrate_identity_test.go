@@ -1,4 +1,4 @@
-package ledger_test
+package sqlite_test
 
 import (
 	"context"
@@ -14,6 +14,7 @@ import (
 
 	"github.com/actionledger/ledger/ledger"
 	"github.com/actionledger/ledger/ledger/ledgertest"
+	"github.com/actionledger/ledger/ledger/sqlite"
 )
 
 // identityMigration names the migration that keys runs by (tenant,
@@ -25,7 +26,7 @@ const identityMigration = "_request_identity_and_too_late.sql"
 // an older build of ledger did, each recorded in schema_migrations.
 func previousSchema(t *testing.T, path string) *sql.DB {
 	t.Helper()
-	dir := filepath.Join("migrations", "sqlite")
+	dir := "migrations"
 	entries, err := os.ReadDir(dir)
 	require.NoError(t, err)
 	names := make([]string, 0, len(entries))
@@ -109,7 +110,7 @@ func TestMigrateRequestIdentity(t *testing.T) {
 	b := ledgertest.OpenStoreAt(t, path, ledgertest.NewClock())
 	v, err := b.Store.CurrentSchemaVersion(ctx)
 	require.NoError(t, err)
-	require.Equal(t, ledger.SchemaVersion(), v)
+	require.Equal(t, sqlite.SchemaVersion(), v)
 
 	db, err = sql.Open("sqlite3", "file:"+path+"?_foreign_keys=on&_busy_timeout=5000")
 	require.NoError(t, err)

@@ -1,13 +1,15 @@
-package ledger
+package sqlite
 
 import (
 	"database/sql"
+	"encoding/base64"
 	"encoding/json"
+	"github.com/actionledger/ledger/ledger"
 	"strings"
 	"time"
 )
 
-// Row structs mirror the tables of migrations/sqlite; they never leave the
+// Row structs mirror the tables of migrations/; they never leave the
 // package. Times are unix microseconds; nullable columns are pointers. GORM
 // would fill int64 fields named CreatedAt/UpdatedAt with unix seconds on its
 // own; the tags switch that off, since every write sets its times itself.
@@ -77,23 +79,12 @@ type actionRow struct {
 
 func (actionRow) TableName() string { return "actions" }
 
-// setGate fills the gate's columns from the decision gate and its audit;
-// the zero audit leaves them NULL.
-func (r *actionRow) setGate(gate ActionState, a GateAudit) {
-	if a == (GateAudit{}) {
-		r.GateDecision, r.GateRule, r.GateReason, r.RulesDigest = nil, nil, nil, nil
-		return
-	}
-	rule := int64(a.Rule)
-	r.GateDecision, r.GateRule, r.GateReason, r.RulesDigest = strPtr(string(gate)), &rule, &a.Reason, strPtr(string(a.RulesDigest))
-}
-
 // gate is the action's recorded gate; nil if the row has none.
-func (r *actionRow) gate() *ActionGate {
+func (r *actionRow) gate() *ledger.ActionGate {
 	if r.GateDecision == nil {
 		return nil
 	}
-	g := &ActionGate{Decision: ActionState(*r.GateDecision), Reason: deref(r.GateReason), RulesDigest: Digest(deref(r.RulesDigest)), Rule: -1}
+	g := &ledger.ActionGate{Decision: ledger.ActionState(*r.GateDecision), Reason: deref(r.GateReason), RulesDigest: ledger.Digest(deref(r.RulesDigest)), Rule: -1}
 	if r.GateRule != nil {
 		g.Rule = int(*r.GateRule)
 	}
@@ -205,17 +196,17 @@ func ptrRaw(s *string) json.RawMessage {
 	return json.RawMessage(*s)
 }
 
-func (r *runRow) toRun(b *budgetRow) *Run {
-	run := &Run{
-		ID:             RunID(r.ID),
+func (r *runRow) toRun(b *budgetRow) *ledger.Run {
+	run := &ledger.Run{
+		ID:             ledger.RunID(r.ID),
 		Tenant:         r.Tenant,
 		IdempotencyKey: r.IdempotencyKey,
-		RequestDigest:  Digest(r.RequestDigest),
+		RequestDigest:  ledger.Digest(r.RequestDigest),
 		SubmittedBy:    r.SubmittedBy,
 		Agent:          r.Agent,
 		Input:          json.RawMessage(r.Input),
-		State:          RunState(r.State),
-		StopReason:     StopReason(deref(r.StopReason)),
+		State:          ledger.RunState(r.State),
+		StopReason:     ledger.StopReason(deref(r.StopReason)),
 		Version:        r.Version,
 		EventSeq:       r.EventSeq,
 		EventHash:      r.EventHash,
@@ -230,14 +221,14 @@ func (r *runRow) toRun(b *budgetRow) *Run {
 
 // toBudget needs the run's creation time: the deadline is stored absolute
 // and shown both ways.
-func (b *budgetRow) toBudget(runCreatedAt int64) Budget {
+func (b *budgetRow) toBudget(runCreatedAt int64) ledger.Budget {
 	var after time.Duration
 	if b.DeadlineAt != nil {
 		after = time.Duration(*b.DeadlineAt-runCreatedAt) * time.Microsecond
 	}
-	return Budget{
+	return ledger.Budget{
 		Deadline: timePtr(b.DeadlineAt),
-		Limits: BudgetLimits{
+		Limits: ledger.BudgetLimits{
 			MaxAttemptsPerAction: b.MaxAttemptsPerAction,
 			MaxAttemptsPerRun:    b.MaxAttemptsPerRun,
 			MaxExecution:         time.Duration(b.MaxExecutionUs) * time.Microsecond,
@@ -245,7 +236,7 @@ func (b *budgetRow) toBudget(runCreatedAt int64) Budget {
 			MaxTokens:            b.MaxTokens,
 			DeadlineAfter:        after,
 		},
-		Used: BudgetUsage{
+		Used: ledger.BudgetUsage{
 			Attempts:          b.AttemptsUsed,
 			Execution:         time.Duration(b.ExecutionUsedUs) * time.Microsecond,
 			Steps:             b.StepsUsed,
@@ -255,21 +246,21 @@ func (b *budgetRow) toBudget(runCreatedAt int64) Budget {
 	}
 }
 
-func (r *actionRow) toAction() *Action {
-	return &Action{
-		ID:             ActionID(r.ID),
-		RunID:          RunID(r.RunID),
+func (r *actionRow) toAction() *ledger.Action {
+	return &ledger.Action{
+		ID:             ledger.ActionID(r.ID),
+		RunID:          ledger.RunID(r.RunID),
 		Tenant:         r.Tenant,
 		Seq:            r.Seq,
 		IdempotencyKey: r.IdempotencyKey,
 		Tool:           r.Tool,
 		ToolVersion:    r.ToolVersion,
-		Effect:         Effect(r.Effect),
+		Effect:         ledger.Effect(r.Effect),
 		Arguments:      json.RawMessage(r.Arguments),
-		ActionDigest:   Digest(r.ActionDigest),
+		ActionDigest:   ledger.Digest(r.ActionDigest),
 		DedupKey:       r.DedupKey,
-		Supersedes:     ActionID(deref(r.Supersedes)),
-		State:          ActionState(r.State),
+		Supersedes:     ledger.ActionID(deref(r.Supersedes)),
+		State:          ledger.ActionState(r.State),
 		AttemptCount:   r.AttemptCount,
 		Version:        r.Version,
 		CreatedAt:      fromMicros(r.CreatedAt),
@@ -278,37 +269,37 @@ func (r *actionRow) toAction() *Action {
 	}
 }
 
-func (r *attemptRow) toAttempt() (*Attempt, error) {
-	a := &Attempt{
-		ID:                AttemptID(r.ID),
-		ActionID:          ActionID(r.ActionID),
-		RunID:             RunID(r.RunID),
+func (r *attemptRow) toAttempt() (*ledger.Attempt, error) {
+	a := &ledger.Attempt{
+		ID:                ledger.AttemptID(r.ID),
+		ActionID:          ledger.ActionID(r.ActionID),
+		RunID:             ledger.RunID(r.RunID),
 		No:                r.AttemptNo,
-		Status:            AttemptStatus(r.Status),
-		Effect:            EffectFact(r.Effect),
-		EffectObservation: ObservationID(deref(r.EffectObservationID)),
+		Status:            ledger.AttemptStatus(r.Status),
+		Effect:            ledger.EffectFact(r.Effect),
+		EffectObservation: ledger.ObservationID(deref(r.EffectObservationID)),
 		Result:            ptrRaw(r.Result),
 		Version:           r.Version,
 		StartedAt:         fromMicros(r.StartedAt),
 		FinishedAt:        timePtr(r.FinishedAt),
 	}
 	if r.Error != nil {
-		a.Error = &AttemptError{}
+		a.Error = &ledger.AttemptError{}
 		if err := json.Unmarshal([]byte(*r.Error), a.Error); err != nil {
-			return nil, Errorf(CodeInternal, "attempt %s: stored error: %w", r.ID, err)
+			return nil, ledger.Errorf(ledger.CodeInternal, "attempt %s: stored error: %w", r.ID, err)
 		}
 	}
 	return a, nil
 }
 
-func (r *approvalRow) toApproval() *Approval {
-	return &Approval{
-		ID:           ApprovalID(r.ID),
-		ActionID:     ActionID(r.ActionID),
-		RunID:        RunID(r.RunID),
+func (r *approvalRow) toApproval() *ledger.Approval {
+	return &ledger.Approval{
+		ID:           ledger.ApprovalID(r.ID),
+		ActionID:     ledger.ActionID(r.ActionID),
+		RunID:        ledger.RunID(r.RunID),
 		Tenant:       r.Tenant,
-		ActionDigest: Digest(r.ActionDigest),
-		State:        ApprovalState(r.State),
+		ActionDigest: ledger.Digest(r.ActionDigest),
+		State:        ledger.ApprovalState(r.State),
 		DecidedBy:    deref(r.DecidedBy),
 		Reason:       deref(r.Reason),
 		Version:      r.Version,
@@ -318,12 +309,12 @@ func (r *approvalRow) toApproval() *Approval {
 	}
 }
 
-func (r *cancellationRow) toCancellation() *Cancellation {
-	return &Cancellation{
-		ID:          CancellationID(r.ID),
-		RunID:       RunID(r.RunID),
+func (r *cancellationRow) toCancellation() *ledger.Cancellation {
+	return &ledger.Cancellation{
+		ID:          ledger.CancellationID(r.ID),
+		RunID:       ledger.RunID(r.RunID),
 		Tenant:      r.Tenant,
-		State:       CancellationState(r.State),
+		State:       ledger.CancellationState(r.State),
 		RequestedBy: r.RequestedBy,
 		Reason:      deref(r.Reason),
 		Version:     r.Version,
@@ -335,14 +326,14 @@ func (r *cancellationRow) toCancellation() *Cancellation {
 	}
 }
 
-func (r *observationRow) toObservation() *Observation {
-	return &Observation{
-		ID:         ObservationID(r.ID),
-		RunID:      RunID(r.RunID),
-		ActionID:   ActionID(r.ActionID),
-		AttemptID:  AttemptID(deref(r.AttemptID)),
-		Source:     ObservationSource(r.Source),
-		Effect:     EffectFact(r.Effect),
+func (r *observationRow) toObservation() *ledger.Observation {
+	return &ledger.Observation{
+		ID:         ledger.ObservationID(r.ID),
+		RunID:      ledger.RunID(r.RunID),
+		ActionID:   ledger.ActionID(r.ActionID),
+		AttemptID:  ledger.AttemptID(deref(r.AttemptID)),
+		Source:     ledger.ObservationSource(r.Source),
+		Effect:     ledger.EffectFact(r.Effect),
 		Detail:     ptrRaw(r.Detail),
 		ObservedAt: fromMicros(r.ObservedAt),
 	}
@@ -396,7 +387,9 @@ func (b *budgetRow) targets() []any {
 
 // content is the budget's content (its deadline_after is not part of it,
 // so the run's creation time is not needed).
-func (b *budgetRow) content() BudgetContent { return BudgetContentOf(RunID(b.RunID), b.toBudget(0)) }
+func (b *budgetRow) content() ledger.BudgetContent {
+	return ledger.BudgetContentOf(ledger.RunID(b.RunID), b.toBudget(0))
+}
 
 const approvalCols = `id, action_id, run_id, tenant, action_digest, state, decided_by, reason, version, requested_at,
 	expires_at, decided_at`
@@ -438,7 +431,7 @@ type nullableAttemptRow struct {
 
 // toAttempt is the attempt of action (of run) the row holds; the row must
 // hold one (ID valid).
-func (t *nullableAttemptRow) toAttempt(action ActionID, run RunID) (*Attempt, error) {
+func (t *nullableAttemptRow) toAttempt(action ledger.ActionID, run ledger.RunID) (*ledger.Attempt, error) {
 	row := attemptRow{ID: t.ID.String, ActionID: string(action), RunID: string(run), AttemptNo: t.AttemptNo.Int64,
 		Status: t.Status.String, Effect: t.Effect.String, EffectObservationID: t.EffectObservationID, Result: t.Result,
 		Error: t.Error, Version: t.Version.Int64, StartedAt: t.StartedAt.Int64, FinishedAt: t.FinishedAt}
@@ -463,4 +456,132 @@ func qualified(alias, cols string) string {
 		parts[i] = alias + "." + strings.TrimSpace(c)
 	}
 	return strings.Join(parts, ", ")
+}
+
+const cancellationCols = `id, run_id, tenant, state, requested_by, reason, version, requested_at,
+	accepted_at, stopping_at, stopped_at, too_late_at`
+
+// targets are the Scan targets of cancellationCols.
+func (r *cancellationRow) targets() []any {
+	return []any{&r.ID, &r.RunID, &r.Tenant, &r.State, &r.RequestedBy, &r.Reason, &r.Version, &r.RequestedAt,
+		&r.AcceptedAt, &r.StoppingAt, &r.StoppedAt, &r.TooLateAt}
+}
+
+// The rows of the ledger's objects, for inserting them.
+
+func microsPtr(t *time.Time) *int64 {
+	if t == nil {
+		return nil
+	}
+	us := micros(*t)
+	return &us
+}
+
+func runRowOf(r *ledger.Run) runRow {
+	return runRow{ID: string(r.ID), Tenant: r.Tenant, IdempotencyKey: r.IdempotencyKey, RequestDigest: string(r.RequestDigest),
+		SubmittedBy: r.SubmittedBy, Agent: r.Agent, Input: string(r.Input), State: string(r.State),
+		StopReason: strPtr(string(r.StopReason)), Version: r.Version, EventSeq: r.EventSeq, EventHash: r.EventHash,
+		CreatedAt: micros(r.CreatedAt), UpdatedAt: micros(r.UpdatedAt)}
+}
+
+func budgetRowOf(r *ledger.Run) budgetRow {
+	l, u := r.Budget.Limits, r.Budget.Used
+	return budgetRow{RunID: string(r.ID), MaxAttemptsPerAction: l.MaxAttemptsPerAction, MaxAttemptsPerRun: l.MaxAttemptsPerRun,
+		MaxExecutionUs: l.MaxExecution.Microseconds(), MaxSteps: l.MaxSteps, MaxTokens: l.MaxTokens,
+		DeadlineAt: microsPtr(r.Budget.Deadline), AttemptsUsed: u.Attempts, ExecutionUsedUs: u.Execution.Microseconds(),
+		StepsUsed: u.Steps, TokensUsed: u.Tokens, TokensUnavailable: u.TokensUnavailable, Version: 1}
+}
+
+func actionRowOf(a *ledger.Action) actionRow {
+	row := actionRow{ID: string(a.ID), RunID: string(a.RunID), Tenant: a.Tenant, Seq: a.Seq, IdempotencyKey: a.IdempotencyKey,
+		Tool: a.Tool, ToolVersion: a.ToolVersion, Effect: string(a.Effect), Arguments: string(a.Arguments),
+		ActionDigest: string(a.ActionDigest), DedupKey: a.DedupKey, Supersedes: strPtr(string(a.Supersedes)),
+		State: string(a.State), AttemptCount: a.AttemptCount, Version: a.Version,
+		CreatedAt: micros(a.CreatedAt), UpdatedAt: micros(a.UpdatedAt)}
+	if g := a.Gate; g != nil {
+		rule := int64(g.Rule)
+		row.GateDecision, row.GateRule, row.GateReason, row.RulesDigest = strPtr(string(g.Decision)), &rule, &g.Reason, strPtr(string(g.RulesDigest))
+	}
+	return row
+}
+
+func approvalRowOf(a *ledger.Approval) approvalRow {
+	return approvalRow{ID: string(a.ID), ActionID: string(a.ActionID), RunID: string(a.RunID), Tenant: a.Tenant,
+		ActionDigest: string(a.ActionDigest), State: string(a.State), DecidedBy: strPtr(a.DecidedBy), Reason: strPtr(a.Reason),
+		Version: a.Version, RequestedAt: micros(a.RequestedAt), ExpiresAt: microsPtr(a.ExpiresAt), DecidedAt: microsPtr(a.DecidedAt)}
+}
+
+func cancellationRowOf(c *ledger.Cancellation) cancellationRow {
+	return cancellationRow{ID: string(c.ID), RunID: string(c.RunID), Tenant: c.Tenant, State: string(c.State),
+		RequestedBy: c.RequestedBy, Reason: strPtr(c.Reason), Version: c.Version, RequestedAt: micros(c.RequestedAt),
+		AcceptedAt: microsPtr(c.AcceptedAt), StoppingAt: microsPtr(c.StoppingAt), StoppedAt: microsPtr(c.StoppedAt),
+		TooLateAt: microsPtr(c.TooLateAt)}
+}
+
+type leaseRow struct {
+	AttemptID     string `gorm:"primaryKey"`
+	ActionID      string
+	RunID         string
+	BeginKey      string
+	TokenSHA256   string `gorm:"column:token_sha256"`
+	LeaseUs       int64
+	LeaseUntil    int64
+	MaxUntil      int64
+	Heartbeats    int64
+	Progress      *string
+	OutcomeDigest *string
+	Outcome       *string
+}
+
+func (leaseRow) TableName() string { return "attempt_leases" }
+
+func leaseRowOf(l *ledger.AttemptLease) leaseRow {
+	return leaseRow{AttemptID: string(l.AttemptID), ActionID: string(l.ActionID), RunID: string(l.RunID), BeginKey: l.BeginKey,
+		TokenSHA256: l.TokenSHA256, LeaseUs: l.Lease.Microseconds(), LeaseUntil: micros(l.Until), MaxUntil: micros(l.MaxUntil),
+		Heartbeats: l.Heartbeats, Progress: rawPtr(l.Progress), OutcomeDigest: strPtr(string(l.OutcomeDigest)), Outcome: rawPtr(l.Outcome)}
+}
+
+func (r *leaseRow) toLease() *ledger.AttemptLease {
+	return &ledger.AttemptLease{AttemptID: ledger.AttemptID(r.AttemptID), ActionID: ledger.ActionID(r.ActionID), RunID: ledger.RunID(r.RunID),
+		BeginKey: r.BeginKey, TokenSHA256: r.TokenSHA256, Lease: time.Duration(r.LeaseUs) * time.Microsecond,
+		Until: fromMicros(r.LeaseUntil), MaxUntil: fromMicros(r.MaxUntil), Heartbeats: r.Heartbeats,
+		Progress: ptrRaw(r.Progress), OutcomeDigest: ledger.Digest(deref(r.OutcomeDigest)), Outcome: ptrRaw(r.Outcome)}
+}
+
+type agentDecisionRow struct {
+	ActionID   string `gorm:"primaryKey"`
+	DecisionID string
+	Kind       string
+	Answered   bool
+	DecidedAt  int64
+}
+
+func (agentDecisionRow) TableName() string { return "agent_decisions" }
+
+func (r *agentDecisionRow) toDecision() *ledger.AgentDecision {
+	return &ledger.AgentDecision{ActionID: ledger.ActionID(r.ActionID), DecisionID: r.DecisionID, Kind: r.Kind,
+		Answered: r.Answered, DecidedAt: fromMicros(r.DecidedAt)}
+}
+
+// signatureRow is a row of chain_signatures.
+type signatureRow struct {
+	RunID     string
+	Seq       int64
+	Hash      string
+	SignedAt  int64
+	KeyID     string
+	Signature string
+}
+
+func (signatureRow) TableName() string { return "chain_signatures" }
+
+// toSignature is the row's signature. A signature that is not base64 (an
+// edit) is kept as its text, which verifies as nothing.
+func (r *signatureRow) toSignature() *ledger.HeadSignature {
+	sig, err := base64.StdEncoding.DecodeString(r.Signature)
+	if err != nil {
+		sig = []byte(r.Signature)
+	}
+	return &ledger.HeadSignature{RunID: ledger.RunID(r.RunID), Seq: r.Seq, Hash: r.Hash, SignedAt: fromMicros(r.SignedAt),
+		KeyID: r.KeyID, Signature: sig}
 }

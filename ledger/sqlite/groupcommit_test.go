@@ -1,7 +1,8 @@
-package ledger_test
+package sqlite_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"sync"
 	"testing"
@@ -152,4 +153,11 @@ func TestCancelledWriteWritesNothing(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, int64(0), got.Budget.Used.Steps)
 	require.Equal(t, run.EventSeq, got.EventSeq)
+}
+
+func submitParams(key, title string) ledger.SubmitRunParams {
+	return ledger.SubmitRunParams{
+		Tenant: "acme", IdempotencyKey: key, Principal: "alice", Agent: "practice-cards",
+		Input: json.RawMessage(fmt.Sprintf(`{"title": %q, "markdown": "# a"}`, title)),
+	}
 }

@@ -1,0 +1,107 @@
+package ledger
+
+import (
+	"context"
+	"crypto/ed25519"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Options are the ledger's own settings, whatever the driver.
+type Options struct {
+	// Now is the clock; nil means time.Now. Times are kept in UTC with
+	// microsecond precision.
+	Now func() time.Time
+	// NewID makes identifiers; nil means prefixed monotonic ULIDs.
+	NewID NewIDFunc
+	// SigningKey, if set, signs each run's chain head whenever a write
+	// moves it (signing.go). It stays in memory: never stored or logged.
+	SigningKey ed25519.PrivateKey
+}
+
+// DB is the Store: the ledger's rules over a Driver. Every write is one
+// Driver.Write; every read of several rows that must agree is one
+// Driver.Read.
+type DB struct {
+	d      Driver
+	now    func() time.Time
+	newID  NewIDFunc
+	signer *signer
+}
+
+var _ Store = (*DB)(nil)
+
+// New returns the Store over d, which it closes on Close.
+func New(d Driver, o Options) (*DB, error) {
+	if d == nil {
+		return nil, Errorf(CodeInvalid, "open store: no driver")
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	clock := o.Now
+	now := func() time.Time { return clock().UTC().Truncate(time.Microsecond) }
+	if o.NewID == nil {
+		o.NewID = NewULIDFunc(now)
+	}
+	sign, err := newSigner(o.SigningKey)
+	if err != nil {
+		return nil, fmt.Errorf("open store: %w", err)
+	}
+	return &DB{d: d, now: now, newID: o.NewID, signer: sign}, nil
+}
+
+// Driver is the driver the Store writes through.
+func (s *DB) Driver() Driver { return s.d }
+
+// Close closes the driver.
+func (s *DB) Close() error { return s.d.Close() }
+
+// CurrentSchemaVersion returns the schema version recorded in the database.
+func (s *DB) CurrentSchemaVersion(ctx context.Context) (int, error) { return s.d.SchemaVersion(ctx) }
+
+// LatestSchemaVersion is the schema version the driver of this build writes.
+func (s *DB) LatestSchemaVersion() int { return s.d.LatestSchemaVersion() }
+
+// reader is the driver's reader outside any snapshot.
+func (s *DB) reader() Reader { return s.d.Reader() }
+
+// txn is one write: the driver's transaction, one "now" for every row and
+// event it writes, and the id generator.
+type txn struct {
+	ctx   context.Context
+	d     Tx
+	now   time.Time
+	newID NewIDFunc
+	// heads caches the chain heads this write moved; flushHeads writes
+	// them to the runs once the write is done (events.go), signed by
+	// signer if there is one.
+	heads  map[RunID]*chainHead
+	signer *signer
+}
+
+// inTx runs fn as one write of the driver, then moves the chain heads its
+// events moved. Errors come out as *Error with op as context.
+func (s *DB) inTx(ctx context.Context, op string, fn func(tx *txn) error) error {
+	err := s.d.Write(ctx, func(d Tx) error {
+		tx := &txn{ctx: ctx, d: d, now: s.now(), newID: s.newID, signer: s.signer}
+		if err := fn(tx); err != nil {
+			return err
+		}
+		return tx.flushHeads()
+	})
+	if err != nil {
+		return wrapErr(op, err)
+	}
+	return nil
+}
+
+// wrapErr gives err the op as context and makes sure it is an *Error.
+func wrapErr(op string, err error) error {
+	var e *Error
+	if errors.As(err, &e) {
+		return &Error{Code: e.Code, Message: op + ": " + err.Error(), Err: err}
+	}
+	return &Error{Code: CodeInternal, Message: op + ": " + err.Error(), Err: err}
+}

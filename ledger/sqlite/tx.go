@@ -1,0 +1,305 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"encoding/base64"
+	"encoding/json"
+	"math"
+	"time"
+
+	"gorm.io/gorm"
+
+	"github.com/actionledger/ledger/ledger"
+)
+
+// tx implements ledger.Tx on one write of a group commit: its statements
+// run in the batch's transaction, inside the write's savepoint.
+type tx struct {
+	reader
+	sql   *sql.Tx
+	stmts []*sql.Stmt
+	ctx   context.Context // the write's own, without cancellation (groupcommit.go)
+}
+
+var _ ledger.Tx = (*tx)(nil)
+
+// newTx is the write's tx on the batch's transaction db.
+func newTx(ctx context.Context, db *gorm.DB, sqlTx *sql.Tx, stmts []*sql.Stmt) *tx {
+	t := &tx{sql: sqlTx, stmts: stmts, ctx: ctx}
+	t.reader = reader{c: conn{
+		db:    db.WithContext(ctx),
+		query: func(_ context.Context, st *stmt, args ...any) (*sql.Rows, error) { return t.queryRows(st, args...) },
+		snap:  func(_ context.Context, fn func(*gorm.DB) error) error { return fn(db.WithContext(ctx)) },
+	}}
+	return t
+}
+
+// prepared is the transaction's form of the statement st, declared and
+// prepared at Open.
+func (t *tx) prepared(st *stmt) *sql.Stmt { return t.sql.StmtContext(t.ctx, t.stmts[st.index]) }
+
+// queryRows and exec run st in the transaction; a statement built at run
+// time (index -1) is run by its text.
+func (t *tx) queryRows(st *stmt, args ...any) (*sql.Rows, error) {
+	if st.index < 0 {
+		return t.sql.QueryContext(t.ctx, st.sql, args...)
+	}
+	return t.prepared(st).QueryContext(t.ctx, args...)
+}
+
+func (t *tx) exec(st *stmt, args ...any) (sql.Result, error) {
+	if st.index < 0 {
+		return t.sql.ExecContext(t.ctx, st.sql, args...)
+	}
+	return t.prepared(st).ExecContext(t.ctx, args...)
+}
+
+// execOne runs a guarded statement and reports whether it changed a row.
+func (t *tx) execOne(st *stmt, args ...any) (bool, error) {
+	res, err := t.exec(st, args...)
+	if err != nil {
+		return false, translate(err)
+	}
+	n, err := res.RowsAffected()
+	return n > 0, translate(err)
+}
+
+// moved scans the RETURNING row of a guarded UPDATE; false if none.
+func (t *tx) moved(st *stmt, scan func(*sql.Rows) error, args ...any) (bool, error) {
+	rows, err := t.queryRows(st, args...)
+	err = scanOne(rows, err, "row", scan)
+	switch {
+	case ledger.Code(err) == ledger.CodeNotFound:
+		return false, nil
+	case err != nil:
+		return false, translate(err)
+	}
+	return true, nil
+}
+
+var (
+	insertRunSQL = declare(`INSERT INTO runs (id, tenant, idempotency_key, request_digest, submitted_by, agent, input, state,
+	stop_reason, version, event_seq, event_hash, created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`)
+	insertBudgetSQL = declare(`INSERT INTO budgets (` + budgetCols + `) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`)
+	moveRunSQL      = declare(`UPDATE runs SET state = ?, stop_reason = ?, version = version + 1, updated_at = ?
+	WHERE id = ? AND state = ? RETURNING ` + runContentCols)
+	addUsageSQL = declare(`UPDATE budgets SET steps_used = steps_used + ?, tokens_used = tokens_used + ?,
+	execution_used_us = execution_used_us + ?, tokens_unavailable = tokens_unavailable OR ?, version = version + 1
+	WHERE run_id = ? AND steps_used <= ? AND tokens_used <= ? AND execution_used_us <= ?
+	RETURNING ` + budgetCols)
+	countAttemptSQL   = declare(`UPDATE budgets SET attempts_used = attempts_used + 1, version = version + 1 WHERE run_id = ?`)
+	spendExecutionSQL = declare(`UPDATE budgets SET execution_used_us = execution_used_us + ?, version = version + 1
+	WHERE run_id = ? RETURNING ` + budgetCols)
+	insertActionSQL = declare(`INSERT INTO actions (` + actionCols + `) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`)
+	moveActionSQL   = declare(`UPDATE actions SET state = ?, version = version + 1, updated_at = ?,
+	attempt_count = max(attempt_count, ?) WHERE id = ? AND state = ? RETURNING ` + actionCols)
+	insertAttemptSQL = declare(`INSERT INTO attempts (id, action_id, run_id, attempt_no, status, effect, version, started_at)
+	VALUES (?, ?, ?, ?, ?, ?, ?, ?)`)
+	finishAttemptSQL = declare(`UPDATE attempts SET status = ?, result = ?, error = ?, finished_at = ?, version = version + 1
+	WHERE id = ? AND status = 'started'`)
+	setEffectSQL = declare(`UPDATE attempts SET effect = ?, effect_observation_id = ?, version = version + 1
+	WHERE id = ? AND effect = 'unknown'`)
+	insertObservationSQL = declare(`INSERT INTO observations (id, run_id, action_id, attempt_id, source, effect, detail, observed_at)
+	VALUES (?, ?, ?, ?, ?, ?, ?, ?)`)
+	insertApprovalSQL = declare(`INSERT INTO approvals (` + approvalCols + `) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`)
+	moveApprovalSQL   = declare(`UPDATE approvals SET state = ?, version = version + 1, decided_at = ?, reason = ?,
+	decided_by = COALESCE(?, decided_by) WHERE id = ? AND state = ? RETURNING ` + approvalCols)
+	insertEventSQL = declare(`INSERT INTO events (id, run_id, seq, type, entity_type, entity_id, from_state, to_state,
+	actor, data, created_at, prev_hash, hash, format, row_digests) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`)
+	moveHeadSQL        = declare(`UPDATE runs SET event_seq = ?, event_hash = ? WHERE id = ? AND event_seq = ?`)
+	upsertSignatureSQL = declare(`INSERT INTO chain_signatures (run_id, seq, hash, signed_at, key_id, signature)
+	VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (run_id) DO UPDATE SET seq = excluded.seq, hash = excluded.hash,
+	signed_at = excluded.signed_at, key_id = excluded.key_id, signature = excluded.signature`)
+)
+
+func (t *tx) InsertRun(_ context.Context, r *ledger.Run) error {
+	row, b := runRowOf(r), budgetRowOf(r)
+	if _, err := t.exec(insertRunSQL, row.ID, row.Tenant, row.IdempotencyKey, row.RequestDigest, row.SubmittedBy, row.Agent,
+		row.Input, row.State, row.StopReason, row.Version, row.EventSeq, row.EventHash, row.CreatedAt, row.UpdatedAt); err != nil {
+		return translate(err)
+	}
+	_, err := t.exec(insertBudgetSQL, b.RunID, b.MaxAttemptsPerAction, b.MaxAttemptsPerRun, b.MaxExecutionUs, b.MaxSteps,
+		b.MaxTokens, b.DeadlineAt, b.AttemptsUsed, b.ExecutionUsedUs, b.StepsUsed, b.TokensUsed, b.TokensUnavailable, b.Version)
+	return translate(err)
+}
+
+func (t *tx) MoveRun(_ context.Context, id ledger.RunID, from, to ledger.RunState, reason ledger.StopReason, at time.Time) (*ledger.Run, bool, error) {
+	var row runRow
+	ok, err := t.moved(moveRunSQL, func(rows *sql.Rows) error { return rows.Scan(row.contentTargets()...) },
+		string(to), strPtr(string(reason)), micros(at), string(id), string(from))
+	if !ok || err != nil {
+		return nil, false, err
+	}
+	return row.toRun(nil), true, nil
+}
+
+func (t *tx) budget(st *stmt, args ...any) (*ledger.Budget, bool, error) {
+	var b budgetRow
+	ok, err := t.moved(st, func(rows *sql.Rows) error { return rows.Scan(b.targets()...) }, args...)
+	if !ok || err != nil {
+		return nil, false, err
+	}
+	out := b.toBudget(0)
+	return &out, true, nil
+}
+
+func (t *tx) AddUsage(_ context.Context, run ledger.RunID, u ledger.BudgetUsage) (*ledger.Budget, bool, error) {
+	// The guard keeps the sums inside int64: SQLite would silently turn an
+	// overflowing INTEGER into a REAL.
+	exec := u.Execution.Microseconds()
+	return t.budget(addUsageSQL, u.Steps, u.Tokens, exec, u.TokensUnavailable,
+		string(run), math.MaxInt64-u.Steps, math.MaxInt64-u.Tokens, math.MaxInt64-exec)
+}
+
+func (t *tx) CountAttempt(_ context.Context, run ledger.RunID) error {
+	_, err := t.exec(countAttemptSQL, string(run))
+	return translate(err)
+}
+
+func (t *tx) SpendExecution(_ context.Context, run ledger.RunID, d time.Duration) (*ledger.Budget, error) {
+	b, ok, err := t.budget(spendExecutionSQL, d.Microseconds(), string(run))
+	if err == nil && !ok {
+		err = ledger.Errorf(ledger.CodeNotFound, "budget of run %s not found", run)
+	}
+	return b, err
+}
+
+func (t *tx) InsertAction(_ context.Context, a *ledger.Action) error {
+	row := actionRowOf(a)
+	_, err := t.exec(insertActionSQL, row.ID, row.RunID, row.Tenant, row.Seq, row.IdempotencyKey, row.Tool,
+		row.ToolVersion, row.Effect, row.Arguments, row.ActionDigest, row.DedupKey, row.Supersedes, row.State,
+		row.AttemptCount, row.Version, row.CreatedAt, row.UpdatedAt, row.GateDecision, row.GateRule, row.GateReason,
+		row.RulesDigest)
+	return translate(err)
+}
+
+func (t *tx) MoveAction(_ context.Context, id ledger.ActionID, from, to ledger.ActionState, attemptCount int64, at time.Time) (*ledger.Action, bool, error) {
+	var row actionRow
+	ok, err := t.moved(moveActionSQL, func(rows *sql.Rows) error { return scanAction(rows, &row) },
+		string(to), micros(at), attemptCount, string(id), string(from))
+	if !ok || err != nil {
+		return nil, false, err
+	}
+	return row.toAction(), true, nil
+}
+
+func (t *tx) InsertAttempt(_ context.Context, a *ledger.Attempt) error {
+	_, err := t.exec(insertAttemptSQL, string(a.ID), string(a.ActionID), string(a.RunID), a.No, string(a.Status),
+		string(a.Effect), a.Version, micros(a.StartedAt))
+	return translate(err)
+}
+
+func (t *tx) FinishAttempt(_ context.Context, a *ledger.Attempt) (bool, error) {
+	var errJSON *string
+	if a.Error != nil {
+		b, err := json.Marshal(a.Error)
+		if err != nil {
+			return false, ledger.Errorf(ledger.CodeInvalid, "attempt error: %w", err)
+		}
+		errJSON = rawPtr(b)
+	}
+	var finished *int64
+	if a.FinishedAt != nil {
+		us := micros(*a.FinishedAt)
+		finished = &us
+	}
+	return t.execOne(finishAttemptSQL, string(a.Status), rawPtr(a.Result), errJSON, finished, string(a.ID))
+}
+
+func (t *tx) SetAttemptEffect(_ context.Context, id ledger.AttemptID, effect ledger.EffectFact, by ledger.ObservationID) (bool, error) {
+	return t.execOne(setEffectSQL, string(effect), string(by), string(id))
+}
+
+func (t *tx) InsertObservation(_ context.Context, o *ledger.Observation) error {
+	_, err := t.exec(insertObservationSQL, string(o.ID), string(o.RunID), string(o.ActionID), strPtr(string(o.AttemptID)),
+		string(o.Source), string(o.Effect), rawPtr(o.Detail), micros(o.ObservedAt))
+	return translate(err)
+}
+
+func (t *tx) InsertApproval(_ context.Context, a *ledger.Approval) error {
+	r := approvalRowOf(a)
+	_, err := t.exec(insertApprovalSQL, r.ID, r.ActionID, r.RunID, r.Tenant, r.ActionDigest, r.State, r.DecidedBy, r.Reason,
+		r.Version, r.RequestedAt, r.ExpiresAt, r.DecidedAt)
+	return translate(err)
+}
+
+func (t *tx) MoveApproval(_ context.Context, id ledger.ApprovalID, from, to ledger.ApprovalState, at time.Time, reason, decidedBy string) (*ledger.Approval, bool, error) {
+	var row approvalRow
+	ok, err := t.moved(moveApprovalSQL, func(rows *sql.Rows) error { return rows.Scan(row.targets()...) },
+		string(to), micros(at), strPtr(reason), strPtr(decidedBy), string(id), string(from))
+	if !ok || err != nil {
+		return nil, false, err
+	}
+	return row.toApproval(), true, nil
+}
+
+func (t *tx) InsertCancellation(_ context.Context, c *ledger.Cancellation) error {
+	row := cancellationRowOf(c)
+	return translate(t.c.db.Create(&row).Error)
+}
+
+// cancellationTimeColumn is the column that records when each fact became
+// true.
+var cancellationTimeColumn = map[ledger.CancellationState]string{
+	ledger.CancelAccepted: "accepted_at",
+	ledger.CancelStopping: "stopping_at",
+	ledger.CancelStopped:  "stopped_at",
+	ledger.CancelTooLate:  "too_late_at",
+}
+
+func (t *tx) MoveCancellation(_ context.Context, run ledger.RunID, from, to ledger.CancellationState, at time.Time) (bool, error) {
+	col, ok := cancellationTimeColumn[to]
+	if !ok {
+		return false, ledger.Errorf(ledger.CodeInvalid, "a cancellation does not move to %s", to)
+	}
+	res := t.c.db.Model(&cancellationRow{}).Where("run_id = ? AND state = ?", string(run), string(from)).
+		Updates(map[string]any{"state": string(to), col: micros(at), "version": gorm.Expr("version + 1")})
+	if res.Error != nil {
+		return false, translate(res.Error)
+	}
+	return res.RowsAffected > 0, nil
+}
+
+func (t *tx) InsertAttemptLease(_ context.Context, l *ledger.AttemptLease) error {
+	row := leaseRowOf(l)
+	return translate(t.c.db.Create(&row).Error)
+}
+
+func (t *tx) UpdateAttemptLease(_ context.Context, l *ledger.AttemptLease) error {
+	row := leaseRowOf(l)
+	return translate(t.c.db.Model(&leaseRow{}).Where("attempt_id = ?", row.AttemptID).
+		Updates(map[string]any{"lease_until": row.LeaseUntil, "heartbeats": row.Heartbeats, "progress": row.Progress,
+			"outcome_digest": row.OutcomeDigest, "outcome": row.Outcome}).Error)
+}
+
+func (t *tx) PutAgentDecision(_ context.Context, d *ledger.AgentDecision) error {
+	row := agentDecisionRow{ActionID: string(d.ActionID), DecisionID: d.DecisionID, Kind: d.Kind, Answered: d.Answered,
+		DecidedAt: micros(d.DecidedAt)}
+	return translate(t.c.db.Save(&row).Error)
+}
+
+func (t *tx) AnswerAgentDecision(_ context.Context, action ledger.ActionID, id string) (bool, error) {
+	res := t.c.db.Model(&agentDecisionRow{}).Where("action_id = ? AND decision_id = ? AND answered = ?", string(action), id, false).
+		Update("answered", true)
+	if res.Error != nil {
+		return false, translate(res.Error)
+	}
+	return res.RowsAffected == 1, nil
+}
+
+func (t *tx) InsertEvent(_ context.Context, e *ledger.Event) error {
+	_, err := t.exec(insertEventSQL, string(e.ID), string(e.RunID), e.Seq, e.Type, e.EntityType, e.EntityID,
+		e.FromState, e.ToState, e.Actor, rawPtr(e.Data), micros(e.CreatedAt), e.PrevHash, e.Hash, e.Format, rawPtr(e.Rows))
+	return translate(err)
+}
+
+func (t *tx) MoveChainHead(_ context.Context, run ledger.RunID, fromSeq, seq int64, hash string) (bool, error) {
+	return t.execOne(moveHeadSQL, seq, hash, string(run), fromSeq)
+}
+
+func (t *tx) PutSignature(_ context.Context, h *ledger.HeadSignature) error {
+	_, err := t.exec(upsertSignatureSQL, string(h.RunID), h.Seq, h.Hash, micros(h.SignedAt), h.KeyID,
+		base64.StdEncoding.EncodeToString(h.Signature))
+	return translate(err)
+}
