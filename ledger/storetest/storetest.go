@@ -1,0 +1,228 @@
+// Package storetest is the conformance suite of ledger.Store: the tests
+// every storage driver must pass, so that a second driver is proven by the
+// same tests as the first. It is for tests only.
+//
+// A driver author runs it from a test of the driver's package:
+//
+//	func TestConformance(t *testing.T) {
+//		storetest.Run(t, storetest.Harness{Name: "mydriver", Open: open})
+//	}
+//
+// where open makes a new, empty database for each call (a file in
+// tb.TempDir(), a fresh PostgreSQL database or schema), opens a Store on it
+// with the Options it is given, and returns the Store and a DB: a second
+// handle on the same database for the tests that restart a Store, open
+// several on one database, or tamper with rows behind the Store's back.
+// Everything open is closed, and the database dropped if it needs
+// dropping, when tb ends (tb.Cleanup).
+//
+// The suite talks to the Store only through the ledger.Store interface.
+// The raw SQL it runs through DB.SQL is portable: standard SQL with ?
+// placeholders (GORM rewrites them for the dialect) over the table and
+// column names of the ledger's schema, which every driver keeps. The
+// little that is dialect-specific is behind DB's functions.
+//
+// A driver conforms only if the whole suite passes. There are no per-driver
+// skips: a test that cannot hold for a driver is a question about the
+// Store's contract, to be settled in ledger.Store's documentation and then
+// here, for every driver, with the reason written beside the test.
+package storetest
+
+import (
+	"context"
+	"crypto/ed25519"
+	"testing"
+	"time"
+
+	"gorm.io/gorm"
+
+	"github.com/actionledger/ledger/ledger"
+	"github.com/actionledger/ledger/ledger/ledgertest"
+)
+
+// Harness is what a driver supplies to run the suite.
+type Harness struct {
+	// Name names the driver in messages ("sqlite", "postgres").
+	Name string
+	// Open makes a new, empty database, opens a Store on it with opts and
+	// returns the Store and a handle on the same database; both are closed,
+	// and the database removed, when tb ends. An error opening the Store is
+	// returned as the Store returned it (a *ledger.Error): the suite checks
+	// some of them. The suite may Close the Store itself before tb ends;
+	// the cleanup's second Close must not panic (its error is ignored).
+	Open func(tb testing.TB, opts Options) (ledger.Store, DB, error)
+	// PropertySteps bounds the operations of one iteration of the property
+	// test (TestConformance/InvariantsProperty); 0 means 50. A driver
+	// whose round trips make the default too slow under -race may lower
+	// it. The number of iterations is rapid's (-rapid.checks, 100 by
+	// default), the same for every driver.
+	PropertySteps int
+}
+
+// Options are what the suite asks of a Store it opens. Zero fields mean
+// the driver's defaults.
+type Options struct {
+	// Now is the Store's clock; the suite passes a fake one it moves.
+	Now func() time.Time
+	// NewID makes identifiers; nil means the driver's default (prefixed
+	// ULIDs), which several Stores on one database must not collide on.
+	NewID ledger.NewIDFunc
+	// SigningKey, if set, signs each run's chain head (ledger's
+	// signing.go); a malformed one must be refused with CodeInvalid.
+	SigningKey ed25519.PrivateKey
+}
+
+// DB is the database a Store of the suite runs on, for what the Store's
+// methods cannot do.
+type DB struct {
+	// SQL is a GORM handle on the same database, opened beside the Store
+	// (not one of its connections), closed when the test ends. Through it
+	// the suite writes rows as someone with database access could, and
+	// reads them raw. It should log nothing (logger.Discard): the suite
+	// runs statements that must fail.
+	SQL *gorm.DB
+	// Open opens another Store on the same database with opts, as a
+	// restarted or second process would, and closes it when tb ends.
+	Open func(tb testing.TB, opts Options) (ledger.Store, error)
+	// DropAppendOnly removes whatever makes the database refuse UPDATE and
+	// DELETE on events and observations (SQLite: the triggers
+	// events_no_update, events_no_delete, observations_no_update and
+	// observations_no_delete), as someone with write access to the
+	// database could. The tamper tests call it, edit rows through SQL and
+	// expect the hash chain to catch the edit. Until it is called, such an
+	// UPDATE or DELETE must fail with an error that says "append-only".
+	DropAppendOnly func(ctx context.Context) error
+}
+
+// test is one conformance test.
+type test struct {
+	name string
+	run  func(t *testing.T, h Harness)
+}
+
+// tests are the suite, in the order Run runs them.
+var tests = []test{
+	{"SubmitRun", testSubmitRun},
+	{"SubmitRunRace", testSubmitRunRace},
+	{"SubmitRequestIdentity", testSubmitRequestIdentity},
+	{"SubmitPendingApprovalsCap", testSubmitPendingApprovalsCap},
+	{"CreateAction", testCreateAction},
+	{"CreateActionAndStart", testCreateActionAndStart},
+	{"CreateActionGateAudit", testCreateActionGateAudit},
+	{"DecideApproval", testDecideApproval},
+	{"Attempts", testAttempts},
+	{"StoreRunTransitions", testStoreRunTransitions},
+	{"StoreActionTransitions", testStoreActionTransitions},
+	{"StoreAttemptTransitions", testStoreAttemptTransitions},
+	{"StoreApprovalTransitions", testStoreApprovalTransitions},
+	{"StoreCancellationTransitions", testStoreCancellationTransitions},
+	{"RequestCancel", testRequestCancel},
+	{"SettleCancellations", testSettleCancellations},
+	{"RecordRecovery", testRecordRecovery},
+	{"FindRecoveryFacts", testFindRecoveryFacts},
+	{"CountByState", testCountByState},
+	{"Regressions", testRegressions},
+	{"SettleReviewIsOneTransaction", testSettleReviewIsOneTransaction},
+}
+
+// Run runs every conformance test against the driver h as a subtest of t.
+// The driver conforms if all of them pass.
+func Run(t *testing.T, h Harness) {
+	t.Helper()
+	if h.Open == nil {
+		t.Fatalf("storetest: harness %q has no Open", h.Name)
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) { tc.run(t, h) })
+	}
+}
+
+// bundle is a Store opened by the harness, with its clock and database.
+type bundle struct {
+	Store ledger.Store
+	Clock *ledgertest.Clock
+	DB    DB
+}
+
+// openStore opens a Store on a new database with a fake clock and the
+// driver's ids.
+func openStore(t testing.TB, h Harness) *bundle {
+	t.Helper()
+	return openWith(t, h, Options{}, ledgertest.NewClock())
+}
+
+// openWith opens a Store on a new database with opts, whose clock is set
+// to clock's.
+func openWith(t testing.TB, h Harness, opts Options, clock *ledgertest.Clock) *bundle {
+	t.Helper()
+	opts.Now = clock.Now
+	s, db, err := h.Open(t, opts)
+	if err != nil {
+		t.Fatalf("%s: open store: %v", h.Name, err)
+	}
+	return &bundle{Store: s, Clock: clock, DB: db}
+}
+
+// reopen opens another Store on b's database, on b's clock, with the
+// driver's ids (so the two never collide).
+func (b *bundle) reopen(t testing.TB, opts Options) ledger.Store {
+	t.Helper()
+	opts.Now = b.Clock.Now
+	s, err := b.DB.Open(t, opts)
+	if err != nil {
+		t.Fatalf("reopen store: %v", err)
+	}
+	return s
+}
+
+// SubmitRun submits a run with a fresh key and default content.
+func (b *bundle) SubmitRun(t testing.TB, key string, budgets ledger.BudgetLimits) *ledger.Run {
+	t.Helper()
+	return ledgertest.SubmitRun(t, b.Store, key, budgets)
+}
+
+// RunningRun submits a run and moves it to running.
+func (b *bundle) RunningRun(t testing.TB, key string, budgets ledger.BudgetLimits) *ledger.Run {
+	t.Helper()
+	return ledgertest.RunningRun(t, b.Store, key, budgets)
+}
+
+// Action records a cards.write action on run with the given gate.
+func (b *bundle) Action(t testing.TB, run ledger.RunID, key string, gate ledger.ActionState) ledger.CreateActionResult {
+	t.Helper()
+	return ledgertest.Action(t, b.Store, run, key, gate)
+}
+
+// exec runs q on db, failing the test if it fails.
+func exec(t testing.TB, db DB, q string, args ...any) {
+	t.Helper()
+	if err := db.SQL.Exec(q, args...).Error; err != nil {
+		t.Fatalf("%s: %v", q, err)
+	}
+}
+
+// LegacyCancellation writes, with SQL beside the Store, the row an older
+// build could leave behind: a cancellation of run in state (requested,
+// accepted or stopping) whatever the run's state, with no event, as when
+// its three separate writes were interrupted or raced by the run's end.
+// Its times are the run's updated_at, copied in SQL so that the statement
+// does not depend on how a driver stores time. It returns the
+// cancellation's id.
+func (b *bundle) LegacyCancellation(t testing.TB, run ledger.RunID, state ledger.CancellationState) ledger.CancellationID {
+	t.Helper()
+	cols, vals := "requested_at", "updated_at"
+	switch state {
+	case ledger.CancelRequested:
+	case ledger.CancelAccepted:
+		cols, vals = cols+", accepted_at", vals+", updated_at"
+	case ledger.CancelStopping:
+		cols, vals = cols+", accepted_at, stopping_at", vals+", updated_at, updated_at"
+	default:
+		t.Fatalf("legacy cancellation: %s is not a state an older build left behind", state)
+	}
+	id := ledger.NewULIDFunc(b.Clock.Now)(ledger.PrefixCancellation)
+	exec(t, b.DB, `INSERT INTO cancellations (id, run_id, tenant, state, requested_by, reason, version, `+cols+`)
+		SELECT ?, id, tenant, ?, 'alice', 'stop it', 1, `+vals+` FROM runs WHERE id = ?`,
+		id, string(state), string(run))
+	return ledger.CancellationID(id)
+}
