@@ -132,6 +132,7 @@ var tests = []test{
 	{"CountByState", testCountByState},
 	{"Regressions", testRegressions},
 	{"SettleReviewIsOneTransaction", testSettleReviewIsOneTransaction},
+	{"InvariantsProperty", testInvariantsProperty},
 }
 
 // Run runs every conformance test against the driver h as a subtest of t.
