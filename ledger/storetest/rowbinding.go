@@ -4,6 +4,8 @@ import (
 	"context"
 	"crypto/ed25519"
 	"crypto/rand"
+	"encoding/base64"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"strings"
@@ -372,4 +374,26 @@ func testSignedHeads(t *testing.T, h Harness) {
 		require.ErrorIs(t, err, ledger.ErrInvalid)
 		require.Contains(t, err.Error(), "is not signed")
 	})
+}
+
+// testSigningKeyNotStored: the signing key stays in the process. Once a
+// store with a key has signed heads, no column of the database holds the
+// key, or its seed, in any encoding it could plausibly be written in;
+// its id, the check's control, is stored with the signatures.
+func testSigningKeyNotStored(t *testing.T, h Harness) {
+	pub, key, err := ed25519.GenerateKey(rand.Reader)
+	require.NoError(t, err)
+	f := openRowsFixture(t, h, Options{SigningKey: key})
+	require.NotEmpty(t, columnsHolding(t, f.db, ledger.SigningKeyID(pub)), "the key's id is stored with its signatures")
+	encodings := map[string]func([]byte) string{
+		"raw":       func(b []byte) string { return string(b) },
+		"hex":       hex.EncodeToString,
+		"base64":    base64.RawStdEncoding.EncodeToString,
+		"base64url": base64.RawURLEncoding.EncodeToString,
+	}
+	for name, encode := range encodings {
+		for part, secret := range map[string][]byte{"seed": key.Seed(), "key": key} {
+			require.Empty(t, columnsHolding(t, f.db, encode(secret)), "the %s %s is stored", name, part)
+		}
+	}
 }

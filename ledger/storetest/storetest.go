@@ -31,11 +31,16 @@ package storetest
 import (
 	"context"
 	"crypto/ed25519"
+	"fmt"
 	"reflect"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/require"
 	"gorm.io/gorm"
+	"gorm.io/gorm/clause"
 
 	"github.com/actionledger/ledger/ledger"
 	"github.com/actionledger/ledger/ledger/ledgertest"
@@ -129,6 +134,7 @@ var tests = []test{
 	{"VerifyChainLegacyRows", testVerifyChainLegacyRows},
 	{"EventBindsRowsInItsHash", testEventBindsRowsInItsHash},
 	{"SignedHeads", testSignedHeads},
+	{"SigningKeyNotStored", testSigningKeyNotStored},
 	{"CountByState", testCountByState},
 	{"Regressions", testRegressions},
 	{"SettleReviewIsOneTransaction", testSettleReviewIsOneTransaction},
@@ -244,4 +250,47 @@ func (b *bundle) LegacyCancellation(t testing.TB, run ledger.RunID, state ledger
 		SELECT ?, id, tenant, ?, 'alice', 'stop it', 1, `+vals+` FROM runs WHERE id = ?`,
 		id, string(state), string(run))
 	return ledger.CancellationID(id)
+}
+
+// columnsHolding returns every table.column of db (sorted) that holds s
+// in some row, whatever wrote it. Tables are listed by GORM's migrator,
+// which knows each dialect's catalogue.
+func columnsHolding(t testing.TB, db DB, s string) []string {
+	t.Helper()
+	tables, err := db.SQL.Migrator().GetTables()
+	require.NoError(t, err)
+	require.Contains(t, tables, "events")
+	var found []string
+	for _, table := range tables {
+		rows, err := db.SQL.Raw("SELECT * FROM ?", clause.Table{Name: table}).Rows()
+		require.NoError(t, err)
+		cols, err := rows.Columns()
+		require.NoError(t, err)
+		for rows.Next() {
+			vals := make([]any, len(cols))
+			ptrs := make([]any, len(cols))
+			for i := range vals {
+				ptrs[i] = &vals[i]
+			}
+			require.NoError(t, rows.Scan(ptrs...))
+			for i, v := range vals {
+				var text string
+				switch x := v.(type) {
+				case []byte:
+					text = string(x)
+				case string:
+					text = x
+				default:
+					text = fmt.Sprint(x)
+				}
+				if col := table + "." + cols[i]; strings.Contains(text, s) && !slices.Contains(found, col) {
+					found = append(found, col)
+				}
+			}
+		}
+		require.NoError(t, rows.Err())
+		require.NoError(t, rows.Close())
+	}
+	slices.Sort(found)
+	return found
 }
