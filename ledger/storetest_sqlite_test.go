@@ -2,6 +2,7 @@ package ledger_test
 
 import (
 	"context"
+	"database/sql"
 	"path/filepath"
 	"testing"
 
@@ -17,7 +18,9 @@ import (
 // store.
 func TestConformance(t *testing.T) { storetest.Run(t, sqliteHarness) }
 
-// sqliteHarness opens each Store on a new file in the test's TempDir.
+// sqliteHarness opens each Store on a new file in the test's TempDir, and
+// a GORM handle on the same file, with foreign keys on, for the suite's
+// SQL.
 var sqliteHarness = storetest.Harness{
 	Name: "sqlite",
 	Open: func(tb testing.TB, opts storetest.Options) (ledger.Store, storetest.DB, error) {
@@ -37,8 +40,14 @@ var sqliteHarness = storetest.Harness{
 			}
 		})
 		return s, storetest.DB{
-			SQL:  raw,
 			Open: func(tb testing.TB, opts storetest.Options) (ledger.Store, error) { return openSQLite(tb, path, opts) },
+			Exec: func(ctx context.Context, q string, args ...any) error {
+				return raw.WithContext(ctx).Exec(q, args...).Error
+			},
+			Query: func(ctx context.Context, q string, args ...any) (*sql.Rows, error) {
+				return raw.WithContext(ctx).Raw(q, args...).Rows()
+			},
+			Tables: func(ctx context.Context) ([]string, error) { return raw.WithContext(ctx).Migrator().GetTables() },
 			DropAppendOnly: func(ctx context.Context) error {
 				for _, trigger := range []string{"events_no_update", "events_no_delete", "observations_no_update", "observations_no_delete"} {
 					if err := raw.WithContext(ctx).Exec("DROP TRIGGER " + trigger).Error; err != nil {

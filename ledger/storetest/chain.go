@@ -52,11 +52,12 @@ func dropAppendOnly(t *testing.T, db DB) {
 
 func testEventsAppendOnly(t *testing.T, h Harness) {
 	_, run, db := chainFixture(t, h)
-	err := db.SQL.Exec(`UPDATE events SET actor = 'mallory' WHERE run_id = ? AND seq = 2`, string(run.ID)).Error
+	ctx := context.Background()
+	err := db.Exec(ctx, `UPDATE events SET actor = 'mallory' WHERE run_id = ? AND seq = 2`, string(run.ID))
 	require.ErrorContains(t, err, "append-only")
-	err = db.SQL.Exec(`DELETE FROM events WHERE run_id = ?`, string(run.ID)).Error
+	err = db.Exec(ctx, `DELETE FROM events WHERE run_id = ?`, string(run.ID))
 	require.ErrorContains(t, err, "append-only")
-	err = db.SQL.Exec(`DELETE FROM observations`).Error
+	err = db.Exec(ctx, `DELETE FROM observations`)
 	require.ErrorContains(t, err, "append-only")
 }
 

@@ -1,36 +1,9 @@
-// Package storetest is the conformance suite of ledger.Store: the tests
-// every storage driver must pass, so that a second driver is proven by the
-// same tests as the first. It is for tests only.
-//
-// A driver author runs it from a test of the driver's package:
-//
-//	func TestConformance(t *testing.T) {
-//		storetest.Run(t, storetest.Harness{Name: "mydriver", Open: open})
-//	}
-//
-// where open makes a new, empty database for each call (a file in
-// tb.TempDir(), a fresh PostgreSQL database or schema), opens a Store on it
-// with the Options it is given, and returns the Store and a DB: a second
-// handle on the same database for the tests that restart a Store, open
-// several on one database, or tamper with rows behind the Store's back.
-// Everything open is closed, and the database dropped if it needs
-// dropping, when tb ends (tb.Cleanup).
-//
-// The suite talks to the Store only through the ledger.Store interface.
-// The raw SQL it runs through DB.SQL is portable: standard SQL with ?
-// placeholders (GORM rewrites them for the dialect) over the table and
-// column names of the ledger's schema, which every driver keeps. The
-// little that is dialect-specific is behind DB's functions.
-//
-// A driver conforms only if the whole suite passes. There are no per-driver
-// skips: a test that cannot hold for a driver is a question about the
-// Store's contract, to be settled in ledger.Store's documentation and then
-// here, for every driver, with the reason written beside the test.
 package storetest
 
 import (
 	"context"
 	"crypto/ed25519"
+	"database/sql"
 	"fmt"
 	"reflect"
 	"slices"
@@ -39,8 +12,6 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
-	"gorm.io/gorm"
-	"gorm.io/gorm/clause"
 
 	"github.com/actionledger/ledger/ledger"
 	"github.com/actionledger/ledger/ledger/ledgertest"
@@ -79,22 +50,27 @@ type Options struct {
 }
 
 // DB is the database a Store of the suite runs on, for what the Store's
-// methods cannot do.
+// methods cannot do: another Store on the same database, and SQL beside
+// the Store, as someone with database access could run it. Exec, Query,
+// Tables and DropAppendOnly run on a connection of their own, not one of
+// the Store's, closed when the test ends.
 type DB struct {
-	// SQL is a GORM handle on the same database, opened beside the Store
-	// (not one of its connections), closed when the test ends. Through it
-	// the suite writes rows as someone with database access could, and
-	// reads them raw. It should log nothing (logger.Discard): the suite
-	// runs statements that must fail.
-	SQL *gorm.DB
 	// Open opens another Store on the same database with opts, as a
 	// restarted or second process would, and closes it when tb ends.
 	Open func(tb testing.TB, opts Options) (ledger.Store, error)
+	// Exec runs one statement written with ? placeholders.
+	Exec func(ctx context.Context, query string, args ...any) error
+	// Query runs a query written with ? placeholders; the caller closes
+	// the rows.
+	Query func(ctx context.Context, query string, args ...any) (*sql.Rows, error)
+	// Tables lists every table of the database (GORM:
+	// Migrator().GetTables()).
+	Tables func(ctx context.Context) ([]string, error)
 	// DropAppendOnly removes whatever makes the database refuse UPDATE and
 	// DELETE on events and observations (SQLite: the triggers
 	// events_no_update, events_no_delete, observations_no_update and
 	// observations_no_delete), as someone with write access to the
-	// database could. The tamper tests call it, edit rows through SQL and
+	// database could. The tamper tests call it, edit rows through Exec and
 	// expect the hash chain to catch the edit. Until it is called, such an
 	// UPDATE or DELETE must fail with an error that says "append-only".
 	DropAppendOnly func(ctx context.Context) error
@@ -221,7 +197,7 @@ func exec(t testing.TB, db DB, q string, args ...any) {
 			plain[i] = v.String()
 		}
 	}
-	if err := db.SQL.Exec(q, plain...).Error; err != nil {
+	if err := db.Exec(context.Background(), q, plain...); err != nil {
 		t.Fatalf("%s: %v", q, err)
 	}
 }
@@ -253,16 +229,16 @@ func (b *bundle) LegacyCancellation(t testing.TB, run ledger.RunID, state ledger
 }
 
 // columnsHolding returns every table.column of db (sorted) that holds s
-// in some row, whatever wrote it. Tables are listed by GORM's migrator,
-// which knows each dialect's catalogue.
+// in some row, whatever wrote it.
 func columnsHolding(t testing.TB, db DB, s string) []string {
 	t.Helper()
-	tables, err := db.SQL.Migrator().GetTables()
+	ctx := context.Background()
+	tables, err := db.Tables(ctx)
 	require.NoError(t, err)
 	require.Contains(t, tables, "events")
 	var found []string
 	for _, table := range tables {
-		rows, err := db.SQL.Raw("SELECT * FROM ?", clause.Table{Name: table}).Rows()
+		rows, err := db.Query(ctx, `SELECT * FROM "`+strings.ReplaceAll(table, `"`, `""`)+`"`)
 		require.NoError(t, err)
 		cols, err := rows.Columns()
 		require.NoError(t, err)
