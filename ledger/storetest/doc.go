@@ -29,7 +29,7 @@
 //		}, nil
 //	}
 //
-// ledger's storetest_sqlite_test.go is the harness of the SQLite store.
+// The SQLite store's TestConformance is a complete harness.
 //
 // The suite talks to the Store only through the ledger.Store interface.
 // The raw SQL it runs through DB.Exec and DB.Query is portable: standard
