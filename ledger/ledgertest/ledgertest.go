@@ -1,5 +1,6 @@
 // Package ledgertest opens real Stores on SQLite files in t.TempDir() and
-// provides a fake clock, sequential ids and fixtures for tests. It is for
+// provides a fake clock, sequential ids and fixtures for tests; the fixtures
+// (SubmitRun, RunningRun, Action) also work on any ledger.Store. It is for
 // tests only.
 package ledgertest
 
@@ -103,7 +104,26 @@ func openStore(tb testing.TB, cfg sqlite.Config, clock *Clock) *Bundle {
 // SubmitRun submits a run with a fresh key and default content.
 func (b *Bundle) SubmitRun(tb testing.TB, key string, budgets ledger.BudgetLimits) *ledger.Run {
 	tb.Helper()
-	res, err := b.Store.SubmitRun(context.Background(), ledger.SubmitRunParams{
+	return SubmitRun(tb, b.Store, key, budgets)
+}
+
+// RunningRun submits a run and moves it to running.
+func (b *Bundle) RunningRun(tb testing.TB, key string, budgets ledger.BudgetLimits) *ledger.Run {
+	tb.Helper()
+	return RunningRun(tb, b.Store, key, budgets)
+}
+
+// Action records a cards.write action on run with the given gate.
+func (b *Bundle) Action(tb testing.TB, run ledger.RunID, key string, gate ledger.ActionState) ledger.CreateActionResult {
+	tb.Helper()
+	return Action(tb, b.Store, run, key, gate)
+}
+
+// SubmitRun submits a run to s (tenant acme, principal alice, agent
+// practice-cards) with a fresh key and default content.
+func SubmitRun(tb testing.TB, s ledger.Store, key string, budgets ledger.BudgetLimits) *ledger.Run {
+	tb.Helper()
+	res, err := s.SubmitRun(context.Background(), ledger.SubmitRunParams{
 		Tenant: "acme", IdempotencyKey: key, Principal: "alice", Agent: "practice-cards",
 		Input: json.RawMessage(`{"title":"t","markdown":"# a"}`), Budgets: budgets,
 	})
@@ -113,11 +133,11 @@ func (b *Bundle) SubmitRun(tb testing.TB, key string, budgets ledger.BudgetLimit
 	return res.Run
 }
 
-// RunningRun submits a run and moves it to running.
-func (b *Bundle) RunningRun(tb testing.TB, key string, budgets ledger.BudgetLimits) *ledger.Run {
+// RunningRun submits a run to s and moves it to running.
+func RunningRun(tb testing.TB, s ledger.Store, key string, budgets ledger.BudgetLimits) *ledger.Run {
 	tb.Helper()
-	run := b.SubmitRun(tb, key, budgets)
-	run, err := b.Store.TransitionRun(context.Background(), ledger.RunTransition{
+	run := SubmitRun(tb, s, key, budgets)
+	run, err := s.TransitionRun(context.Background(), ledger.RunTransition{
 		ID: run.ID, From: ledger.RunQueued, To: ledger.RunRunning, Actor: "worker"})
 	if err != nil {
 		tb.Fatalf("run → running: %v", err)
@@ -125,10 +145,11 @@ func (b *Bundle) RunningRun(tb testing.TB, key string, budgets ledger.BudgetLimi
 	return run
 }
 
-// Action records a cards.write action on run with the given gate.
-func (b *Bundle) Action(tb testing.TB, run ledger.RunID, key string, gate ledger.ActionState) ledger.CreateActionResult {
+// Action records on s a cards.write action of run with the given gate
+// (and an approval TTL of one hour).
+func Action(tb testing.TB, s ledger.Store, run ledger.RunID, key string, gate ledger.ActionState) ledger.CreateActionResult {
 	tb.Helper()
-	res, err := b.Store.CreateAction(context.Background(), ledger.CreateActionParams{
+	res, err := s.CreateAction(context.Background(), ledger.CreateActionParams{
 		RunID: run, IdempotencyKey: key, Tool: "cards.write", ToolVersion: "1", Effect: ledger.EffectWrite,
 		Arguments: json.RawMessage(`{"cards":[{"front":"q","back":"a"}]}`), Gate: gate, ApprovalTTL: time.Hour,
 		Actor: "engine",

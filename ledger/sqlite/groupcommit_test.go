@@ -4,11 +4,14 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"path/filepath"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/actionledger/ledger/ledger"
 	"github.com/actionledger/ledger/ledger/ledgertest"
+	"github.com/actionledger/ledger/ledger/sqlite"
 	"github.com/stretchr/testify/require"
 )
 
@@ -153,6 +156,66 @@ func TestCancelledWriteWritesNothing(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, int64(0), got.Budget.Used.Steps)
 	require.Equal(t, run.EventSeq, got.EventSeq)
+}
+
+// TestOnCommit: the hook sees every group commit with its size and a
+// duration on the store's clock, and the writes of a batch add up to the
+// writes made.
+func TestOnCommit(t *testing.T) {
+	ctx := context.Background()
+	clock := ledgertest.NewClock()
+	var (
+		mu    sync.Mutex
+		stats []ledger.CommitStats
+	)
+	s, err := sqlite.OpenStore(ctx, sqlite.Config{Path: filepath.Join(t.TempDir(), "ledger.db"), Now: func() time.Time {
+		// Each reading of the clock moves it on, so a commit's duration
+		// is the number of readings between its start and its end.
+		clock.Advance(time.Millisecond)
+		return clock.Now()
+	}, OnCommit: func(c ledger.CommitStats) {
+		mu.Lock()
+		stats = append(stats, c)
+		mu.Unlock()
+	}})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = s.Close() })
+
+	res, err := s.SubmitRun(ctx, submitParams("k", "t"))
+	require.NoError(t, err)
+	mu.Lock()
+	require.Len(t, stats, 1)
+	require.Equal(t, 1, stats[0].Writes)
+	require.NoError(t, stats[0].Err)
+	require.Positive(t, stats[0].Duration)
+	stats = nil
+	mu.Unlock()
+
+	const n = 50
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	errs := make([]error, n)
+	for i := range n {
+		wg.Go(func() {
+			<-start
+			_, errs[i] = s.AddUsage(ctx, ledger.AddUsageParams{RunID: res.Run.ID, Steps: 1})
+		})
+	}
+	close(start)
+	wg.Wait()
+	for _, err := range errs {
+		require.NoError(t, err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	total := 0
+	for _, c := range stats {
+		require.NoError(t, c.Err)
+		require.GreaterOrEqual(t, c.Writes, 1)
+		require.LessOrEqual(t, c.Writes, 64, "a batch holds at most maxBatch writes")
+		total += c.Writes
+	}
+	require.Equal(t, n, total, "every write is in exactly one reported commit")
 }
 
 func submitParams(key, title string) ledger.SubmitRunParams {

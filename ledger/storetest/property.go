@@ -1,4 +1,4 @@
-package ledger_test
+package storetest
 
 import (
 	"context"
@@ -16,17 +16,20 @@ import (
 	"pgregory.net/rapid"
 
 	"github.com/actionledger/ledger/ledger"
-	"github.com/actionledger/ledger/ledger/ledgertest"
 )
 
-// TestInvariantsProperty drives one store with random sequences of
+// testInvariantsProperty drives one store with random sequences of
 // operations, legal or not, and checks the ledger's invariants against the
 // database after every step. One store serves every rapid iteration (opening
 // a file per iteration is too slow); each iteration works on runs of its own,
 // so their ids and keys never meet (each has its own tenant). Run with
 // -rapid.checks=N to search longer.
-func TestInvariantsProperty(t *testing.T) {
-	b := ledgertest.OpenStore(t)
+func testInvariantsProperty(t *testing.T, h Harness) {
+	b := openStore(t, h)
+	steps := h.PropertySteps
+	if steps <= 0 {
+		steps = defaultPropSteps
+	}
 	stats := map[string]*[2]int{} // operation → {ok, refused}: shows the search is not vacuous
 	iteration := 0
 	rapid.Check(t, func(rt *rapid.T) {
@@ -53,7 +56,7 @@ func TestInvariantsProperty(t *testing.T) {
 			{w.addUsage, w.weight(1, nil, nil)},
 		}
 		w.check(rt)
-		for range rapid.IntRange(1, maxPropSteps).Draw(rt, "steps") {
+		for range rapid.IntRange(1, steps).Draw(rt, "steps") {
 			var deck []int
 			for i, op := range ops {
 				for range op.weight() {
@@ -69,9 +72,11 @@ func TestInvariantsProperty(t *testing.T) {
 	}
 }
 
-// maxPropSteps bounds the operations of one iteration; with rapid's default
-// 100 iterations the property stays within a few seconds under -race.
-const maxPropSteps = 50
+// defaultPropSteps bounds the operations of one iteration unless the
+// harness says otherwise (Harness.PropertySteps); with rapid's default 100
+// iterations the property takes about 3 s on SQLite, 15 s under -race (on
+// two shared cores).
+const defaultPropSteps = 50
 
 // maxPropRuns bounds the runs of one iteration: every step snapshots them
 // all, and a few runs already give replays, cross-run supersedes and
@@ -81,7 +86,7 @@ const maxPropRuns = 3
 // propWorld is what one iteration knows: the runs, actions and attempts it
 // made, the requests it can replay, and the snapshot after the last step.
 type propWorld struct {
-	b      *ledgertest.Bundle
+	b      *bundle
 	ctx    context.Context
 	prefix string
 	seq    int

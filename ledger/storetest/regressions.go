@@ -1,4 +1,4 @@
-package ledger_test
+package storetest
 
 import (
 	"context"
@@ -7,23 +7,22 @@ import (
 	"testing"
 
 	"github.com/actionledger/ledger/ledger"
-	"github.com/actionledger/ledger/ledger/ledgertest"
 	"github.com/stretchr/testify/require"
 )
 
 // Cases found by probing the Store with odd input; each failed once.
-func TestRegressions(t *testing.T) {
+func testRegressions(t *testing.T, h Harness) {
 	ctx := context.Background()
 
 	t.Run("updated_at is the transaction's time, not unix seconds", func(t *testing.T) {
-		b := ledgertest.OpenStore(t)
+		b := openStore(t, h)
 		run := b.RunningRun(t, "k1", ledger.BudgetLimits{})
 		require.Equal(t, b.Clock.Now(), run.UpdatedAt)
 		require.Equal(t, run.CreatedAt, run.UpdatedAt)
 	})
 
 	t.Run("negative budget limits are invalid, not internal", func(t *testing.T) {
-		b := ledgertest.OpenStore(t)
+		b := openStore(t, h)
 		p := submitParams("k1", "t")
 		p.Budgets.MaxAttemptsPerRun = -1
 		_, err := b.Store.SubmitRun(ctx, p)
@@ -31,7 +30,7 @@ func TestRegressions(t *testing.T) {
 	})
 
 	t.Run("control characters in names are invalid, not internal", func(t *testing.T) {
-		b := ledgertest.OpenStore(t)
+		b := openStore(t, h)
 		p := submitParams("k1", "t")
 		p.Tenant = "\x00acme"
 		_, err := b.Store.SubmitRun(ctx, p)
@@ -43,7 +42,7 @@ func TestRegressions(t *testing.T) {
 	})
 
 	t.Run("usage that would overflow is refused and changes nothing", func(t *testing.T) {
-		b := ledgertest.OpenStore(t)
+		b := openStore(t, h)
 		run := b.RunningRun(t, "k1", ledger.BudgetLimits{})
 		_, err := b.Store.AddUsage(ctx, ledger.AddUsageParams{RunID: run.ID, Tokens: math.MaxInt64})
 		require.NoError(t, err)
@@ -55,7 +54,7 @@ func TestRegressions(t *testing.T) {
 	})
 
 	t.Run("no confirmed cancellation while an attempt is in flight", func(t *testing.T) {
-		b := ledgertest.OpenStore(t)
+		b := openStore(t, h)
 		run := b.RunningRun(t, "k1", ledger.BudgetLimits{})
 		a := b.Action(t, run.ID, "step-1", ledger.ActionApproved).Action
 		att, err := b.Store.StartAttempt(ctx, ledger.StartAttemptParams{ActionID: a.ID})
@@ -77,7 +76,7 @@ func TestRegressions(t *testing.T) {
 	})
 
 	t.Run("an invalidated approval also resumes the waiting run", func(t *testing.T) {
-		b := ledgertest.OpenStore(t)
+		b := openStore(t, h)
 		run := b.RunningRun(t, "k1", ledger.BudgetLimits{})
 		a := b.Action(t, run.ID, "step-1", ledger.ActionAwaitingApproval).Action
 		_, err := b.Store.TransitionRun(ctx, ledger.RunTransition{ID: run.ID, From: ledger.RunRunning, To: ledger.RunAwaitingApproval})
@@ -90,11 +89,11 @@ func TestRegressions(t *testing.T) {
 	})
 }
 
-// TestSettleReviewIsOneTransaction: a verdict that cannot be applied leaves
+// testSettleReviewIsOneTransaction: a verdict that cannot be applied leaves
 // no trace, not even its observation.
-func TestSettleReviewIsOneTransaction(t *testing.T) {
+func testSettleReviewIsOneTransaction(t *testing.T, h Harness) {
 	ctx := context.Background()
-	b := ledgertest.OpenStore(t)
+	b := openStore(t, h)
 	run := b.RunningRun(t, "k1", ledger.BudgetLimits{})
 	a := b.Action(t, run.ID, "step-1", ledger.ActionApproved).Action
 	att, err := b.Store.StartAttempt(ctx, ledger.StartAttemptParams{ActionID: a.ID})

@@ -1,4 +1,4 @@
-package ledger_test
+package storetest
 
 import (
 	"context"
@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/actionledger/ledger/ledger"
-	"github.com/actionledger/ledger/ledger/ledgertest"
 	"github.com/stretchr/testify/require"
 )
 
@@ -42,11 +41,11 @@ var reasonFor = map[ledger.RunState]ledger.StopReason{
 	ledger.RunCompleted: ledger.StopCompleted, ledger.RunStopped: ledger.StopUserCancelled, ledger.RunFailed: ledger.StopInternalError,
 }
 
-// TestStoreRunTransitions drives every (from, to) pair of run states through
+// testStoreRunTransitions drives every (from, to) pair of run states through
 // the Store: legal edges commit with their event and a bumped version;
 // illegal ones are refused and change nothing.
-func TestStoreRunTransitions(t *testing.T) {
-	b := ledgertest.OpenStore(t)
+func testStoreRunTransitions(t *testing.T, h Harness) {
+	b := openStore(t, h)
 	ctx := context.Background()
 	legal := func(from, to ledger.RunState) bool {
 		return ledger.ValidateRunTransition(from, to, reasonFor[to]) == nil
@@ -101,7 +100,7 @@ func TestStoreRunTransitions(t *testing.T) {
 // actionFixture is one action in a running run, with what the edge
 // executors need.
 type actionFixture struct {
-	b       *ledgertest.Bundle
+	b       *bundle
 	action  *ledger.Action
 	attempt *ledger.Attempt
 }
@@ -143,8 +142,8 @@ func (f *actionFixture) apply(t *testing.T, from, to ledger.ActionState) error {
 	return err
 }
 
-func TestStoreActionTransitions(t *testing.T) {
-	b := ledgertest.OpenStore(t)
+func testStoreActionTransitions(t *testing.T, h Harness) {
+	b := openStore(t, h)
 	ctx := context.Background()
 	legal := func(from, to ledger.ActionState) bool { return ledger.ValidateActionTransition(from, to) == nil }
 	n := 0
@@ -197,8 +196,8 @@ func TestStoreActionTransitions(t *testing.T) {
 	}
 }
 
-func TestStoreAttemptTransitions(t *testing.T) {
-	b := ledgertest.OpenStore(t)
+func testStoreAttemptTransitions(t *testing.T, h Harness) {
+	b := openStore(t, h)
 	ctx := context.Background()
 	n := 0
 	start := func(t *testing.T) *ledger.Attempt {
@@ -274,8 +273,8 @@ func TestStoreAttemptTransitions(t *testing.T) {
 	}
 }
 
-func TestStoreApprovalTransitions(t *testing.T) {
-	b := ledgertest.OpenStore(t)
+func testStoreApprovalTransitions(t *testing.T, h Harness) {
+	b := openStore(t, h)
 	ctx := context.Background()
 	n := 0
 	// Each way an approval leaves pending, and that nothing moves it again.
@@ -329,8 +328,8 @@ func TestStoreApprovalTransitions(t *testing.T) {
 	}
 }
 
-func TestStoreCancellationTransitions(t *testing.T) {
-	b := ledgertest.OpenStore(t)
+func testStoreCancellationTransitions(t *testing.T, h Harness) {
+	b := openStore(t, h)
 	ctx := context.Background()
 	legal := func(from, to ledger.CancellationState) bool {
 		return ledger.ValidateCancellationTransition(from, to) == nil

@@ -1,4 +1,4 @@
-package ledger_test
+package storetest
 
 import (
 	"context"
@@ -7,11 +7,10 @@ import (
 	"time"
 
 	"github.com/actionledger/ledger/ledger"
-	"github.com/actionledger/ledger/ledger/ledgertest"
 	"github.com/stretchr/testify/require"
 )
 
-func TestCreateAction(t *testing.T) {
+func testCreateAction(t *testing.T, h Harness) {
 	ctx := context.Background()
 	params := func(run ledger.RunID, key, args string) ledger.CreateActionParams {
 		return ledger.CreateActionParams{RunID: run, IdempotencyKey: key, Tool: "cards.write", ToolVersion: "1",
@@ -19,7 +18,7 @@ func TestCreateAction(t *testing.T) {
 	}
 
 	t.Run("OK", func(t *testing.T) {
-		b := ledgertest.OpenStore(t)
+		b := openStore(t, h)
 		run := b.RunningRun(t, "k", ledger.BudgetLimits{})
 		res, err := b.Store.CreateAction(ctx, params(run.ID, "step-1", `{"cards":[]}`))
 		require.NoError(t, err)
@@ -39,7 +38,7 @@ func TestCreateAction(t *testing.T) {
 	})
 
 	t.Run("replayed step returns the action", func(t *testing.T) {
-		b := ledgertest.OpenStore(t)
+		b := openStore(t, h)
 		run := b.RunningRun(t, "k", ledger.BudgetLimits{})
 		first, err := b.Store.CreateAction(ctx, params(run.ID, "step-1", `{"cards":[]}`))
 		require.NoError(t, err)
@@ -56,20 +55,20 @@ func TestCreateAction(t *testing.T) {
 	})
 
 	t.Run("ErrConflict when the run is not running", func(t *testing.T) {
-		b := ledgertest.OpenStore(t)
+		b := openStore(t, h)
 		run := b.SubmitRun(t, "k", ledger.BudgetLimits{})
 		_, err := b.Store.CreateAction(ctx, params(run.ID, "step-1", `{}`))
 		require.ErrorIs(t, err, ledger.ErrConflict)
 	})
 
 	t.Run("ErrNotFound for an unknown run", func(t *testing.T) {
-		b := ledgertest.OpenStore(t)
+		b := openStore(t, h)
 		_, err := b.Store.CreateAction(ctx, params("run_nope", "step-1", `{}`))
 		require.ErrorIs(t, err, ledger.ErrNotFound)
 	})
 
 	t.Run("ErrInvalid", func(t *testing.T) {
-		b := ledgertest.OpenStore(t)
+		b := openStore(t, h)
 		run := b.RunningRun(t, "k", ledger.BudgetLimits{})
 		for name, mut := range map[string]func(p *ledger.CreateActionParams){
 			"arguments not an object": func(p *ledger.CreateActionParams) { p.Arguments = json.RawMessage(`[1]`) },
@@ -91,7 +90,7 @@ func TestCreateAction(t *testing.T) {
 	})
 
 	t.Run("superseding invalidates the pending approval", func(t *testing.T) {
-		b := ledgertest.OpenStore(t)
+		b := openStore(t, h)
 		run := b.RunningRun(t, "k", ledger.BudgetLimits{})
 		old, err := b.Store.CreateAction(ctx, params(run.ID, "step-1", `{"cards":[]}`))
 		require.NoError(t, err)
@@ -119,7 +118,7 @@ func TestCreateAction(t *testing.T) {
 	})
 }
 
-func TestCreateActionAndStart(t *testing.T) {
+func testCreateActionAndStart(t *testing.T, h Harness) {
 	ctx := context.Background()
 	params := func(run ledger.RunID) ledger.CreateActionParams {
 		return ledger.CreateActionParams{RunID: run, IdempotencyKey: "step-1", Tool: "cards.write", ToolVersion: "1",
@@ -128,7 +127,7 @@ func TestCreateActionAndStart(t *testing.T) {
 	}
 
 	t.Run("one transaction records the step, the action and its attempt", func(t *testing.T) {
-		b := ledgertest.OpenStore(t)
+		b := openStore(t, h)
 		run := b.RunningRun(t, "k", ledger.BudgetLimits{})
 		res, err := b.Store.CreateAction(ctx, params(run.ID))
 		require.NoError(t, err)
@@ -154,7 +153,7 @@ func TestCreateActionAndStart(t *testing.T) {
 	})
 
 	t.Run("a refused attempt keeps the recorded action", func(t *testing.T) {
-		b := ledgertest.OpenStore(t)
+		b := openStore(t, h)
 		run := b.RunningRun(t, "k", ledger.BudgetLimits{MaxExecution: time.Second})
 		_, err := b.Store.AddUsage(ctx, ledger.AddUsageParams{RunID: run.ID, Execution: time.Second})
 		require.NoError(t, err)
@@ -172,7 +171,7 @@ func TestCreateActionAndStart(t *testing.T) {
 	})
 
 	t.Run("ErrInvalid without gate approved", func(t *testing.T) {
-		b := ledgertest.OpenStore(t)
+		b := openStore(t, h)
 		run := b.RunningRun(t, "k", ledger.BudgetLimits{})
 		p := params(run.ID)
 		p.Gate = ledger.ActionAwaitingApproval
@@ -181,14 +180,14 @@ func TestCreateActionAndStart(t *testing.T) {
 	})
 }
 
-func TestDecideApproval(t *testing.T) {
+func testDecideApproval(t *testing.T, h Harness) {
 	ctx := context.Background()
-	setup := func(t *testing.T) (*ledgertest.Bundle, *ledger.Run, *ledger.Action) {
-		b := ledgertest.OpenStore(t)
+	setup := func(t *testing.T) (*bundle, *ledger.Run, *ledger.Action) {
+		b := openStore(t, h)
 		run := b.RunningRun(t, "k", ledger.BudgetLimits{})
 		return b, run, b.Action(t, run.ID, "step-1", ledger.ActionAwaitingApproval).Action
 	}
-	decide := func(b *ledgertest.Bundle, a *ledger.Action, d ledger.Digest, dec ledger.ApprovalDecision) (ledger.DecideApprovalResult, error) {
+	decide := func(b *bundle, a *ledger.Action, d ledger.Digest, dec ledger.ApprovalDecision) (ledger.DecideApprovalResult, error) {
 		return b.Store.DecideApproval(ctx, ledger.DecideApprovalParams{ActionID: a.ID, ActionDigest: d, Decision: dec, Principal: "bob", Reason: "looks right"})
 	}
 
@@ -301,11 +300,11 @@ func TestDecideApproval(t *testing.T) {
 	})
 }
 
-func TestAttempts(t *testing.T) {
+func testAttempts(t *testing.T, h Harness) {
 	ctx := context.Background()
 
 	t.Run("approval required", func(t *testing.T) {
-		b := ledgertest.OpenStore(t)
+		b := openStore(t, h)
 		run := b.RunningRun(t, "k", ledger.BudgetLimits{})
 		a := b.Action(t, run.ID, "step-1", ledger.ActionAwaitingApproval).Action
 		_, err := b.Store.StartAttempt(ctx, ledger.StartAttemptParams{ActionID: a.ID})
@@ -316,7 +315,7 @@ func TestAttempts(t *testing.T) {
 	})
 
 	t.Run("retry keeps the dedup key, error round-trips", func(t *testing.T) {
-		b := ledgertest.OpenStore(t)
+		b := openStore(t, h)
 		run := b.RunningRun(t, "k", ledger.BudgetLimits{})
 		a := b.Action(t, run.ID, "step-1", ledger.ActionApproved).Action
 		first, err := b.Store.StartAttempt(ctx, ledger.StartAttemptParams{ActionID: a.ID})
@@ -351,13 +350,11 @@ func TestAttempts(t *testing.T) {
 	})
 
 	t.Run("a 3-attempt budget allows no 4th, across restarts", func(t *testing.T) {
-		path := t.TempDir() + "/ledger.db"
-		clock := ledgertest.NewClock()
-		b := ledgertest.OpenStoreAt(t, path, clock)
+		b := openStore(t, h)
 		run := b.RunningRun(t, "k", ledger.BudgetLimits{MaxAttemptsPerAction: 3})
 		a := b.Action(t, run.ID, "step-1", ledger.ActionApproved).Action
 		for i := range 3 {
-			s := ledgertest.OpenStoreAt(t, path, clock).Store // a restart between every attempt
+			s := b.reopen(t, Options{}) // a restart between every attempt
 			att, err := s.StartAttempt(ctx, ledger.StartAttemptParams{ActionID: a.ID})
 			require.NoError(t, err, "attempt %d", i+1)
 			_, err = s.FinishAttempt(ctx, ledger.FinishAttemptParams{AttemptID: att.ID, Status: ledger.AttemptFailed,
@@ -368,7 +365,7 @@ func TestAttempts(t *testing.T) {
 			require.NoError(t, err)
 			require.NoError(t, s.Close())
 		}
-		s := ledgertest.OpenStoreAt(t, path, clock).Store
+		s := b.reopen(t, Options{})
 		_, err := s.StartAttempt(ctx, ledger.StartAttemptParams{ActionID: a.ID})
 		require.ErrorIs(t, err, ledger.ErrBudgetExceeded)
 		require.Contains(t, err.Error(), "3 of 3")
@@ -378,7 +375,7 @@ func TestAttempts(t *testing.T) {
 	})
 
 	t.Run("run budgets: attempts, execution time, deadline", func(t *testing.T) {
-		b := ledgertest.OpenStore(t)
+		b := openStore(t, h)
 		cases := map[string]struct {
 			limits ledger.BudgetLimits
 			spend  func(s ledger.Store, a *ledger.Action)
@@ -411,7 +408,7 @@ func TestAttempts(t *testing.T) {
 	})
 
 	t.Run("no attempt after a cancel is accepted", func(t *testing.T) {
-		b := ledgertest.OpenStore(t)
+		b := openStore(t, h)
 		run := b.RunningRun(t, "k", ledger.BudgetLimits{})
 		a := b.Action(t, run.ID, "step-1", ledger.ActionApproved).Action
 		res, err := b.Store.RequestCancel(ctx, ledger.RequestCancelParams{RunID: run.ID, Principal: "alice"})
@@ -431,7 +428,7 @@ func TestAttempts(t *testing.T) {
 	})
 
 	t.Run("cancel of a terminal run is refused", func(t *testing.T) {
-		b := ledgertest.OpenStore(t)
+		b := openStore(t, h)
 		run := b.RunningRun(t, "k", ledger.BudgetLimits{})
 		_, err := b.Store.TransitionRun(ctx, ledger.RunTransition{ID: run.ID, From: ledger.RunRunning, To: ledger.RunCompleted, StopReason: ledger.StopCompleted})
 		require.NoError(t, err)
@@ -442,7 +439,7 @@ func TestAttempts(t *testing.T) {
 	})
 
 	t.Run("token accounting unavailable is sticky", func(t *testing.T) {
-		b := ledgertest.OpenStore(t)
+		b := openStore(t, h)
 		run := b.RunningRun(t, "k", ledger.BudgetLimits{MaxTokens: 100})
 		_, err := b.Store.AddUsage(ctx, ledger.AddUsageParams{RunID: run.ID, Steps: 1, Tokens: 10})
 		require.NoError(t, err)

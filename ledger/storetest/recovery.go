@@ -1,4 +1,4 @@
-package ledger_test
+package storetest
 
 import (
 	"context"
@@ -7,13 +7,12 @@ import (
 	"time"
 
 	"github.com/actionledger/ledger/ledger"
-	"github.com/actionledger/ledger/ledger/ledgertest"
 	"github.com/stretchr/testify/require"
 )
 
 // interruptedAction is a running run whose approved action's attempt was
 // started and never finished, as a crash leaves it.
-func interruptedAction(t *testing.T, b *ledgertest.Bundle, key string) (*ledger.Run, *ledger.Action, *ledger.Attempt) {
+func interruptedAction(t *testing.T, b *bundle, key string) (*ledger.Run, *ledger.Action, *ledger.Attempt) {
 	t.Helper()
 	run := b.RunningRun(t, key, ledger.BudgetLimits{})
 	a := b.Action(t, run.ID, "step-1", ledger.ActionApproved).Action
@@ -57,11 +56,11 @@ func eventTypes(t *testing.T, s ledger.Store, run ledger.RunID, skip int) []stri
 	return types
 }
 
-func TestRecordRecovery(t *testing.T) {
+func testRecordRecovery(t *testing.T, h Harness) {
 	ctx := context.Background()
 
 	t.Run("OK decisions, answer and act in one write, in order", func(t *testing.T) {
-		b := ledgertest.OpenStore(t)
+		b := openStore(t, h)
 		run, a, att := interruptedAction(t, b, "k")
 		before, err := b.Store.FindEvents(ctx, run.ID)
 		require.NoError(t, err)
@@ -102,7 +101,7 @@ func TestRecordRecovery(t *testing.T) {
 	})
 
 	t.Run("OK review moves the run", func(t *testing.T) {
-		b := ledgertest.OpenStore(t)
+		b := openStore(t, h)
 		run, a, att := interruptedAction(t, b, "k")
 		_, err := b.Store.RecordRecovery(ctx, ledger.RecordRecoveryParams{ActionID: a.ID, ActionState: ledger.ActionRunning, AttemptID: att.ID,
 			Actor: "recovery", Steps: []ledger.RecoveryStep{decision("review", "effect unknown: a person decides")},
@@ -119,7 +118,7 @@ func TestRecordRecovery(t *testing.T) {
 	})
 
 	t.Run("OK decisions alone change no state", func(t *testing.T) {
-		b := ledgertest.OpenStore(t)
+		b := openStore(t, h)
 		run, a, att := interruptedAction(t, b, "k")
 		before, err := b.Store.FindEvents(ctx, run.ID)
 		require.NoError(t, err)
@@ -135,7 +134,7 @@ func TestRecordRecovery(t *testing.T) {
 
 	// Each case must leave the ledger exactly as it was: no decision, no
 	// observation, no effect, no move.
-	nothingWritten := func(t *testing.T, b *ledgertest.Bundle, run *ledger.Run, a *ledger.Action, events int, actionState ledger.ActionState) {
+	nothingWritten := func(t *testing.T, b *bundle, run *ledger.Run, a *ledger.Action, events int, actionState ledger.ActionState) {
 		t.Helper()
 		got, err := b.Store.FindEvents(ctx, run.ID)
 		require.NoError(t, err)
@@ -155,7 +154,7 @@ func TestRecordRecovery(t *testing.T) {
 	}
 
 	t.Run("ErrConflict the run moved underneath: nothing half-written", func(t *testing.T) {
-		b := ledgertest.OpenStore(t)
+		b := openStore(t, h)
 		run, a, att := interruptedAction(t, b, "k")
 		// Decided while the run was running; it moved before the write.
 		_, err := b.Store.TransitionRun(ctx, ledger.RunTransition{ID: run.ID, From: ledger.RunRunning, To: ledger.RunNeedsReview})
@@ -174,7 +173,7 @@ func TestRecordRecovery(t *testing.T) {
 	})
 
 	t.Run("ErrConflict the action moved underneath", func(t *testing.T) {
-		b := ledgertest.OpenStore(t)
+		b := openStore(t, h)
 		run, a, att := interruptedAction(t, b, "k")
 		_, err := b.Store.FinishAttempt(ctx, ledger.FinishAttemptParams{AttemptID: att.ID, Status: ledger.AttemptUncertain, ActionState: ledger.ActionUncertain})
 		require.NoError(t, err)
@@ -187,7 +186,7 @@ func TestRecordRecovery(t *testing.T) {
 	})
 
 	t.Run("ErrConflict an answer contradicting the established effect", func(t *testing.T) {
-		b := ledgertest.OpenStore(t)
+		b := openStore(t, h)
 		run, a, att := interruptedAction(t, b, "k")
 		_, _, err := b.Store.RecordObservation(ctx, ledger.RecordObservationParams{AttemptID: att.ID, Source: ledger.ObservedResult,
 			Effect: ledger.EffectHappened})
@@ -205,7 +204,7 @@ func TestRecordRecovery(t *testing.T) {
 	})
 
 	t.Run("ErrInvalid malformed passes change nothing", func(t *testing.T) {
-		b := ledgertest.OpenStore(t)
+		b := openStore(t, h)
 		run, a, att := interruptedAction(t, b, "k")
 		events, err := b.Store.FindEvents(ctx, run.ID)
 		require.NoError(t, err)
@@ -235,16 +234,16 @@ func TestRecordRecovery(t *testing.T) {
 	})
 
 	t.Run("ErrNotFound unknown action", func(t *testing.T) {
-		b := ledgertest.OpenStore(t)
+		b := openStore(t, h)
 		_, err := b.Store.RecordRecovery(ctx, ledger.RecordRecoveryParams{ActionID: "act_nope", ActionState: ledger.ActionRunning,
 			Steps: []ledger.RecoveryStep{decision("wait", "w")}})
 		require.ErrorIs(t, err, ledger.ErrNotFound)
 	})
 }
 
-func TestFindRecoveryFacts(t *testing.T) {
+func testFindRecoveryFacts(t *testing.T, h Harness) {
 	ctx := context.Background()
-	b := ledgertest.OpenStore(t)
+	b := openStore(t, h)
 
 	// Run 1: an action on its second attempt; failed queries about both.
 	run1, a1, first := interruptedAction(t, b, "k1")

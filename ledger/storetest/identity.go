@@ -1,4 +1,4 @@
-package ledger_test
+package storetest
 
 import (
 	"context"
@@ -10,7 +10,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/actionledger/ledger/ledger"
-	"github.com/actionledger/ledger/ledger/ledgertest"
 )
 
 func submitAs(principal, key string) ledger.SubmitRunParams {
@@ -18,9 +17,9 @@ func submitAs(principal, key string) ledger.SubmitRunParams {
 		Input: json.RawMessage(`{"title":"t","markdown":"# a"}`)}
 }
 
-func TestSubmitRequestIdentity(t *testing.T) {
+func testSubmitRequestIdentity(t *testing.T, h Harness) {
 	ctx := context.Background()
-	b := ledgertest.OpenStore(t)
+	b := openStore(t, h)
 	alice, err := b.Store.SubmitRun(ctx, submitAs("alice", "k"))
 	require.NoError(t, err)
 	amy, err := b.Store.SubmitRun(ctx, submitAs("amy", "k"))
@@ -37,11 +36,11 @@ func TestSubmitRequestIdentity(t *testing.T) {
 	require.ErrorIs(t, err, ledger.ErrConflict)
 }
 
-func TestSubmitPendingApprovalsCap(t *testing.T) {
+func testSubmitPendingApprovalsCap(t *testing.T, h Harness) {
 	ctx := context.Background()
 
 	t.Run("OK concurrent submits stop at the cap", func(t *testing.T) {
-		b := ledgertest.OpenStore(t)
+		b := openStore(t, h)
 		const capN, n = 5, 20
 		var wg sync.WaitGroup
 		errs := make([]error, n)
@@ -64,7 +63,7 @@ func TestSubmitPendingApprovalsCap(t *testing.T) {
 		require.Equal(t, capN, created, "exactly the cap, whatever the interleaving")
 	})
 	t.Run("OK pending approvals, queued and running runs count; settled ones do not", func(t *testing.T) {
-		b := ledgertest.OpenStore(t)
+		b := openStore(t, h)
 		p := func(key string) ledger.SubmitRunParams {
 			p := submitAs("alice", key)
 			p.MaxPendingApprovals = 2
@@ -98,7 +97,7 @@ func TestSubmitPendingApprovalsCap(t *testing.T) {
 		require.NoError(t, err)
 	})
 	t.Run("ErrInvalid negative cap", func(t *testing.T) {
-		b := ledgertest.OpenStore(t)
+		b := openStore(t, h)
 		p := submitAs("alice", "k")
 		p.MaxPendingApprovals = -1
 		_, err := b.Store.SubmitRun(ctx, p)

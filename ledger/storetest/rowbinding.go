@@ -1,36 +1,37 @@
-package ledger_test
+package storetest
 
 import (
 	"context"
 	"crypto/ed25519"
 	"crypto/rand"
-	"database/sql"
+	"encoding/base64"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/actionledger/ledger/ledger"
 	"github.com/actionledger/ledger/ledger/ledgertest"
-	"github.com/actionledger/ledger/ledger/sqlite"
 	"github.com/stretchr/testify/require"
 )
 
 // rowsFixture is a run with one row of every kind a report shows: the run
 // and its budget, an action the default gate sent to a person (audited,
 // rowsGate) and approved by bob, its attempt and the
-// observation that established its effect, and an accepted cancellation.
+// observation that established its effect, and an accepted cancellation
+// (a second after the rest, so the run's updated_at is not its
+// created_at).
 type rowsFixture struct {
-	b      *ledgertest.Bundle
+	b      *bundle
 	run    *ledger.Run
 	action *ledger.Action
 	att    *ledger.Attempt
 	apr    *ledger.Approval
 	obs    *ledger.Observation
 	cancel *ledger.Cancellation
-	db     *sql.DB
+	db     DB
 }
 
 // rowsGate is the gate's audit of the fixture's action: the default
@@ -38,15 +39,12 @@ type rowsFixture struct {
 var rowsGate = ledger.GateAudit{Rule: -1, Reason: "default: write actions require approval",
 	RulesDigest: ledger.Digest("sha256:" + strings.Repeat("ab", 32))}
 
-func openRowsFixture(t *testing.T, cfg sqlite.Config) *rowsFixture {
+func openRowsFixture(t *testing.T, h Harness, opts Options) *rowsFixture {
 	t.Helper()
 	ctx := context.Background()
-	clock := ledgertest.NewClock()
-	cfg.Path, cfg.Now, cfg.NewID = filepath.Join(t.TempDir(), "ledger.db"), clock.Now, ledgertest.SequentialIDs()
-	s, err := sqlite.OpenStore(ctx, cfg)
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = s.Close() })
-	f := &rowsFixture{b: &ledgertest.Bundle{Store: s, Clock: clock, Path: cfg.Path}}
+	opts.NewID = ledgertest.SequentialIDs()
+	f := &rowsFixture{b: openWith(t, h, opts, ledgertest.NewClock())}
+	s := f.b.Store
 	f.run = f.b.RunningRun(t, "k", ledger.BudgetLimits{MaxAttemptsPerRun: 3})
 	created, err := s.CreateAction(ctx, ledger.CreateActionParams{RunID: f.run.ID, IdempotencyKey: "step-1", Tool: "cards.write",
 		ToolVersion: "1", Effect: ledger.EffectWrite, Arguments: json.RawMessage(`{"cards":[{"front":"q","back":"a"}]}`),
@@ -66,6 +64,7 @@ func openRowsFixture(t *testing.T, cfg sqlite.Config) *rowsFixture {
 		Observation: &ledger.ObservationInput{Source: ledger.ObservedResult, Effect: ledger.EffectHappened, Detail: json.RawMessage(`{"n":1}`)}})
 	require.NoError(t, err)
 	f.obs = finished.Observation
+	f.b.Clock.Advance(time.Second)
 	cancelled, err := s.RequestCancel(ctx, ledger.RequestCancelParams{RunID: f.run.ID, Principal: "alice", Reason: "enough"})
 	require.NoError(t, err)
 	f.cancel = cancelled.Cancellation
@@ -75,10 +74,7 @@ func openRowsFixture(t *testing.T, cfg sqlite.Config) *rowsFixture {
 	require.True(t, rep.OK, rep.Reason)
 	require.Equal(t, 7, rep.Rows, "run, budget, action, attempt, approval, cancellation, observation")
 	require.Zero(t, rep.Unbound)
-
-	f.db, err = sql.Open("sqlite3", "file:"+cfg.Path+"?_busy_timeout=5000")
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = f.db.Close() })
+	f.db = f.b.DB
 	return f
 }
 
@@ -103,11 +99,11 @@ func lastBinding(t *testing.T, s ledger.Store, run ledger.RunID, key string) int
 	return seq
 }
 
-// TestVerifyChainDetectsRowEdits: a row edited behind the ledger's back
-// (SQL on the file, events untouched) no longer matches the newest event
+// testVerifyChainDetectsRowEdits: a row edited behind the ledger's back
+// (SQL on the database, events untouched) no longer matches the newest event
 // that bound it, and the verdict names the row, the field where it can
 // tell cheaply, and that event.
-func TestVerifyChainDetectsRowEdits(t *testing.T) {
+func testVerifyChainDetectsRowEdits(t *testing.T, h Harness) {
 	ctx := context.Background()
 	cases := []struct {
 		name   string
@@ -144,7 +140,7 @@ func TestVerifyChainDetectsRowEdits(t *testing.T) {
 			return `UPDATE runs SET state = 'completed', stop_reason = 'completed' WHERE id = ?`, []any{f.run.ID}
 		}, "run", func(f *rowsFixture) string { return string(f.run.ID) }, `state is "completed", but event %d moved it to "stopping"`},
 		{"run updated_at", func(f *rowsFixture) (string, []any) {
-			return `UPDATE runs SET updated_at = updated_at + 1 WHERE id = ?`, []any{f.run.ID}
+			return `UPDATE runs SET updated_at = created_at WHERE id = ?`, []any{f.run.ID}
 		}, "run", func(f *rowsFixture) string { return string(f.run.ID) }, "its content no longer has the digest"},
 		{"budget usage", func(f *rowsFixture) (string, []any) {
 			return `UPDATE budgets SET attempts_used = 0 WHERE run_id = ?`, []any{f.run.ID}
@@ -167,8 +163,8 @@ func TestVerifyChainDetectsRowEdits(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			f := openRowsFixture(t, sqlite.Config{})
-			exec(t, f.db, `DROP TRIGGER observations_no_update`)
+			f := openRowsFixture(t, h, Options{})
+			dropAppendOnly(t, f.db)
 			q, args := tc.sql(f)
 			exec(t, f.db, q, args...)
 
@@ -195,12 +191,12 @@ func TestVerifyChainDetectsRowEdits(t *testing.T) {
 	}
 }
 
-// TestVerifyChainDetectsMissingAndExtraRows: a row deleted, or one
+// testVerifyChainDetectsMissingAndExtraRows: a row deleted, or one
 // inserted that no write of the ledger made, breaks the verdict too.
-func TestVerifyChainDetectsMissingAndExtraRows(t *testing.T) {
+func testVerifyChainDetectsMissingAndExtraRows(t *testing.T, h Harness) {
 	ctx := context.Background()
 	t.Run("deleted approval", func(t *testing.T) {
-		f := openRowsFixture(t, sqlite.Config{})
+		f := openRowsFixture(t, h, Options{})
 		exec(t, f.db, `DELETE FROM approvals WHERE id = ?`, f.apr.ID)
 		rep, err := f.b.Store.VerifyChain(ctx, f.run.ID)
 		require.NoError(t, err)
@@ -210,7 +206,7 @@ func TestVerifyChainDetectsMissingAndExtraRows(t *testing.T) {
 		require.Contains(t, rep.Reason, "is missing")
 	})
 	t.Run("inserted approval", func(t *testing.T) {
-		f := openRowsFixture(t, sqlite.Config{})
+		f := openRowsFixture(t, h, Options{})
 		exec(t, f.db, `INSERT INTO approvals (id, action_id, run_id, tenant, action_digest, state, decided_by, version, requested_at, decided_at)
 			SELECT 'apr_forged', action_id, run_id, tenant, action_digest, 'granted', 'mallory', 2, requested_at, decided_at
 			FROM approvals WHERE id = ?`, f.apr.ID)
@@ -222,14 +218,14 @@ func TestVerifyChainDetectsMissingAndExtraRows(t *testing.T) {
 	})
 }
 
-// TestVerifyChainLegacyRows: a run written before rows were bound (events
+// testVerifyChainLegacyRows: a run written before rows were bound (events
 // of format 1, as the previous schema wrote them) still verifies; its rows
 // are counted as unbound, and each write after the upgrade binds the rows
 // it changes.
-func TestVerifyChainLegacyRows(t *testing.T) {
+func testVerifyChainLegacyRows(t *testing.T, h Harness) {
 	ctx := context.Background()
-	f := openRowsFixture(t, sqlite.Config{})
-	exec(t, f.db, `DROP TRIGGER events_no_update`)
+	f := openRowsFixture(t, h, Options{})
+	dropAppendOnly(t, f.db)
 	events, err := f.b.Store.FindEvents(ctx, f.run.ID)
 	require.NoError(t, err)
 	prev := ""
@@ -262,7 +258,7 @@ func TestVerifyChainLegacyRows(t *testing.T) {
 		rep, err := f.b.Store.VerifyChain(ctx, f.run.ID)
 		require.NoError(t, err)
 		require.True(t, rep.OK, rep.Reason)
-		last := readEvent(t, f.db, f.run.ID, int64(rep.Events))
+		last := readEvent(t, f.b.Store, f.run.ID, int64(rep.Events))
 		require.Equal(t, ledger.EventFormat, last.Format)
 		last.Format, last.Rows = 1, nil
 		h, err := last.ComputeHash()
@@ -276,12 +272,12 @@ func TestVerifyChainLegacyRows(t *testing.T) {
 	})
 }
 
-// TestEventBindsRowsInItsHash: the rows an event binds are covered by its
+// testEventBindsRowsInItsHash: the rows an event binds are covered by its
 // hash, so editing an event's digests is an edited event.
-func TestEventBindsRowsInItsHash(t *testing.T) {
+func testEventBindsRowsInItsHash(t *testing.T, h Harness) {
 	ctx := context.Background()
-	f := openRowsFixture(t, sqlite.Config{})
-	exec(t, f.db, `DROP TRIGGER events_no_update`)
+	f := openRowsFixture(t, h, Options{})
+	dropAppendOnly(t, f.db)
 	seq := lastBinding(t, f.b.Store, f.run.ID, "approval/"+string(f.apr.ID))
 	exec(t, f.db, `UPDATE events SET row_digests = replace(row_digests, 'sha256:', 'sha256:0') WHERE run_id = ? AND seq = ?`, f.run.ID, seq)
 	rep, err := f.b.Store.VerifyChain(ctx, f.run.ID)
@@ -291,17 +287,17 @@ func TestEventBindsRowsInItsHash(t *testing.T) {
 	require.Contains(t, rep.Reason, "changed after it was written")
 }
 
-// TestSignedHeads: a store with a signing key signs every head it moves;
+// testSignedHeads: a store with a signing key signs every head it moves;
 // the newest signature verifies against the public key and the chain's
 // head, and stops doing so once a process without the key writes, or once
 // the chain and head are rewritten together.
-func TestSignedHeads(t *testing.T) {
+func testSignedHeads(t *testing.T, h Harness) {
 	ctx := context.Background()
 	pub, key, err := ed25519.GenerateKey(rand.Reader)
 	require.NoError(t, err)
 
 	t.Run("OK", func(t *testing.T) {
-		f := openRowsFixture(t, sqlite.Config{SigningKey: key})
+		f := openRowsFixture(t, h, Options{SigningKey: key})
 		chain, err := f.b.Store.FindChain(ctx, f.run.ID)
 		require.NoError(t, err)
 		require.True(t, chain.Report.OK, chain.Report.Reason)
@@ -314,7 +310,7 @@ func TestSignedHeads(t *testing.T) {
 		require.NoError(t, ledger.VerifySignedHead(sig, pub, f.run.ID, chain.Run.EventSeq, chain.Run.EventHash))
 	})
 	t.Run("another key", func(t *testing.T) {
-		f := openRowsFixture(t, sqlite.Config{SigningKey: key})
+		f := openRowsFixture(t, h, Options{SigningKey: key})
 		other, _, err := ed25519.GenerateKey(rand.Reader)
 		require.NoError(t, err)
 		chain, err := f.b.Store.FindChain(ctx, f.run.ID)
@@ -324,13 +320,11 @@ func TestSignedHeads(t *testing.T) {
 		require.Contains(t, err.Error(), "was signed by key "+chain.Signature.KeyID+", not by the given key "+ledger.SigningKeyID(other))
 	})
 	t.Run("written without the key", func(t *testing.T) {
-		f := openRowsFixture(t, sqlite.Config{SigningKey: key})
+		f := openRowsFixture(t, h, Options{SigningKey: key})
 		signed, err := f.b.Store.FindChain(ctx, f.run.ID)
 		require.NoError(t, err)
 		require.NoError(t, f.b.Store.Close())
-		unsigned, err := sqlite.OpenStore(ctx, sqlite.Config{Path: f.b.Path, Now: f.b.Clock.Now})
-		require.NoError(t, err)
-		defer unsigned.Close()
+		unsigned := f.b.reopen(t, Options{})
 		_, err = unsigned.TransitionRun(ctx, ledger.RunTransition{ID: f.run.ID, From: ledger.RunStopping, To: ledger.RunStopped,
 			StopReason: ledger.StopUserCancelled})
 		require.NoError(t, err)
@@ -343,8 +337,8 @@ func TestSignedHeads(t *testing.T) {
 		require.Contains(t, err.Error(), "were written without the signing key")
 	})
 	t.Run("chain and head rewritten", func(t *testing.T) {
-		f := openRowsFixture(t, sqlite.Config{SigningKey: key})
-		exec(t, f.db, `DROP TRIGGER events_no_update`)
+		f := openRowsFixture(t, h, Options{SigningKey: key})
+		dropAppendOnly(t, f.db)
 		events, err := f.b.Store.FindEvents(ctx, f.run.ID)
 		require.NoError(t, err)
 		prev := ""
@@ -367,12 +361,12 @@ func TestSignedHeads(t *testing.T) {
 		require.Contains(t, err.Error(), "the chain was rewritten")
 	})
 	t.Run("ErrInvalid key", func(t *testing.T) {
-		_, err := sqlite.OpenStore(ctx, sqlite.Config{Path: filepath.Join(t.TempDir(), "x.db"), SigningKey: key[:10]})
+		_, _, err := h.Open(t, Options{Now: ledgertest.NewClock().Now, SigningKey: key[:10]})
 		require.ErrorIs(t, err, ledger.ErrInvalid)
 		require.NotContains(t, err.Error(), string(key[:10]))
 	})
 	t.Run("no signature", func(t *testing.T) {
-		f := openRowsFixture(t, sqlite.Config{})
+		f := openRowsFixture(t, h, Options{})
 		chain, err := f.b.Store.FindChain(ctx, f.run.ID)
 		require.NoError(t, err)
 		require.Nil(t, chain.Signature)
@@ -380,4 +374,26 @@ func TestSignedHeads(t *testing.T) {
 		require.ErrorIs(t, err, ledger.ErrInvalid)
 		require.Contains(t, err.Error(), "is not signed")
 	})
+}
+
+// testSigningKeyNotStored: the signing key stays in the process. Once a
+// store with a key has signed heads, no column of the database holds the
+// key, or its seed, in any encoding it could plausibly be written in;
+// its id, the check's control, is stored with the signatures.
+func testSigningKeyNotStored(t *testing.T, h Harness) {
+	pub, key, err := ed25519.GenerateKey(rand.Reader)
+	require.NoError(t, err)
+	f := openRowsFixture(t, h, Options{SigningKey: key})
+	require.NotEmpty(t, columnsHolding(t, f.db, ledger.SigningKeyID(pub)), "the key's id is stored with its signatures")
+	encodings := map[string]func([]byte) string{
+		"raw":       func(b []byte) string { return string(b) },
+		"hex":       hex.EncodeToString,
+		"base64":    base64.RawStdEncoding.EncodeToString,
+		"base64url": base64.RawURLEncoding.EncodeToString,
+	}
+	for name, encode := range encodings {
+		for part, secret := range map[string][]byte{"seed": key.Seed(), "key": key} {
+			require.Empty(t, columnsHolding(t, f.db, encode(secret)), "the %s %s is stored", name, part)
+		}
+	}
 }

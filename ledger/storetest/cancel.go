@@ -1,4 +1,4 @@
-package ledger_test
+package storetest
 
 import (
 	"context"
@@ -9,11 +9,10 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/actionledger/ledger/ledger"
-	"github.com/actionledger/ledger/ledger/ledgertest"
 )
 
 // endRun fails a live run, whatever its state.
-func endRun(t *testing.T, b *ledgertest.Bundle, run ledger.RunID) {
+func endRun(t *testing.T, b *bundle, run ledger.RunID) {
 	t.Helper()
 	ctx := context.Background()
 	r, err := b.Store.FindRunByID(ctx, run)
@@ -24,7 +23,7 @@ func endRun(t *testing.T, b *ledgertest.Bundle, run ledger.RunID) {
 }
 
 // cancelEventTypes lists a run's event types after the first n.
-func cancelEventTypes(t *testing.T, b *ledgertest.Bundle, run ledger.RunID, n int) []string {
+func cancelEventTypes(t *testing.T, b *bundle, run ledger.RunID, n int) []string {
 	t.Helper()
 	evs, err := b.Store.FindEvents(context.Background(), run)
 	require.NoError(t, err)
@@ -35,18 +34,18 @@ func cancelEventTypes(t *testing.T, b *ledgertest.Bundle, run ledger.RunID, n in
 	return out
 }
 
-func chainOK(t *testing.T, b *ledgertest.Bundle, run ledger.RunID) {
+func chainOK(t *testing.T, b *bundle, run ledger.RunID) {
 	t.Helper()
 	rep, err := b.Store.VerifyChain(context.Background(), run)
 	require.NoError(t, err)
 	require.True(t, rep.OK, "%+v", rep)
 }
 
-func TestRequestCancel(t *testing.T) {
+func testRequestCancel(t *testing.T, h Harness) {
 	ctx := context.Background()
 
 	t.Run("OK requested, accepted and the run stopping in one write", func(t *testing.T) {
-		b := ledgertest.OpenStore(t)
+		b := openStore(t, h)
 		run := b.RunningRun(t, "k", ledger.BudgetLimits{})
 		before, err := b.Store.FindEvents(ctx, run.ID)
 		require.NoError(t, err)
@@ -65,7 +64,7 @@ func TestRequestCancel(t *testing.T) {
 	})
 
 	t.Run("OK a repeat is the same cancellation, also once stopped", func(t *testing.T) {
-		b := ledgertest.OpenStore(t)
+		b := openStore(t, h)
 		run := b.RunningRun(t, "k", ledger.BudgetLimits{})
 		first, err := b.Store.RequestCancel(ctx, ledger.RequestCancelParams{RunID: run.ID, Principal: "alice"})
 		require.NoError(t, err)
@@ -88,7 +87,7 @@ func TestRequestCancel(t *testing.T) {
 	})
 
 	t.Run("ErrConflict the run ended first: nothing written", func(t *testing.T) {
-		b := ledgertest.OpenStore(t)
+		b := openStore(t, h)
 		run := b.RunningRun(t, "k", ledger.BudgetLimits{})
 		_, err := b.Store.TransitionRun(ctx, ledger.RunTransition{ID: run.ID, From: ledger.RunRunning, To: ledger.RunCompleted,
 			StopReason: ledger.StopCompleted})
@@ -103,20 +102,20 @@ func TestRequestCancel(t *testing.T) {
 	})
 
 	t.Run("ErrNotFound unknown run", func(t *testing.T) {
-		b := ledgertest.OpenStore(t)
+		b := openStore(t, h)
 		_, err := b.Store.RequestCancel(ctx, ledger.RequestCancelParams{RunID: "run_nope", Principal: "alice"})
 		require.ErrorIs(t, err, ledger.ErrNotFound)
 	})
 
 	t.Run("ErrInvalid no principal", func(t *testing.T) {
-		b := ledgertest.OpenStore(t)
+		b := openStore(t, h)
 		run := b.RunningRun(t, "k", ledger.BudgetLimits{})
 		_, err := b.Store.RequestCancel(ctx, ledger.RequestCancelParams{RunID: run.ID})
 		require.ErrorIs(t, err, ledger.ErrInvalid)
 	})
 
 	t.Run("OK twenty at once make one cancellation", func(t *testing.T) {
-		b := ledgertest.OpenStore(t)
+		b := openStore(t, h)
 		run := b.RunningRun(t, "k", ledger.BudgetLimits{})
 		const n = 20
 		var wg sync.WaitGroup
@@ -142,7 +141,7 @@ func TestRequestCancel(t *testing.T) {
 	})
 
 	t.Run("OK racing the run's end: one of the two wins, whole", func(t *testing.T) {
-		b := ledgertest.OpenStore(t)
+		b := openStore(t, h)
 		won := map[string]int{}
 		for i := range 30 {
 			run := b.RunningRun(t, fmt.Sprintf("race-%d", i), ledger.BudgetLimits{})
@@ -179,7 +178,7 @@ func TestRequestCancel(t *testing.T) {
 	})
 
 	t.Run("OK a repeat settles what an older build left", func(t *testing.T) {
-		b := ledgertest.OpenStore(t)
+		b := openStore(t, h)
 		ended := b.RunningRun(t, "ended", ledger.BudgetLimits{})
 		_, err := b.Store.TransitionRun(ctx, ledger.RunTransition{ID: ended.ID, From: ledger.RunRunning, To: ledger.RunCompleted,
 			StopReason: ledger.StopCompleted})
@@ -205,9 +204,9 @@ func TestRequestCancel(t *testing.T) {
 	})
 }
 
-func TestSettleCancellations(t *testing.T) {
+func testSettleCancellations(t *testing.T, h Harness) {
 	ctx := context.Background()
-	b := ledgertest.OpenStore(t)
+	b := openStore(t, h)
 	complete := func(run *ledger.Run) {
 		_, err := b.Store.TransitionRun(ctx, ledger.RunTransition{ID: run.ID, From: ledger.RunRunning, To: ledger.RunCompleted,
 			StopReason: ledger.StopCompleted})

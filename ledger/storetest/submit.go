@@ -1,16 +1,14 @@
-package ledger_test
+package storetest
 
 import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"path/filepath"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/actionledger/ledger/ledger"
-	"github.com/actionledger/ledger/ledger/ledgertest"
 	"github.com/stretchr/testify/require"
 )
 
@@ -21,11 +19,11 @@ func submitParams(key, title string) ledger.SubmitRunParams {
 	}
 }
 
-func TestSubmitRun(t *testing.T) {
+func testSubmitRun(t *testing.T, h Harness) {
 	ctx := context.Background()
 
 	t.Run("OK", func(t *testing.T) {
-		b := ledgertest.OpenStore(t)
+		b := openStore(t, h)
 		res, err := b.Store.SubmitRun(ctx, submitParams("k1", "cards"))
 		require.NoError(t, err)
 		require.False(t, res.Replayed)
@@ -40,7 +38,7 @@ func TestSubmitRun(t *testing.T) {
 	})
 
 	t.Run("replay returns the same run", func(t *testing.T) {
-		b := ledgertest.OpenStore(t)
+		b := openStore(t, h)
 		first, err := b.Store.SubmitRun(ctx, submitParams("k1", "cards"))
 		require.NoError(t, err)
 		// Same content, other key order and whitespace: the same request.
@@ -57,7 +55,7 @@ func TestSubmitRun(t *testing.T) {
 	})
 
 	t.Run("ErrConflict on key reuse with another body, nothing changes", func(t *testing.T) {
-		b := ledgertest.OpenStore(t)
+		b := openStore(t, h)
 		first, err := b.Store.SubmitRun(ctx, submitParams("k1", "cards"))
 		require.NoError(t, err)
 		for name, p := range map[string]ledger.SubmitRunParams{
@@ -80,7 +78,7 @@ func TestSubmitRun(t *testing.T) {
 	})
 
 	t.Run("a deadline is fixed at submit and does not change the digest of a replay", func(t *testing.T) {
-		b := ledgertest.OpenStore(t)
+		b := openStore(t, h)
 		p := submitParams("k1", "cards")
 		p.Budgets.DeadlineAfter = time.Hour
 		first, err := b.Store.SubmitRun(ctx, p)
@@ -95,7 +93,7 @@ func TestSubmitRun(t *testing.T) {
 	})
 
 	t.Run("keys are per tenant", func(t *testing.T) {
-		b := ledgertest.OpenStore(t)
+		b := openStore(t, h)
 		a, err := b.Store.SubmitRun(ctx, submitParams("k1", "cards"))
 		require.NoError(t, err)
 		p := submitParams("k1", "other")
@@ -120,7 +118,7 @@ func TestSubmitRun(t *testing.T) {
 	})
 
 	t.Run("ErrInvalid", func(t *testing.T) {
-		b := ledgertest.OpenStore(t)
+		b := openStore(t, h)
 		long := make([]byte, 256)
 		for i := range long {
 			long[i] = 'k'
@@ -153,14 +151,13 @@ func TestSubmitRun(t *testing.T) {
 	})
 }
 
-// TestSubmitRunRace races 50 goroutines, split over two Stores (two
-// connection pools, as two processes would have) on one file, submitting
-// the same key: exactly one run, everyone gets its id.
-func TestSubmitRunRace(t *testing.T) {
+// testSubmitRunRace races 50 goroutines, split over two Stores (two
+// connection pools, as two processes would have) on one database,
+// submitting the same key: exactly one run, everyone gets its id.
+func testSubmitRunRace(t *testing.T, h Harness) {
 	ctx := context.Background()
-	path := filepath.Join(t.TempDir(), "ledger.db")
-	clock := ledgertest.NewClock()
-	stores := []ledger.Store{ledgertest.OpenStoreAt(t, path, clock).Store, ledgertest.OpenStoreAt(t, path, clock).Store}
+	b := openStore(t, h)
+	stores := []ledger.Store{b.Store, b.reopen(t, Options{})}
 
 	const n = 50
 	var wg sync.WaitGroup

@@ -1,4 +1,4 @@
-package ledger_test
+package storetest
 
 import (
 	"context"
@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/actionledger/ledger/ledger"
-	"github.com/actionledger/ledger/ledger/ledgertest"
 	"github.com/stretchr/testify/require"
 )
 
@@ -30,10 +29,10 @@ func gateEvent(t *testing.T, s ledger.Store, run ledger.RunID, action ledger.Act
 	return nil
 }
 
-// TestCreateActionGateAudit: the gate's audit is recorded on the action
+// testCreateActionGateAudit: the gate's audit is recorded on the action
 // and in the gate's event, whichever state the gate chose, and the chain
 // binds it.
-func TestCreateActionGateAudit(t *testing.T) {
+func testCreateActionGateAudit(t *testing.T, h Harness) {
 	ctx := context.Background()
 	params := func(run ledger.RunID, key string, gate ledger.ActionState, audit ledger.GateAudit) ledger.CreateActionParams {
 		return ledger.CreateActionParams{RunID: run, IdempotencyKey: key, Tool: "cards.write", ToolVersion: "1",
@@ -59,7 +58,7 @@ func TestCreateActionGateAudit(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			b := ledgertest.OpenStore(t)
+			b := openStore(t, h)
 			run := b.RunningRun(t, "k", ledger.BudgetLimits{})
 			p := params(run.ID, "step-1", tc.gate, tc.audit)
 			p.StartAttempt = tc.start
@@ -97,7 +96,7 @@ func TestCreateActionGateAudit(t *testing.T) {
 	}
 
 	t.Run("OK without an audit nothing is recorded", func(t *testing.T) {
-		b := ledgertest.OpenStore(t)
+		b := openStore(t, h)
 		run := b.RunningRun(t, "k", ledger.BudgetLimits{})
 		res := b.Action(t, run.ID, "step-1", ledger.ActionApproved)
 		require.Nil(t, res.Action.Gate)
@@ -105,7 +104,7 @@ func TestCreateActionGateAudit(t *testing.T) {
 	})
 
 	t.Run("ErrInvalid", func(t *testing.T) {
-		b := ledgertest.OpenStore(t)
+		b := openStore(t, h)
 		run := b.RunningRun(t, "k", ledger.BudgetLimits{})
 		ok := ledger.GateAudit{Rule: 1, Reason: "rule 1: cards.write is auto-approved", RulesDigest: testRulesDigest}
 		edit := func(f func(a *ledger.GateAudit)) ledger.GateAudit {

@@ -1,0 +1,272 @@
+package storetest
+
+import (
+	"context"
+	"crypto/ed25519"
+	"database/sql"
+	"fmt"
+	"reflect"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/actionledger/ledger/ledger"
+	"github.com/actionledger/ledger/ledger/ledgertest"
+)
+
+// Harness is what a driver supplies to run the suite.
+type Harness struct {
+	// Name names the driver in messages ("sqlite", "postgres").
+	Name string
+	// Open makes a new, empty database, opens a Store on it with opts and
+	// returns the Store and a handle on the same database; both are closed,
+	// and the database removed, when tb ends. An error opening the Store is
+	// returned as the Store returned it (a *ledger.Error): the suite checks
+	// some of them. The suite may Close the Store itself before tb ends;
+	// the cleanup's second Close must not panic (its error is ignored).
+	Open func(tb testing.TB, opts Options) (ledger.Store, DB, error)
+	// PropertySteps bounds the operations of one iteration of the property
+	// test (TestConformance/InvariantsProperty); 0 means 50. A driver
+	// whose round trips make the default too slow under -race may lower
+	// it. The number of iterations is rapid's (-rapid.checks, 100 by
+	// default), the same for every driver.
+	PropertySteps int
+}
+
+// Options are what the suite asks of a Store it opens. Zero fields mean
+// the driver's defaults.
+type Options struct {
+	// Now is the Store's clock; the suite passes a fake one it moves.
+	Now func() time.Time
+	// NewID makes identifiers; nil means the driver's default (prefixed
+	// ULIDs), which several Stores on one database must not collide on.
+	NewID ledger.NewIDFunc
+	// SigningKey, if set, signs each run's chain head (ledger's
+	// signing.go); a malformed one must be refused with CodeInvalid.
+	SigningKey ed25519.PrivateKey
+}
+
+// DB is the database a Store of the suite runs on, for what the Store's
+// methods cannot do: another Store on the same database, and SQL beside
+// the Store, as someone with database access could run it. Exec, Query,
+// Tables and DropAppendOnly run on a connection of their own, not one of
+// the Store's, closed when the test ends.
+type DB struct {
+	// Open opens another Store on the same database with opts, as a
+	// restarted or second process would, and closes it when tb ends.
+	Open func(tb testing.TB, opts Options) (ledger.Store, error)
+	// Exec runs one statement written with ? placeholders.
+	Exec func(ctx context.Context, query string, args ...any) error
+	// Query runs a query written with ? placeholders; the caller closes
+	// the rows.
+	Query func(ctx context.Context, query string, args ...any) (*sql.Rows, error)
+	// Tables lists every table of the database (GORM:
+	// Migrator().GetTables()).
+	Tables func(ctx context.Context) ([]string, error)
+	// DropAppendOnly removes whatever makes the database refuse UPDATE and
+	// DELETE on events and observations (SQLite: the triggers
+	// events_no_update, events_no_delete, observations_no_update and
+	// observations_no_delete), as someone with write access to the
+	// database could. The tamper tests call it, edit rows through Exec and
+	// expect the hash chain to catch the edit. Until it is called, such an
+	// UPDATE or DELETE must fail with an error that says "append-only".
+	DropAppendOnly func(ctx context.Context) error
+}
+
+// test is one conformance test.
+type test struct {
+	name string
+	run  func(t *testing.T, h Harness)
+}
+
+// tests are the suite, in the order Run runs them.
+var tests = []test{
+	{"SubmitRun", testSubmitRun},
+	{"SubmitRunRace", testSubmitRunRace},
+	{"SubmitRequestIdentity", testSubmitRequestIdentity},
+	{"SubmitPendingApprovalsCap", testSubmitPendingApprovalsCap},
+	{"CreateAction", testCreateAction},
+	{"CreateActionAndStart", testCreateActionAndStart},
+	{"CreateActionGateAudit", testCreateActionGateAudit},
+	{"DecideApproval", testDecideApproval},
+	{"Attempts", testAttempts},
+	{"StoreRunTransitions", testStoreRunTransitions},
+	{"StoreActionTransitions", testStoreActionTransitions},
+	{"StoreAttemptTransitions", testStoreAttemptTransitions},
+	{"StoreApprovalTransitions", testStoreApprovalTransitions},
+	{"StoreCancellationTransitions", testStoreCancellationTransitions},
+	{"RequestCancel", testRequestCancel},
+	{"SettleCancellations", testSettleCancellations},
+	{"RecordRecovery", testRecordRecovery},
+	{"FindRecoveryFacts", testFindRecoveryFacts},
+	{"EventsAppendOnly", testEventsAppendOnly},
+	{"VerifyChainDetectsTampering", testVerifyChainDetectsTampering},
+	{"FindChainEvents", testFindChainEvents},
+	{"VerifyChainDetectsRowEdits", testVerifyChainDetectsRowEdits},
+	{"VerifyChainDetectsMissingAndExtraRows", testVerifyChainDetectsMissingAndExtraRows},
+	{"VerifyChainLegacyRows", testVerifyChainLegacyRows},
+	{"EventBindsRowsInItsHash", testEventBindsRowsInItsHash},
+	{"SignedHeads", testSignedHeads},
+	{"SigningKeyNotStored", testSigningKeyNotStored},
+	{"CountByState", testCountByState},
+	{"Regressions", testRegressions},
+	{"SettleReviewIsOneTransaction", testSettleReviewIsOneTransaction},
+	{"InvariantsProperty", testInvariantsProperty},
+}
+
+// Run runs every conformance test against the driver h as a subtest of t.
+// The driver conforms if all of them pass.
+func Run(t *testing.T, h Harness) {
+	t.Helper()
+	if h.Open == nil {
+		t.Fatalf("storetest: harness %q has no Open", h.Name)
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) { tc.run(t, h) })
+	}
+}
+
+// bundle is a Store opened by the harness, with its clock and database.
+type bundle struct {
+	Store ledger.Store
+	Clock *ledgertest.Clock
+	DB    DB
+}
+
+// openStore opens a Store on a new database with a fake clock and the
+// driver's ids.
+func openStore(t testing.TB, h Harness) *bundle {
+	t.Helper()
+	return openWith(t, h, Options{}, ledgertest.NewClock())
+}
+
+// openWith opens a Store on a new database with opts, whose clock is set
+// to clock's.
+func openWith(t testing.TB, h Harness, opts Options, clock *ledgertest.Clock) *bundle {
+	t.Helper()
+	opts.Now = clock.Now
+	s, db, err := h.Open(t, opts)
+	if err != nil {
+		t.Fatalf("%s: open store: %v", h.Name, err)
+	}
+	return &bundle{Store: s, Clock: clock, DB: db}
+}
+
+// reopen opens another Store on b's database, on b's clock, with the
+// driver's ids (so the two never collide).
+func (b *bundle) reopen(t testing.TB, opts Options) ledger.Store {
+	t.Helper()
+	opts.Now = b.Clock.Now
+	s, err := b.DB.Open(t, opts)
+	if err != nil {
+		t.Fatalf("reopen store: %v", err)
+	}
+	return s
+}
+
+// SubmitRun submits a run with a fresh key and default content.
+func (b *bundle) SubmitRun(t testing.TB, key string, budgets ledger.BudgetLimits) *ledger.Run {
+	t.Helper()
+	return ledgertest.SubmitRun(t, b.Store, key, budgets)
+}
+
+// RunningRun submits a run and moves it to running.
+func (b *bundle) RunningRun(t testing.TB, key string, budgets ledger.BudgetLimits) *ledger.Run {
+	t.Helper()
+	return ledgertest.RunningRun(t, b.Store, key, budgets)
+}
+
+// Action records a cards.write action on run with the given gate.
+func (b *bundle) Action(t testing.TB, run ledger.RunID, key string, gate ledger.ActionState) ledger.CreateActionResult {
+	t.Helper()
+	return ledgertest.Action(t, b.Store, run, key, gate)
+}
+
+// exec runs q on db, failing the test if it fails. Arguments of a string
+// kind (the ledger's typed ids) are passed as plain strings, so that no
+// driver's parameter encoding has to know the ledger's types.
+func exec(t testing.TB, db DB, q string, args ...any) {
+	t.Helper()
+	plain := make([]any, len(args))
+	for i, a := range args {
+		plain[i] = a
+		if v := reflect.ValueOf(a); v.Kind() == reflect.String {
+			plain[i] = v.String()
+		}
+	}
+	if err := db.Exec(context.Background(), q, plain...); err != nil {
+		t.Fatalf("%s: %v", q, err)
+	}
+}
+
+// LegacyCancellation writes, with SQL beside the Store, the row an older
+// build could leave behind: a cancellation of run in state (requested,
+// accepted or stopping) whatever the run's state, with no event, as when
+// its three separate writes were interrupted or raced by the run's end.
+// Its times are the run's updated_at, copied in SQL so that the statement
+// does not depend on how a driver stores time. It returns the
+// cancellation's id.
+func (b *bundle) LegacyCancellation(t testing.TB, run ledger.RunID, state ledger.CancellationState) ledger.CancellationID {
+	t.Helper()
+	cols, vals := "requested_at", "updated_at"
+	switch state {
+	case ledger.CancelRequested:
+	case ledger.CancelAccepted:
+		cols, vals = cols+", accepted_at", vals+", updated_at"
+	case ledger.CancelStopping:
+		cols, vals = cols+", accepted_at, stopping_at", vals+", updated_at, updated_at"
+	default:
+		t.Fatalf("legacy cancellation: %s is not a state an older build left behind", state)
+	}
+	id := ledger.NewULIDFunc(b.Clock.Now)(ledger.PrefixCancellation)
+	exec(t, b.DB, `INSERT INTO cancellations (id, run_id, tenant, state, requested_by, reason, version, `+cols+`)
+		SELECT ?, id, tenant, ?, 'alice', 'stop it', 1, `+vals+` FROM runs WHERE id = ?`,
+		id, string(state), string(run))
+	return ledger.CancellationID(id)
+}
+
+// columnsHolding returns every table.column of db (sorted) that holds s
+// in some row, whatever wrote it.
+func columnsHolding(t testing.TB, db DB, s string) []string {
+	t.Helper()
+	ctx := context.Background()
+	tables, err := db.Tables(ctx)
+	require.NoError(t, err)
+	require.Contains(t, tables, "events")
+	var found []string
+	for _, table := range tables {
+		rows, err := db.Query(ctx, `SELECT * FROM "`+strings.ReplaceAll(table, `"`, `""`)+`"`)
+		require.NoError(t, err)
+		cols, err := rows.Columns()
+		require.NoError(t, err)
+		for rows.Next() {
+			vals := make([]any, len(cols))
+			ptrs := make([]any, len(cols))
+			for i := range vals {
+				ptrs[i] = &vals[i]
+			}
+			require.NoError(t, rows.Scan(ptrs...))
+			for i, v := range vals {
+				var text string
+				switch x := v.(type) {
+				case []byte:
+					text = string(x)
+				case string:
+					text = x
+				default:
+					text = fmt.Sprint(x)
+				}
+				if col := table + "." + cols[i]; strings.Contains(text, s) && !slices.Contains(found, col) {
+					found = append(found, col)
+				}
+			}
+		}
+		require.NoError(t, rows.Err())
+		require.NoError(t, rows.Close())
+	}
+	slices.Sort(found)
+	return found
+}
