@@ -18,7 +18,6 @@ import (
 	"github.com/actionledger/ledger/contracts"
 	"github.com/actionledger/ledger/evidence"
 	"github.com/actionledger/ledger/ledger"
-	"github.com/actionledger/ledger/ledger/sqlite"
 	"github.com/actionledger/ledger/redact"
 	"github.com/actionledger/ledger/simulator"
 	"github.com/spf13/cobra"
@@ -142,7 +141,7 @@ is broken is still written, and says where the chain broke.`,
   LEDGER_REDACTION_KEY=$(cat key.hex) ledger evidence export $RUN --format json`,
 	}
 	f := cmd.Flags()
-	f.StringVar(&dbPath, "db", "./ledger.db", "path of the SQLite database")
+	addDBFlag(cmd, &dbPath)
 	f.StringVar(&format, "format", "json", "report format: json, md or html")
 	f.StringVar(&outPath, "out", "", "write the report to this file (atomically) instead of stdout")
 	f.StringVar(&keyFile, "key-file", "", "file holding the redaction key (hex, or at least 16 raw bytes); default $"+envRedactionKey)
@@ -196,7 +195,7 @@ and exits with status 1.`,
 		Example: `  ledger evidence verify $RUN --db ./ledger.db`,
 	}
 	f := cmd.Flags()
-	f.StringVar(&dbPath, "db", "./ledger.db", "path of the SQLite database")
+	addDBFlag(cmd, &dbPath)
 	f.StringVar(&reportPath, "report", "", "check this JSON report instead of the database")
 	f.StringVar(&publicKeyPath, "public-key", "", "require the chain head to be signed by this Ed25519 public key (PEM)")
 	return cmd
@@ -333,13 +332,16 @@ func notFoundExit(err error) error {
 // openExistingStore opens the ledger at path, refusing to create one: an
 // export from a mistyped path must fail, not leave an empty database.
 func openExistingStore(ctx context.Context, path string) (*ledger.DB, error) {
+	if isPostgres(path) {
+		return openStore(ctx, storeConfig{DB: path})
+	}
 	if _, err := os.Stat(path); err != nil {
 		if errors.Is(err, os.ErrNotExist) {
 			return nil, ledger.Errorf(ledger.CodeInvalid, "database %s does not exist", path)
 		}
 		return nil, err
 	}
-	return sqlite.OpenStore(ctx, sqlite.Config{Path: path})
+	return openStore(ctx, storeConfig{DB: path})
 }
 
 // redactionKey reads the key from keyFile, else $LEDGER_REDACTION_KEY,

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"log/slog"
 
-	"github.com/actionledger/ledger/ledger/sqlite"
 	"github.com/spf13/cobra"
 )
 
@@ -17,7 +16,8 @@ func newMigrateCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "migrate",
 		Short: "Create or upgrade the ledger database and print its schema version",
-		Long: `Create the SQLite database if it does not exist and apply pending migrations.
+		Long: `Create the database (a SQLite file, or the schema of a PostgreSQL database named by a
+postgres:// URL) if it does not exist and apply pending migrations.
 A database written by a newer ledger is refused (exit status 3) and left untouched; so is
 one another ledger process holds (exit status 7: stop the server first).`,
 		Args: cobra.NoArgs,
@@ -29,7 +29,7 @@ one another ledger process holds (exit status 7: stop the server first).`,
 				return err
 			}
 			defer lock.Release()
-			s, err := sqlite.OpenStore(ctx, sqlite.Config{Path: dbPath})
+			s, err := openStore(ctx, storeConfig{DB: dbPath})
 			if err != nil {
 				return err
 			}
@@ -39,15 +39,15 @@ one another ledger process holds (exit status 7: stop the server first).`,
 				return err
 			}
 			if asJSON {
-				return json.NewEncoder(cmd.OutOrStdout()).Encode(map[string]any{"db": dbPath, "schema_version": v})
+				return json.NewEncoder(cmd.OutOrStdout()).Encode(map[string]any{"db": shownDB(dbPath), "schema_version": v})
 			}
-			_, err = fmt.Fprintf(cmd.OutOrStdout(), "%s: schema version %d (current)\n", dbPath, v)
+			_, err = fmt.Fprintf(cmd.OutOrStdout(), "%s: schema version %d (current)\n", shownDB(dbPath), v)
 			return err
 		},
 		Example: `  ledger migrate --db ./ledger.db
   ledger migrate --db /var/lib/ledger/ledger.db --json`,
 	}
-	cmd.Flags().StringVar(&dbPath, "db", "./ledger.db", "path of the SQLite database")
+	addDBFlag(cmd, &dbPath)
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
 	return cmd
 }

@@ -54,7 +54,7 @@ scan at start-up. Exits with status 7 while another ledger process holds the dat
 		Example: `  ledger recover --db ./ledger.db
   ledger recover --db ./ledger.db --json`,
 	}
-	cmd.Flags().StringVar(&dbPath, "db", "./ledger.db", "path of the SQLite database")
+	addDBFlag(cmd, &dbPath)
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
 	cmd.Flags().StringVar(&configPath, "config", "", "the operator's config file, as serve's: its agents, tools and rules (env "+envConfig+")")
 	cmd.Flags().StringVar(&signingKey, "signing-key", "", "sign chain heads with this Ed25519 key file (env "+envSigningKeyFile+")")

@@ -36,6 +36,9 @@ func newRootCmd(stdout, stderr io.Writer) *cobra.Command {
 		Version:       versionLine(),
 		SilenceUsage:  true,
 		SilenceErrors: true,
+		// $LEDGER_DB names the database of every command with a --db
+		// flag that was not given one.
+		PersistentPreRunE: func(cmd *cobra.Command, _ []string) error { return useDBEnv(cmd) },
 		Example: `  ledger serve --db ./ledger.db --tokens tokens.json
   ledger runs list --server http://127.0.0.1:8080
   ledger help runs show`,

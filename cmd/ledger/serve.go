@@ -41,6 +41,7 @@ const devModeWarning = "DEV MODE: no tokens file; every request is principal dev
 // serveOptions are the flags of ledger serve.
 type serveOptions struct {
 	dbPath          string
+	effectsPath     string
 	addr            string
 	tokensPath      string
 	rulesPath       string
@@ -81,8 +82,11 @@ its location (exit status 2). The built-in practice-cards agent is always there;
 file may restrict its tenants and set its loop-policy thresholds. See
 docs/operations.md, "The config file".
 
-The simulator's write tool keeps its side effects beside the database, in
-<db>.effects.db.
+The database (--db, or $LEDGER_DB) is a SQLite file, created if missing, or a
+PostgreSQL database named by a postgres:// URL, whose schema is created if missing.
+
+The simulator's write tool keeps its side effects in its own store, --effects, by
+default beside a SQLite database in <db>.effects.db.
 
 Each principal may send --rate-limit requests a second on average and --rate-burst at
 once (429 with Retry-After above that); a client address gets the same allowance of
@@ -110,7 +114,8 @@ ledger process holds it, serve exits with status 7 and names that process.`,
   kill -HUP $(pidof ledger)                     # re-read the tokens file`,
 	}
 	f := cmd.Flags()
-	f.StringVar(&o.dbPath, "db", "./ledger.db", "path of the SQLite database")
+	addDBFlag(cmd, &o.dbPath)
+	f.StringVar(&o.effectsPath, "effects", "", "the simulator's effect store (default <db>.effects.db; ./ledger.effects.db with a postgres:// --db)")
 	f.StringVar(&o.addr, "addr", "127.0.0.1:8080", "listen address HOST:PORT (env "+envAddr+"; port 0 picks a free one)")
 	f.StringVar(&o.tokensPath, "tokens", "", "tokens file (env "+envTokensFile+"); none means dev mode")
 	f.StringVar(&o.rulesPath, "rules", "", "approval rules file (schema rules); default: reads run, writes need approval")
@@ -241,7 +246,7 @@ func runServe(ctx context.Context, o *serveOptions, stderr io.Writer) (err error
 	// the server does (it needs the store and the engine); the recovery
 	// scan and the first request come after it.
 	var metrics atomic.Pointer[server.Metrics]
-	svc, err := openService(ctx, serviceConfig{Command: "serve", DBPath: o.dbPath, Rules: rules, Config: cfg, DevMode: devMode, Simulator: faults.Simulator,
+	svc, err := openService(ctx, serviceConfig{Command: "serve", DBPath: o.dbPath, EffectsPath: o.effectsPath, Rules: rules, Config: cfg, DevMode: devMode, Simulator: faults.Simulator,
 		FaultFunc: faults.Func, WrapStore: faults.WrapStore, WriteFault: faults.WriteFault, Logger: log, SigningKey: signingKey,
 		OnDecision: func(d recovery.Decision) {
 			if m := metrics.Load(); m != nil {
@@ -319,7 +324,7 @@ func runServe(ctx context.Context, o *serveOptions, stderr io.Writer) (err error
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- hs.Serve(ln) }()
 	url := "http://" + ln.Addr().String()
-	log.Info("listening on "+url, "addr", ln.Addr().String(), "url", url, "db", o.dbPath, "dev_mode", devMode)
+	log.Info("listening on "+url, "addr", ln.Addr().String(), "url", url, "db", shownDB(o.dbPath), "dev_mode", devMode)
 
 	select {
 	case err := <-serveErr:

@@ -15,7 +15,6 @@ import (
 	"github.com/actionledger/ledger/contracts"
 	"github.com/actionledger/ledger/engine"
 	"github.com/actionledger/ledger/ledger"
-	"github.com/actionledger/ledger/ledger/sqlite"
 	"github.com/actionledger/ledger/recovery"
 	"github.com/actionledger/ledger/redact"
 	"github.com/actionledger/ledger/simulator"
@@ -45,7 +44,7 @@ type serviceConfig struct {
 	// Command names the command in the database's lock file ("serve").
 	Command     string
 	DBPath      string
-	EffectsPath string // "" means <DBPath>.effects.db
+	EffectsPath string // "" means defaultEffectsPath(DBPath)
 	Simulator   simulator.Config
 	// Rules are the approval rules: --rules or the config file's.
 	Rules *contracts.Rules
@@ -75,7 +74,7 @@ type serviceConfig struct {
 
 func openService(ctx context.Context, cfg serviceConfig) (*service, error) {
 	if cfg.EffectsPath == "" {
-		cfg.EffectsPath = cfg.DBPath + ".effects.db"
+		cfg.EffectsPath = defaultEffectsPath(cfg.DBPath)
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, nil))
@@ -83,11 +82,14 @@ func openService(ctx context.Context, cfg serviceConfig) (*service, error) {
 	// One process per database, before anything reads or writes it: a
 	// second one would take this one's calls in flight for interrupted
 	// ones (lock.go).
-	lock, err := lockDatabase(cfg.DBPath, cfg.Command, cfg.Logger)
-	if err != nil {
-		return nil, err
+	var lock *dbLock
+	if !isPostgres(cfg.DBPath) {
+		var err error
+		if lock, err = lockDatabase(cfg.DBPath, cfg.Command, cfg.Logger); err != nil {
+			return nil, err
+		}
 	}
-	store, err := sqlite.OpenStore(ctx, sqlite.Config{Path: cfg.DBPath, OnCommit: cfg.OnCommit, WriteFaultFunc: cfg.WriteFault,
+	store, err := openStore(ctx, storeConfig{DB: cfg.DBPath, OnCommit: cfg.OnCommit, WriteFault: cfg.WriteFault,
 		SigningKey: cfg.SigningKey})
 	if err != nil {
 		return nil, errors.Join(err, lock.Release())

@@ -66,7 +66,7 @@ Exits with status 7 if another ledger process holds the database (<db>.lock).`,
 		Example: `  ledger worker --db ./ledger.db
   ledger worker --db ./ledger.db --until-idle`,
 	}
-	cmd.Flags().StringVar(&dbPath, "db", "./ledger.db", "path of the SQLite database")
+	addDBFlag(cmd, &dbPath)
 	cmd.Flags().BoolVar(&untilIdle, "until-idle", false, "exit once no run can advance without a person")
 	cmd.Flags().StringVar(&configPath, "config", "", "the operator's config file, as serve's: its agents, tools and rules (env "+envConfig+")")
 	cmd.Flags().StringVar(&signingKey, "signing-key", "", "sign chain heads with this Ed25519 key file (env "+envSigningKeyFile+")")
