@@ -55,6 +55,7 @@ func (s *DB) CreateAction(ctx context.Context, p CreateActionParams) (CreateActi
 	}
 	var out CreateActionResult
 	err = s.inTx(ctx, "create action", func(tx *txn) error {
+		out = CreateActionResult{} // a driver may run the write again
 		existing, err := tx.d.GetActionByKey(tx.ctx, p.RunID, p.IdempotencyKey)
 		switch {
 		case err == nil:

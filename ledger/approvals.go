@@ -89,6 +89,7 @@ func (s *DB) DecideApproval(ctx context.Context, p DecideApprovalParams) (Decide
 	}
 	var out DecideApprovalResult
 	err := s.inTx(ctx, "decide approval", func(tx *txn) error {
+		out = DecideApprovalResult{} // a driver may run the write again
 		action, err := tx.findAction(p.ActionID)
 		if err != nil {
 			return err
@@ -135,6 +136,7 @@ func (s *DB) ExpireApprovals(ctx context.Context) ([]*Approval, error) {
 	}
 	var out []*Approval
 	err = s.inTx(ctx, "expire approvals", func(tx *txn) error {
+		out = nil // a driver may run the write again
 		due, err := tx.d.ListDueApprovals(tx.ctx, tx.now)
 		if err != nil {
 			return err

@@ -124,6 +124,7 @@ func (s *DB) FinishAttempt(ctx context.Context, p FinishAttemptParams) (FinishAt
 	}
 	var out FinishAttemptResult
 	err := s.inTx(ctx, "finish attempt", func(tx *txn) error {
+		out = FinishAttemptResult{} // a driver may run the write again
 		att, err := tx.findAttempt(p.AttemptID)
 		if err != nil {
 			return err

@@ -92,6 +92,7 @@ func (tx *txn) settleCancellation(c *Cancellation, run *Run, actor string) (*Can
 func (s *DB) SettleCancellations(ctx context.Context) ([]*Cancellation, error) {
 	var out []*Cancellation
 	err := s.inTx(ctx, "settle cancellations", func(tx *txn) error {
+		out = nil // a driver may run the write again
 		unsettled, err := tx.d.ListUnsettledCancellations(tx.ctx)
 		if err != nil {
 			return err
