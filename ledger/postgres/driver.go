@@ -24,10 +24,12 @@ package postgres
 
 import (
 	"context"
+	"crypto/ed25519"
 	"database/sql"
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"sync/atomic"
 	"time"
 
 	"gorm.io/driver/postgres"
@@ -51,6 +53,27 @@ type Config struct {
 	// failing it for a concurrent write (serialisation failure, deadlock)
 	// before it gives up with CodeConflict; 0 means 10.
 	WriteAttempts int
+	// OnCommit, if set, is told of every transaction of Write once it has
+	// ended: Writes is 1 (there is no group commit), Duration is BEGIN to
+	// the end of COMMIT or of the rollback, on the clock Now, and Err what
+	// ended it without a commit (nil when it committed). A write run again
+	// after a serialisation failure is told once per run. It runs on the
+	// writing goroutine before Write returns: keep it quick, and do not
+	// call the Driver from it.
+	OnCommit func(ledger.CommitStats)
+	// WriteFaultFunc is for fault plans only, as in ledger/sqlite: it is
+	// called with the write's number n (1 for the first Write this Driver
+	// was given, in the order they were given, failed ones included) at
+	// WriteBeforeCommit, once fn has succeeded and before COMMIT, and at
+	// WriteAfterCommit, once COMMIT has returned, on the writing goroutine,
+	// so it may kill the process there. An error at WriteBeforeCommit fails
+	// that write, rolled back and not run again, as CodeInternal; at
+	// WriteAfterCommit it is ignored. Nil, the default, costs nothing.
+	WriteFaultFunc func(n int64, at ledger.WritePoint) error
+	// NewID and SigningKey are the ledger's (ledger.Options), for
+	// OpenStore; Open ignores them.
+	NewID      ledger.NewIDFunc
+	SigningKey ed25519.PrivateKey
 }
 
 // Defaults of Config.
@@ -65,6 +88,10 @@ type Driver struct {
 	sqlDB    *sql.DB
 	now      func() time.Time
 	attempts int
+	onCommit func(ledger.CommitStats)
+	// writeFault is Config.WriteFaultFunc; writes numbers the writes.
+	writeFault func(n int64, at ledger.WritePoint) error
+	writes     atomic.Int64
 }
 
 var _ ledger.Driver = (*Driver)(nil)
@@ -107,7 +134,8 @@ func Open(ctx context.Context, cfg Config) (*Driver, error) {
 	}
 	sqlDB.SetMaxOpenConns(cfg.MaxConns)
 	sqlDB.SetMaxIdleConns(cfg.MaxConns)
-	d := &Driver{db: db, sqlDB: sqlDB, now: cfg.Now, attempts: cfg.WriteAttempts}
+	d := &Driver{db: db, sqlDB: sqlDB, now: cfg.Now, attempts: cfg.WriteAttempts, onCommit: cfg.OnCommit,
+		writeFault: cfg.WriteFaultFunc}
 	if err := sqlDB.PingContext(ctx); err != nil {
 		_ = sqlDB.Close()
 		return nil, wrapErr("open postgres", err)
@@ -117,6 +145,21 @@ func Open(ctx context.Context, cfg Config) (*Driver, error) {
 		return nil, err
 	}
 	return d, nil
+}
+
+// OpenStore opens the Driver at cfg.DSN and the ledger over it, with
+// cfg's clock, ids and signing key; closing the Store closes the Driver.
+func OpenStore(ctx context.Context, cfg Config) (*ledger.DB, error) {
+	d, err := Open(ctx, cfg)
+	if err != nil {
+		return nil, err
+	}
+	s, err := ledger.New(d, ledger.Options{Now: cfg.Now, NewID: cfg.NewID, SigningKey: cfg.SigningKey})
+	if err != nil {
+		_ = d.Close()
+		return nil, err
+	}
+	return s, nil
 }
 
 // Close closes the connection pool.
@@ -168,15 +211,30 @@ func (d *Driver) snapshot(ctx context.Context, fn func(*reader) error) error {
 // Write implements ledger.Driver: fn runs in one SERIALIZABLE transaction,
 // and again from the start, in a new one, when PostgreSQL fails it for a
 // concurrent write; after Config.WriteAttempts runs it is CodeConflict.
+//
+// A unique violation is run again too, once: when two writes each check
+// that a key is free and then insert it, the loser is told 40001 only if
+// its check read the unique index itself, and the planner may well answer
+// the check from another index (runs_tenant_submitter for a request
+// identity), so the loser sees 23505 instead. Run again, it reads the
+// winner's row and takes the path the rules have for it; a key that is
+// really taken fails the same way again and is CodeConflict.
 func (d *Driver) Write(ctx context.Context, fn func(ledger.Tx) error) error {
+	var n int64
+	if d.writeFault != nil {
+		n = d.writes.Add(1)
+	}
+	uniqueRetried := false
 	for attempt := 1; ; attempt++ {
-		retry, err := d.writeOnce(ctx, fn)
-		if !retry {
-			return passErr("write", err)
-		}
-		if attempt >= d.attempts {
+		retry, err := d.writeOnce(ctx, n, fn)
+		switch {
+		case retry && attempt >= d.attempts:
 			return &ledger.Error{Code: ledger.CodeConflict,
 				Message: fmt.Sprintf("write: a concurrent write changed what it read, %d times: %v", attempt, err), Err: err}
+		case !retry && !uniqueRetried && attempt < d.attempts && hasSQLState(err, sqlstateUniqueViolation):
+			uniqueRetried = true
+		case !retry:
+			return passErr("write", err)
 		}
 		if err := backoff(ctx, attempt); err != nil {
 			return wrapErr("write", err)
@@ -199,21 +257,28 @@ func backoff(ctx context.Context, attempt int) error {
 	}
 }
 
-// writeOnce runs fn in one SERIALIZABLE transaction and commits it; retry
-// is whether the transaction failed for a concurrent write, so that running
-// fn again may succeed.
-func (d *Driver) writeOnce(ctx context.Context, fn func(ledger.Tx) error) (retry bool, err error) {
+// writeOnce runs fn (write n, for fault plans) in one SERIALIZABLE
+// transaction and commits it; retry is whether the transaction failed for
+// a concurrent write, so that running fn again may succeed.
+func (d *Driver) writeOnce(ctx context.Context, n int64, fn func(ledger.Tx) error) (retry bool, err error) {
 	if err := ctx.Err(); err != nil {
 		return false, err
+	}
+	var began time.Time
+	if d.onCommit != nil {
+		began = d.now()
+		defer func() {
+			d.onCommit(ledger.CommitStats{Writes: 1, Duration: d.now().Sub(began), Err: err})
+		}()
 	}
 	g := d.db.WithContext(ctx).Begin(&sql.TxOptions{Isolation: sql.LevelSerializable})
 	if g.Error != nil {
 		return false, wrapErr("begin write", g.Error)
 	}
 	t := &tx{reader{db: g, st: &txState{}}}
-	committed := false
+	ended := false
 	defer func() {
-		if !committed {
+		if !ended {
 			g.Rollback() // also when fn panics
 		}
 	}()
@@ -229,9 +294,17 @@ func (d *Driver) writeOnce(ctx context.Context, fn func(ledger.Tx) error) (retry
 		// transaction, so nothing of it may be committed.
 		return false, wrapErr("write", failed)
 	}
-	committed = true
+	if d.writeFault != nil {
+		if err := d.writeFault(n, ledger.WriteBeforeCommit); err != nil {
+			return false, ledger.Errorf(ledger.CodeInternal, "write %d: before commit: %w", n, err)
+		}
+	}
+	ended = true
 	if err := g.Commit().Error; err != nil {
 		return retryable(err), wrapErr("commit", err)
+	}
+	if d.writeFault != nil {
+		_ = d.writeFault(n, ledger.WriteAfterCommit) // it can only kill here
 	}
 	return false, nil
 }
@@ -245,6 +318,10 @@ func passErr(op string, err error) error {
 	}
 	return wrapErr(op, err)
 }
+
+// LatestSchemaVersion implements ledger.Driver: the schema version this
+// build writes.
+func (d *Driver) LatestSchemaVersion() int { return SchemaVersion() }
 
 // SchemaVersion implements ledger.Driver.
 func (d *Driver) SchemaVersion(ctx context.Context) (int, error) {

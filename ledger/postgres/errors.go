@@ -62,6 +62,13 @@ func classify(err error) (ledger.ErrorCode, string) {
 	return ledger.CodeInternal, err.Error()
 }
 
+// hasSQLState reports whether err's chain holds a PostgreSQL error with
+// SQLSTATE code.
+func hasSQLState(err error, code string) bool {
+	var pg *pgconn.PgError
+	return errors.As(err, &pg) && pg.Code == code
+}
+
 // retryable reports whether err is PostgreSQL's verdict that the
 // transaction lost to a concurrent one and may succeed if run again: a
 // serialisation failure or a deadlock.

@@ -80,10 +80,11 @@ const countWaitingSQL = `SELECT
 	(SELECT COUNT(*) FROM (SELECT 1 FROM approvals WHERE tenant = ? AND state = ? LIMIT ?) AS p) +
 	(SELECT COUNT(*) FROM (SELECT 1 FROM runs WHERE tenant = ? AND state IN (?, ?) LIMIT ?) AS q)`
 
-// CountWaiting implements ledger.Reader; limit ≤ 0 is no limit.
+// CountWaiting implements ledger.Reader; as on SQLite, a negative limit
+// is no limit.
 func (r *reader) CountWaiting(ctx context.Context, tenant string, limit int) (int, error) {
-	var lim *int
-	if limit > 0 {
+	var lim *int // NULL: no limit
+	if limit >= 0 {
 		lim = &limit
 	}
 	var n int
@@ -209,14 +210,6 @@ func (r *reader) ListAttempts(ctx context.Context, f ledger.AttemptFilter) ([]*l
 	}
 	out, err := all(ctx, r, w.query(`SELECT `+attemptCols+` FROM attempts`, "action_id, attempt_no", f.Limit), w.args, scanAttempt)
 	return out, wrapErr("list attempts", err)
-}
-
-// CountOpenAttempts implements ledger.Reader.
-func (r *reader) CountOpenAttempts(ctx context.Context, run ledger.RunID) (int64, error) {
-	var n int64
-	_, err := r.one(ctx, `SELECT COUNT(*) FROM attempts WHERE run_id = ? AND status = ? AND effect = ?`,
-		[]any{string(run), string(ledger.AttemptStarted), string(ledger.EffectUnknown)}, &n)
-	return n, wrapErr("count open attempts", err)
 }
 
 func scanObservation(rows *sql.Rows) (*ledger.Observation, error) {

@@ -185,9 +185,6 @@ func TestAttemptAndObservationRoundTrip(t *testing.T) {
 	list, err = f.d.Reader().ListAttempts(ctx, ledger.AttemptFilter{Status: &status})
 	require.NoError(t, err)
 	require.Equal(t, []*ledger.Attempt{started}, list)
-	open, err := f.d.Reader().CountOpenAttempts(ctx, "run_1")
-	require.NoError(t, err)
-	require.Equal(t, int64(1), open)
 
 	all, err := f.d.Reader().ListObservations(ctx, ledger.ObservationFilter{})
 	require.NoError(t, err)

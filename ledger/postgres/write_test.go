@@ -296,3 +296,135 @@ func TestConcurrentWritesOfOneRowAllCommit(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, int64(writers), seq)
 }
+
+func TestWriteRunsAgainOnceAfterAUniqueViolation(t *testing.T) {
+	// Two writers check that a request identity is free, then insert it:
+	// the check reads runs_tenant_submitter, not the unique index, so the
+	// loser is told 23505 rather than 40001. Run again, it finds the
+	// winner's run.
+	f := open(t)
+	ctx := context.Background()
+	b := newBarrier(2)
+	var runs atomic.Int32
+	created := make([]bool, 2)
+	errs := make([]error, 2)
+	var wg sync.WaitGroup
+	for i, id := range []string{"run_a", "run_b"} {
+		wg.Go(func() {
+			first := true
+			errs[i] = f.d.Write(ctx, func(tx ledger.Tx) error {
+				runs.Add(1)
+				created[i] = false
+				r := newRun(id)
+				r.IdempotencyKey = "same"
+				_, err := tx.GetRunByRequest(ctx, r.Tenant, r.SubmittedBy, r.IdempotencyKey)
+				if first {
+					first = false
+					if err := b.arrive(); err != nil {
+						return err
+					}
+				}
+				switch {
+				case err == nil:
+					return nil // a replay
+				case ledger.Code(err) != ledger.CodeNotFound:
+					return err
+				}
+				created[i] = true
+				return tx.InsertRun(ctx, r)
+			})
+		})
+	}
+	wg.Wait()
+	require.NoError(t, errs[0])
+	require.NoError(t, errs[1])
+	require.NotEqual(t, created[0], created[1], "one created the run, the other found it")
+	require.Equal(t, int32(3), runs.Load())
+	require.Equal(t, 1, f.count(t, "runs"))
+
+	// A key that is really taken fails again, and is CodeConflict.
+	runs.Store(0)
+	err := f.d.Write(ctx, func(tx ledger.Tx) error {
+		runs.Add(1)
+		r := newRun("run_c")
+		r.IdempotencyKey = "same"
+		return tx.InsertRun(ctx, r)
+	})
+	requireCode(t, ledger.CodeConflict, err)
+	require.Equal(t, "23505", sqlstate(t, err))
+	require.Equal(t, int32(2), runs.Load(), "run again once, not more")
+}
+
+func TestWriteTellsOnCommitAndTheFaultPlan(t *testing.T) {
+	type call struct {
+		n  int64
+		at ledger.WritePoint
+	}
+	var (
+		mu    sync.Mutex
+		calls []call
+		stats []ledger.CommitStats
+	)
+	boom := errors.New("disk full")
+	f := open(t, postgres.Config{
+		OnCommit: func(s ledger.CommitStats) { mu.Lock(); stats = append(stats, s); mu.Unlock() },
+		WriteFaultFunc: func(n int64, at ledger.WritePoint) error {
+			mu.Lock()
+			calls = append(calls, call{n, at})
+			mu.Unlock()
+			switch {
+			case n == 2:
+				return boom // fails write 2 before its commit
+			case at == ledger.WriteAfterCommit:
+				return errors.New("ignored after the commit")
+			}
+			return nil
+		},
+	})
+	ctx := context.Background()
+	insert := func(id string) func(ledger.Tx) error {
+		return func(tx ledger.Tx) error {
+			r := newRun(id)
+			r.IdempotencyKey = id
+			return tx.InsertRun(ctx, r)
+		}
+	}
+	require.NoError(t, f.d.Write(ctx, insert("run_1")))
+	err := f.d.Write(ctx, insert("run_2"))
+	requireCode(t, ledger.CodeInternal, err)
+	require.ErrorIs(t, err, boom)
+	refusal := ledger.Errorf(ledger.CodeConflict, "no")
+	require.Same(t, refusal, f.d.Write(ctx, func(ledger.Tx) error { return refusal }))
+
+	runs, err := f.d.Reader().ListRuns(ctx, ledger.RunFilter{})
+	require.NoError(t, err)
+	require.Equal(t, []ledger.RunID{"run_1"}, ids(runs), "write 2 was rolled back")
+	require.Equal(t, []call{{1, ledger.WriteBeforeCommit}, {1, ledger.WriteAfterCommit}, {2, ledger.WriteBeforeCommit}}, calls,
+		"write 3 failed before the commit point")
+	require.Len(t, stats, 3)
+	for i, s := range stats {
+		require.Equal(t, 1, s.Writes)
+		require.Positive(t, s.Duration)
+		if i == 0 {
+			require.NoError(t, s.Err)
+		} else {
+			require.Error(t, s.Err, "write %d was not committed", i+1)
+		}
+	}
+}
+
+func TestOpenStore(t *testing.T) {
+	dsn := pgtest.NewDatabase(t)
+	ctx := context.Background()
+	s, err := postgres.OpenStore(ctx, postgres.Config{DSN: dsn, SigningKey: []byte("short")})
+	requireCode(t, ledger.CodeInvalid, err)
+	require.Nil(t, s)
+
+	s, err = postgres.OpenStore(ctx, postgres.Config{DSN: dsn})
+	require.NoError(t, err)
+	defer func() { require.NoError(t, s.Close()) }()
+	require.Equal(t, postgres.SchemaVersion(), s.LatestSchemaVersion())
+	v, err := s.CurrentSchemaVersion(ctx)
+	require.NoError(t, err)
+	require.Equal(t, s.LatestSchemaVersion(), v)
+}
