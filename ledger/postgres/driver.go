@@ -8,6 +8,9 @@
 //     start, a bounded number of times (Config.WriteAttempts) with a small
 //     jittered backoff, and is CodeConflict after the last. There is no
 //     group commit: concurrent writes commit in parallel instead.
+//   - A unique violation is also run again, once: two writes that each
+//     check a key is free and insert it may be told 23505 rather than
+//     40001 (see Write); the second run finds the winner's row.
 //   - A failed statement aborts the PostgreSQL transaction it ran in, where
 //     SQLite would only undo the statement: after one, every later call of
 //     the Tx returns that first error, and Write never commits the
