@@ -1,0 +1,336 @@
+// Package postgres is the ledger's storage driver on PostgreSQL: a
+// ledger.Driver over GORM and pgx (gorm.io/driver/postgres).
+//
+// What PostgreSQL makes it do differently from ledger/sqlite:
+//   - Writes run concurrently, each in a SERIALIZABLE transaction, so the
+//     rules' read, decide, write is safe; a write that loses to a
+//     concurrent one (SQLSTATE 40001 or 40P01) is run again from the
+//     start, a bounded number of times (Config.WriteAttempts) with a small
+//     jittered backoff, and is CodeConflict after the last. There is no
+//     group commit: concurrent writes commit in parallel instead.
+//   - A unique violation is also run again, once: two writes that each
+//     check a key is free and insert it may be told 23505 rather than
+//     40001 (see Write); the second run finds the winner's row.
+//   - A failed statement aborts the PostgreSQL transaction it ran in, where
+//     SQLite would only undo the statement: after one, every later call of
+//     the Tx returns that first error, and Write never commits the
+//     transaction, even if fn swallowed the error.
+//   - Reads in Read run in one REPEATABLE READ READ ONLY transaction; the
+//     Reader outside any snapshot runs each statement on the pool (READ
+//     COMMITTED), and a call that needs several statements takes a
+//     snapshot of its own.
+//   - TEXT cannot hold the NUL character or invalid UTF-8, which SQLite
+//     would store: such a value is CodeInvalid (SQLSTATE class 22).
+//   - Every TEXT column is COLLATE "C", so ids sort byte by byte whatever
+//     the database's collation.
+package postgres
+
+import (
+	"context"
+	"crypto/ed25519"
+	"database/sql"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"sync/atomic"
+	"time"
+
+	"gorm.io/driver/postgres"
+	"gorm.io/gorm"
+	"gorm.io/gorm/logger"
+
+	"github.com/actionledger/ledger/ledger"
+)
+
+// Config opens a Driver.
+type Config struct {
+	// DSN is the database's URL, postgres://user@host:port/dbname?… (or
+	// any connection string pgx accepts).
+	DSN string
+	// MaxConns is the size of the connection pool; 0 means 16.
+	MaxConns int
+	// Now is the clock the driver's own rows are stamped with
+	// (schema_migrations.applied_at); nil means time.Now.
+	Now func() time.Time
+	// WriteAttempts is how many times Write runs fn when PostgreSQL keeps
+	// failing it for a concurrent write (serialisation failure, deadlock)
+	// before it gives up with CodeConflict; 0 means 10.
+	WriteAttempts int
+	// OnCommit, if set, is told of every transaction of Write once it has
+	// ended: Writes is 1 (there is no group commit), Duration is BEGIN to
+	// the end of COMMIT or of the rollback, on the clock Now, and Err what
+	// ended it without a commit (nil when it committed). A write run again
+	// after a serialisation failure is told once per run. It runs on the
+	// writing goroutine before Write returns: keep it quick, and do not
+	// call the Driver from it.
+	OnCommit func(ledger.CommitStats)
+	// WriteFaultFunc is for fault plans only, as in ledger/sqlite: it is
+	// called with the write's number n (1 for the first Write this Driver
+	// was given, in the order they were given, failed ones included) at
+	// WriteBeforeCommit, once fn has succeeded and before COMMIT, and at
+	// WriteAfterCommit, once COMMIT has returned, on the writing goroutine,
+	// so it may kill the process there. An error at WriteBeforeCommit fails
+	// that write, rolled back and not run again, as CodeInternal; at
+	// WriteAfterCommit it is ignored. Nil, the default, costs nothing.
+	WriteFaultFunc func(n int64, at ledger.WritePoint) error
+	// NewID and SigningKey are the ledger's (ledger.Options), for
+	// OpenStore; Open ignores them.
+	NewID      ledger.NewIDFunc
+	SigningKey ed25519.PrivateKey
+}
+
+// Defaults of Config.
+const (
+	DefaultMaxConns      = 16
+	DefaultWriteAttempts = 10
+)
+
+// Driver is the ledger's storage on PostgreSQL.
+type Driver struct {
+	db       *gorm.DB
+	sqlDB    *sql.DB
+	now      func() time.Time
+	attempts int
+	onCommit func(ledger.CommitStats)
+	// writeFault is Config.WriteFaultFunc; writes numbers the writes.
+	writeFault func(n int64, at ledger.WritePoint) error
+	writes     atomic.Int64
+}
+
+var _ ledger.Driver = (*Driver)(nil)
+
+// Open connects to cfg.DSN and applies pending migrations. A database whose
+// schema is newer than this build is refused with CodeUnsupportedVersion
+// and left untouched. Several processes may open the same database at once:
+// one migrates, the others wait for it.
+func Open(ctx context.Context, cfg Config) (*Driver, error) {
+	switch {
+	case cfg.DSN == "":
+		return nil, ledger.Errorf(ledger.CodeInvalid, "open postgres: no DSN")
+	case cfg.MaxConns < 0:
+		return nil, ledger.Errorf(ledger.CodeInvalid, "open postgres: MaxConns cannot be negative")
+	case cfg.WriteAttempts < 0:
+		return nil, ledger.Errorf(ledger.CodeInvalid, "open postgres: WriteAttempts cannot be negative")
+	}
+	if cfg.MaxConns == 0 {
+		cfg.MaxConns = DefaultMaxConns
+	}
+	if cfg.WriteAttempts == 0 {
+		cfg.WriteAttempts = DefaultWriteAttempts
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	db, err := gorm.Open(postgres.New(postgres.Config{DSN: cfg.DSN}), &gorm.Config{
+		Logger:                 logger.Discard,
+		SkipDefaultTransaction: true, // Write and Read open every transaction themselves
+		// pgx caches a prepared statement per connection and statement
+		// text on its own; GORM's statement cache would add a goroutine.
+		PrepareStmt: false,
+	})
+	if err != nil {
+		return nil, wrapErr("open postgres", err)
+	}
+	sqlDB, err := db.DB()
+	if err != nil {
+		return nil, wrapErr("open postgres", err)
+	}
+	sqlDB.SetMaxOpenConns(cfg.MaxConns)
+	sqlDB.SetMaxIdleConns(cfg.MaxConns)
+	d := &Driver{db: db, sqlDB: sqlDB, now: cfg.Now, attempts: cfg.WriteAttempts, onCommit: cfg.OnCommit,
+		writeFault: cfg.WriteFaultFunc}
+	if err := sqlDB.PingContext(ctx); err != nil {
+		_ = sqlDB.Close()
+		return nil, wrapErr("open postgres", err)
+	}
+	if err := d.migrate(ctx); err != nil {
+		_ = sqlDB.Close()
+		return nil, err
+	}
+	return d, nil
+}
+
+// OpenStore opens the Driver at cfg.DSN and the ledger over it, with
+// cfg's clock, ids and signing key; closing the Store closes the Driver.
+func OpenStore(ctx context.Context, cfg Config) (*ledger.DB, error) {
+	d, err := Open(ctx, cfg)
+	if err != nil {
+		return nil, err
+	}
+	s, err := ledger.New(d, ledger.Options{Now: cfg.Now, NewID: cfg.NewID, SigningKey: cfg.SigningKey})
+	if err != nil {
+		_ = d.Close()
+		return nil, err
+	}
+	return s, nil
+}
+
+// Close closes the connection pool.
+func (d *Driver) Close() error {
+	if err := d.sqlDB.Close(); err != nil {
+		return wrapErr("close postgres", err)
+	}
+	return nil
+}
+
+// Reader implements ledger.Driver: the pool, each statement on what was
+// committed when it ran.
+func (d *Driver) Reader() ledger.Reader { return &reader{db: d.db, pool: d} }
+
+// Read implements ledger.Driver: fn runs in one REPEATABLE READ READ ONLY
+// transaction, so every read sees the same snapshot.
+func (d *Driver) Read(ctx context.Context, fn func(ledger.Reader) error) error {
+	err := d.snapshot(ctx, func(r *reader) error { return fn(r) })
+	return passErr("read", err)
+}
+
+// snapshot runs fn on a reader in one REPEATABLE READ READ ONLY
+// transaction.
+func (d *Driver) snapshot(ctx context.Context, fn func(*reader) error) error {
+	g := d.db.WithContext(ctx).Begin(&sql.TxOptions{Isolation: sql.LevelRepeatableRead, ReadOnly: true})
+	if g.Error != nil {
+		return wrapErr("begin read", g.Error)
+	}
+	ended := false
+	defer func() {
+		if !ended {
+			g.Rollback() // also when fn panics
+		}
+	}()
+	r := &reader{db: g, st: &txState{}}
+	if err := fn(r); err != nil {
+		return err
+	}
+	if r.st.failed != nil {
+		return wrapErr("read", r.st.failed)
+	}
+	ended = true
+	if err := g.Commit().Error; err != nil {
+		return wrapErr("end read", err)
+	}
+	return nil
+}
+
+// Write implements ledger.Driver: fn runs in one SERIALIZABLE transaction,
+// and again from the start, in a new one, when PostgreSQL fails it for a
+// concurrent write; after Config.WriteAttempts runs it is CodeConflict.
+//
+// A unique violation is run again too, once: when two writes each check
+// that a key is free and then insert it, the loser is told 40001 only if
+// its check read the unique index itself, and the planner may well answer
+// the check from another index (runs_tenant_submitter for a request
+// identity), so the loser sees 23505 instead. Run again, it reads the
+// winner's row and takes the path the rules have for it; a key that is
+// really taken fails the same way again and is CodeConflict.
+func (d *Driver) Write(ctx context.Context, fn func(ledger.Tx) error) error {
+	var n int64
+	if d.writeFault != nil {
+		n = d.writes.Add(1)
+	}
+	uniqueRetried := false
+	for attempt := 1; ; attempt++ {
+		retry, err := d.writeOnce(ctx, n, fn)
+		switch {
+		case retry && attempt >= d.attempts:
+			return &ledger.Error{Code: ledger.CodeConflict,
+				Message: fmt.Sprintf("write: a concurrent write changed what it read, %d times: %v", attempt, err), Err: err}
+		case !retry && !uniqueRetried && attempt < d.attempts && hasSQLState(err, sqlstateUniqueViolation):
+			uniqueRetried = true
+		case !retry:
+			return passErr("write", err)
+		}
+		if err := backoff(ctx, attempt); err != nil {
+			return wrapErr("write", err)
+		}
+	}
+}
+
+// backoff waits before run attempt+1 of a write: a random time up to 1 ms
+// doubled for each run so far, at most 64 ms, so that writes that keep
+// colliding spread out.
+func backoff(ctx context.Context, attempt int) error {
+	ceiling := time.Millisecond << min(attempt-1, 6)
+	t := time.NewTimer(rand.N(ceiling) + time.Millisecond/4)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// writeOnce runs fn (write n, for fault plans) in one SERIALIZABLE
+// transaction and commits it; retry is whether the transaction failed for
+// a concurrent write, so that running fn again may succeed.
+func (d *Driver) writeOnce(ctx context.Context, n int64, fn func(ledger.Tx) error) (retry bool, err error) {
+	if err := ctx.Err(); err != nil {
+		return false, err
+	}
+	var began time.Time
+	if d.onCommit != nil {
+		began = d.now()
+		defer func() {
+			d.onCommit(ledger.CommitStats{Writes: 1, Duration: d.now().Sub(began), Err: err})
+		}()
+	}
+	g := d.db.WithContext(ctx).Begin(&sql.TxOptions{Isolation: sql.LevelSerializable})
+	if g.Error != nil {
+		return false, wrapErr("begin write", g.Error)
+	}
+	t := &tx{reader{db: g, st: &txState{}}}
+	ended := false
+	defer func() {
+		if !ended {
+			g.Rollback() // also when fn panics
+		}
+	}()
+	err = fn(t)
+	failed := t.st.failed
+	switch {
+	case failed != nil && retryable(failed):
+		return true, failed
+	case err != nil:
+		return retryable(err), err
+	case failed != nil:
+		// fn went on after a statement failed: PostgreSQL has aborted the
+		// transaction, so nothing of it may be committed.
+		return false, wrapErr("write", failed)
+	}
+	if d.writeFault != nil {
+		if err := d.writeFault(n, ledger.WriteBeforeCommit); err != nil {
+			return false, ledger.Errorf(ledger.CodeInternal, "write %d: before commit: %w", n, err)
+		}
+	}
+	ended = true
+	if err := g.Commit().Error; err != nil {
+		return retryable(err), wrapErr("commit", err)
+	}
+	if d.writeFault != nil {
+		_ = d.writeFault(n, ledger.WriteAfterCommit) // it can only kill here
+	}
+	return false, nil
+}
+
+// passErr returns err as the caller gets it: a *ledger.Error unchanged (the
+// rules' own errors keep their words), anything else translated.
+func passErr(op string, err error) error {
+	var e *ledger.Error
+	if err == nil || errors.As(err, &e) {
+		return err
+	}
+	return wrapErr(op, err)
+}
+
+// LatestSchemaVersion implements ledger.Driver: the schema version this
+// build writes.
+func (d *Driver) LatestSchemaVersion() int { return SchemaVersion() }
+
+// SchemaVersion implements ledger.Driver.
+func (d *Driver) SchemaVersion(ctx context.Context) (int, error) {
+	var v int
+	if err := d.db.WithContext(ctx).Raw(`SELECT COALESCE(MAX(version), 0) FROM schema_migrations`).Row().Scan(&v); err != nil {
+		return 0, wrapErr("read schema version", err)
+	}
+	return v, nil
+}

@@ -1,0 +1,83 @@
+package postgres
+
+import (
+	"database/sql"
+	"errors"
+	"strings"
+
+	"github.com/jackc/pgx/v5/pgconn"
+	"gorm.io/gorm"
+
+	"github.com/actionledger/ledger/ledger"
+)
+
+// SQLSTATEs the driver tells apart (PostgreSQL's errcodes appendix).
+const (
+	sqlstateUniqueViolation      = "23505"
+	sqlstateForeignKeyViolation  = "23503"
+	sqlstateCheckViolation       = "23514"
+	sqlstateNotNullViolation     = "23502"
+	sqlstateSerializationFailure = "40001"
+	sqlstateDeadlockDetected     = "40P01"
+	sqlstateDataExceptionClass   = "22"
+)
+
+// wrapErr is the one place an error becomes the *ledger.Error the driver
+// returns, with op as its context and the cause kept for errors.Is/As. It
+// reads the SQLSTATE of a *pgconn.PgError wherever it sits in the chain, so
+// an error raised through GORM, database/sql or pgx translates the same.
+func wrapErr(op string, err error) error {
+	if err == nil {
+		return nil
+	}
+	var e *ledger.Error
+	if errors.As(err, &e) {
+		return &ledger.Error{Code: e.Code, Message: op + ": " + err.Error(), Err: err}
+	}
+	code, what := classify(err)
+	return &ledger.Error{Code: code, Message: op + ": " + what, Err: err}
+}
+
+// classify maps an error that is not yet a *ledger.Error to its code and
+// the words that say why.
+func classify(err error) (ledger.ErrorCode, string) {
+	var pg *pgconn.PgError
+	switch {
+	case errors.As(err, &pg):
+		switch {
+		case pg.Code == sqlstateUniqueViolation:
+			return ledger.CodeConflict, "already exists: " + pg.Error()
+		case pg.Code == sqlstateForeignKeyViolation:
+			return ledger.CodeInvalid, "refers to a missing object: " + pg.Error()
+		case pg.Code == sqlstateCheckViolation, pg.Code == sqlstateNotNullViolation,
+			strings.HasPrefix(pg.Code, sqlstateDataExceptionClass):
+			return ledger.CodeInvalid, "invalid value: " + pg.Error()
+		case retryable(err):
+			return ledger.CodeConflict, "a concurrent write changed what this one read: " + pg.Error()
+		}
+		return ledger.CodeInternal, pg.Error()
+	case errors.Is(err, gorm.ErrRecordNotFound), errors.Is(err, sql.ErrNoRows):
+		return ledger.CodeNotFound, "not found"
+	}
+	return ledger.CodeInternal, err.Error()
+}
+
+// hasSQLState reports whether err's chain holds a PostgreSQL error with
+// SQLSTATE code.
+func hasSQLState(err error, code string) bool {
+	var pg *pgconn.PgError
+	return errors.As(err, &pg) && pg.Code == code
+}
+
+// retryable reports whether err is PostgreSQL's verdict that the
+// transaction lost to a concurrent one and may succeed if run again: a
+// serialisation failure or a deadlock.
+func retryable(err error) bool {
+	var pg *pgconn.PgError
+	return errors.As(err, &pg) && (pg.Code == sqlstateSerializationFailure || pg.Code == sqlstateDeadlockDetected)
+}
+
+// notFound is the CodeNotFound of a Get whose row does not exist.
+func notFound(format string, args ...any) error {
+	return ledger.Errorf(ledger.CodeNotFound, format, args...)
+}

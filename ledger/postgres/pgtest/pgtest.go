@@ -1,0 +1,113 @@
+// Package pgtest gives a test a fresh PostgreSQL database of its own, so
+// that tests of the PostgreSQL driver (and the suites run against it: the
+// conformance suite, the fault matrix) never share state.
+//
+// The server is the one LEDGER_TEST_POSTGRES names, by default
+// postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable; its user must
+// be allowed to create databases. When the server cannot be reached, the
+// test is skipped with the reason, unless LEDGER_TEST_POSTGRES_REQUIRED is
+// set (to anything but "" or "0"), when it fails instead: a CI run that
+// means to test PostgreSQL sets it, so that a missing server cannot pass
+// as a green run.
+package pgtest
+
+import (
+	"context"
+	"crypto/rand"
+	"fmt"
+	"net/url"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// Environment variables read by the package.
+const (
+	// EnvServer names the server (any database on it) as a URL.
+	EnvServer = "LEDGER_TEST_POSTGRES"
+	// EnvRequired, set, fails a test whose server is unreachable instead
+	// of skipping it.
+	EnvRequired = "LEDGER_TEST_POSTGRES_REQUIRED"
+)
+
+// DefaultServer is the server used when EnvServer is not set.
+const DefaultServer = "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable"
+
+// Server is the URL of the test server.
+func Server() string {
+	if s := os.Getenv(EnvServer); s != "" {
+		return s
+	}
+	return DefaultServer
+}
+
+// NewDatabase creates an empty database with a random name on the test
+// server and returns its URL; it is dropped (WITH (FORCE), closing whatever
+// connections are left) when tb ends. options, if any, are appended to
+// CREATE DATABASE (for example "TEMPLATE template0 LOCALE_PROVIDER icu
+// ICU_LOCALE 'en-US'" for a database of another collation). If the server
+// is unreachable, tb is skipped, or fails when EnvRequired is set.
+func NewDatabase(tb testing.TB, options ...string) string {
+	tb.Helper()
+	server := Server()
+	u, err := url.Parse(server)
+	if err != nil || (u.Scheme != "postgres" && u.Scheme != "postgresql") {
+		tb.Fatalf("pgtest: %s must be a postgres:// URL, not %q", EnvServer, server)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(ctx, server)
+	if err != nil {
+		unreachable(tb, server, err)
+	}
+	defer func() { _ = conn.Close(context.Background()) }()
+	// rand.Text is base32 (A–Z, 2–7): lowercased, the name needs no
+	// quoting, but is quoted anyway.
+	name := "ledger_test_" + strings.ToLower(rand.Text()[:16])
+	create := "CREATE DATABASE " + pgx.Identifier{name}.Sanitize()
+	for _, o := range options {
+		create += " " + o
+	}
+	if _, err := conn.Exec(ctx, create); err != nil {
+		tb.Fatalf("pgtest: create database %s on %s: %v", name, redacted(u), err)
+	}
+	tb.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		conn, err := pgx.Connect(ctx, server)
+		if err != nil {
+			tb.Errorf("pgtest: drop database %s: %v", name, err)
+			return
+		}
+		defer func() { _ = conn.Close(context.Background()) }()
+		if _, err := conn.Exec(ctx, "DROP DATABASE IF EXISTS "+pgx.Identifier{name}.Sanitize()+" WITH (FORCE)"); err != nil {
+			tb.Errorf("pgtest: drop database %s: %v", name, err)
+		}
+	})
+	db := *u
+	db.Path = "/" + name
+	return db.String()
+}
+
+// unreachable skips tb (or fails it, with EnvRequired set) because the
+// server could not be reached.
+func unreachable(tb testing.TB, server string, err error) {
+	tb.Helper()
+	u, _ := url.Parse(server)
+	msg := fmt.Sprintf("pgtest: PostgreSQL at %s is unreachable (set %s to another server): %v", redacted(u), EnvServer, err)
+	if r := os.Getenv(EnvRequired); r != "" && r != "0" {
+		tb.Fatal(msg)
+	}
+	tb.Skip(msg)
+}
+
+// redacted is u without its password, for messages.
+func redacted(u *url.URL) string {
+	if u == nil {
+		return "?"
+	}
+	return u.Redacted()
+}
