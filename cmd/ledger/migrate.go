@@ -24,11 +24,15 @@ one another ledger process holds (exit status 7: stop the server first).`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx := cmd.Context()
 			// migrate writes the schema: not under a running server.
-			lock, err := lockDatabase(dbPath, "migrate", slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), nil)))
-			if err != nil {
-				return err
+			// (PostgreSQL serialises migrations itself, under an advisory
+			// lock.)
+			if !isPostgres(dbPath) {
+				lock, err := lockDatabase(dbPath, "migrate", slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), nil)))
+				if err != nil {
+					return err
+				}
+				defer lock.Release()
 			}
-			defer lock.Release()
 			s, err := openStore(ctx, storeConfig{DB: dbPath})
 			if err != nil {
 				return err

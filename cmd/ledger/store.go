@@ -3,14 +3,12 @@ package main
 import (
 	"context"
 	"crypto/ed25519"
-	"net/url"
 	"os"
-	"strings"
 
 	"github.com/spf13/cobra"
 
 	"github.com/actionledger/ledger/ledger"
-	"github.com/actionledger/ledger/ledger/sqlite"
+	"github.com/actionledger/ledger/ledger/stores"
 )
 
 // envDB names the database when --db is not given: a SQLite file path, or
@@ -42,23 +40,11 @@ func useDBEnv(cmd *cobra.Command) error {
 	return cmd.Flags().Set("db", env)
 }
 
-// isPostgres reports whether db names a PostgreSQL database rather than a
-// SQLite file.
-func isPostgres(db string) bool {
-	return strings.HasPrefix(db, "postgres://") || strings.HasPrefix(db, "postgresql://")
-}
+// isPostgres reports whether db names a PostgreSQL database.
+func isPostgres(db string) bool { return stores.IsPostgres(db) }
 
 // shownDB is db as logs and messages show it: a URL's password is hidden.
-func shownDB(db string) string {
-	if !isPostgres(db) {
-		return db
-	}
-	u, err := url.Parse(db)
-	if err != nil {
-		return "postgres://(unparsable URL)"
-	}
-	return u.Redacted()
-}
+func shownDB(db string) string { return stores.Shown(db) }
 
 // storeConfig opens the ledger's store.
 type storeConfig struct {
@@ -74,11 +60,7 @@ type storeConfig struct {
 // openStore opens the driver the database's name selects and the ledger
 // over it, applying pending migrations.
 func openStore(ctx context.Context, c storeConfig) (*ledger.DB, error) {
-	if isPostgres(c.DB) {
-		return nil, ledger.Errorf(ledger.CodeInvalid, "database %s: this build has no PostgreSQL driver", shownDB(c.DB))
-	}
-	return sqlite.OpenStore(ctx, sqlite.Config{Path: c.DB, OnCommit: c.OnCommit, WriteFaultFunc: c.WriteFault,
-		SigningKey: c.SigningKey})
+	return stores.Open(ctx, stores.Config{DB: c.DB, OnCommit: c.OnCommit, WriteFault: c.WriteFault, SigningKey: c.SigningKey})
 }
 
 // defaultEffectsPath is where the simulator keeps its side effects when

@@ -27,6 +27,8 @@ var allowed = map[string][]string{
 	"ledger/sqlite":          {"ledger"},
 	"ledger/postgres":        {"ledger"},
 	"ledger/postgres/pgtest": {},
+	// Opens the Store on the driver a database's name selects.
+	"ledger/stores": {"ledger", "ledger/sqlite", "ledger/postgres"},
 	// The Store conformance suite every driver runs from its tests.
 	"ledger/storetest":  {"ledger", "ledger/ledgertest"},
 	"approval":          {"ledger", "contracts", "redact"},
