@@ -139,7 +139,8 @@ type Tx interface {
 	// math.MaxInt64, and returns the budget after it; false if the run has
 	// no budget or a sum would overflow.
 	AddUsage(ctx context.Context, run RunID, u BudgetUsage) (*Budget, bool, error)
-	// CountAttempt adds one attempt to a run's budget.
+	// CountAttempt adds one attempt to a run's budget; CodeNotFound if the
+	// run has none.
 	CountAttempt(ctx context.Context, run RunID) error
 	// SpendExecution adds d to a run's execution budget and returns the
 	// budget after it.
@@ -179,7 +180,7 @@ type Tx interface {
 	// InsertAttemptLease inserts an attempt's lease.
 	InsertAttemptLease(ctx context.Context, l *AttemptLease) error
 	// UpdateAttemptLease writes a lease's until, heartbeats, progress and
-	// outcome.
+	// outcome; CodeNotFound if the attempt has no lease.
 	UpdateAttemptLease(ctx context.Context, l *AttemptLease) error
 	// PutAgentDecision inserts or replaces the decision told about an
 	// action.

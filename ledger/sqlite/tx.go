@@ -153,8 +153,11 @@ func (t *tx) AddUsage(_ context.Context, run ledger.RunID, u ledger.BudgetUsage)
 }
 
 func (t *tx) CountAttempt(_ context.Context, run ledger.RunID) error {
-	_, err := t.exec(countAttemptSQL, string(run))
-	return translate(err)
+	ok, err := t.execOne(countAttemptSQL, string(run))
+	if err == nil && !ok {
+		err = ledger.Errorf(ledger.CodeNotFound, "budget of run %s not found", run)
+	}
+	return err
 }
 
 func (t *tx) SpendExecution(_ context.Context, run ledger.RunID, d time.Duration) (*ledger.Budget, error) {
@@ -268,9 +271,16 @@ func (t *tx) InsertAttemptLease(_ context.Context, l *ledger.AttemptLease) error
 
 func (t *tx) UpdateAttemptLease(_ context.Context, l *ledger.AttemptLease) error {
 	row := leaseRowOf(l)
-	return translate(t.c.db.Model(&leaseRow{}).Where("attempt_id = ?", row.AttemptID).
+	res := t.c.db.Model(&leaseRow{}).Where("attempt_id = ?", row.AttemptID).
 		Updates(map[string]any{"lease_until": row.LeaseUntil, "heartbeats": row.Heartbeats, "progress": row.Progress,
-			"outcome_digest": row.OutcomeDigest, "outcome": row.Outcome}).Error)
+			"outcome_digest": row.OutcomeDigest, "outcome": row.Outcome})
+	switch {
+	case res.Error != nil:
+		return translate(res.Error)
+	case res.RowsAffected == 0:
+		return ledger.Errorf(ledger.CodeNotFound, "attempt %s has no lease", l.AttemptID)
+	}
+	return nil
 }
 
 func (t *tx) PutAgentDecision(_ context.Context, d *ledger.AgentDecision) error {
