@@ -16,17 +16,18 @@ import (
 )
 
 // TestConformance runs the Store conformance suite against the ledger over
-// the PostgreSQL driver, each test on a fresh database (pgtest). Without a
-// server it is skipped, saying why.
+// the PostgreSQL driver, each test in a fresh schema of its own
+// (pgtest.NewSchema, much cheaper than a database each). Without a server
+// it is skipped, saying why.
 func TestConformance(t *testing.T) { storetest.Run(t, postgresHarness) }
 
-// postgresHarness opens each Store on a new database, and a GORM handle on
+// postgresHarness opens each Store in a new schema, and a GORM handle on
 // the same database for the suite's SQL (GORM turns its ? placeholders
 // into $1, $2, …).
 var postgresHarness = storetest.Harness{
 	Name: "postgres",
 	Open: func(tb testing.TB, opts storetest.Options) (ledger.Store, storetest.DB, error) {
-		dsn := pgtest.NewDatabase(tb)
+		dsn := pgtest.NewSchema(tb)
 		s, err := openPostgres(tb, dsn, opts)
 		if err != nil {
 			return nil, storetest.DB{}, err
