@@ -93,7 +93,12 @@ func ScanRecovery(ctx context.Context, db string, n int, progress Progress) (tim
 		return 0, err
 	}
 	if rep.Actions != n || rep.Decisions[recovery.Continue] != n || len(rep.Errors) > 0 {
-		return 0, fmt.Errorf("scan decided %d actions (%v), %d errors, want %d continues", rep.Actions, rep.Decisions, len(rep.Errors), n)
+		first := ""
+		if len(rep.Errors) > 0 {
+			first = " (the first: " + rep.Errors[0] + ")"
+		}
+		return 0, fmt.Errorf("scan decided %d actions (%v) in %s, %d errors%s, want %d continues", rep.Actions, rep.Decisions,
+			scan.Round(time.Millisecond), len(rep.Errors), first, n)
 	}
 	return scan, nil
 }
