@@ -13,7 +13,7 @@ import (
 	"github.com/actionledger/ledger/contracts"
 	"github.com/actionledger/ledger/engine"
 	"github.com/actionledger/ledger/ledger"
-	"github.com/actionledger/ledger/ledger/sqlite"
+	"github.com/actionledger/ledger/ledger/stores"
 	"github.com/actionledger/ledger/simulator"
 )
 
@@ -48,7 +48,8 @@ func StepArguments(i int) json.RawMessage {
 }
 
 // Actions is the durable-action workload: a Store on a real file
-// (synchronous=FULL) and an engine with one agent, "bench", whose scripted
+// (synchronous=FULL) or PostgreSQL database (the server's durability, the
+// driver's pool of connections) and an engine with one agent, "bench", whose scripted
 // model asks for ActionsPerRun writes of the instant tool, each approved by
 // a rule that auto-approves the tool. Per action the engine commits the
 // model step's usage with the action, starts the attempt and finishes it,
@@ -60,10 +61,10 @@ type Actions struct {
 	done   atomic.Int64 // runs advanced to their end
 }
 
-// OpenActions opens the workload's Store at path, which should be a new
-// file, and its engine.
-func OpenActions(ctx context.Context, path string) (*Actions, error) {
-	store, err := sqlite.OpenStore(ctx, sqlite.Config{Path: path})
+// OpenActions opens the workload's Store on db, a SQLite file path or a
+// postgres:// URL (stores.Open), which should be new, and its engine.
+func OpenActions(ctx context.Context, db string) (*Actions, error) {
+	store, err := stores.Open(ctx, stores.Config{DB: db})
 	if err != nil {
 		return nil, err
 	}

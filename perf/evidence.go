@@ -11,15 +11,15 @@ import (
 
 	"github.com/actionledger/ledger/evidence"
 	"github.com/actionledger/ledger/ledger"
-	"github.com/actionledger/ledger/ledger/sqlite"
 )
 
-// EvidenceRun writes, to a new Store at path with synchronous=OFF (reading
-// does not care), a run with one approved write that ran once and
+// EvidenceRun writes, to a new Store on db (a SQLite file path or a
+// postgres:// URL) with synchronous=OFF (PostgreSQL: synchronous_commit
+// off; reading does not care), a run with one approved write that ran once and
 // succeeded, then fills it with usage records up to n events. It returns
 // the Store, which the caller closes, the run and its number of events.
-func EvidenceRun(ctx context.Context, path string, n int) (*ledger.DB, ledger.RunID, int, error) {
-	s, err := sqlite.OpenStore(ctx, sqlite.Config{Path: path, Synchronous: "OFF"})
+func EvidenceRun(ctx context.Context, db string, n int) (*ledger.DB, ledger.RunID, int, error) {
+	s, err := openUnsynced(ctx, db)
 	if err != nil {
 		return nil, "", 0, err
 	}

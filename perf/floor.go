@@ -8,7 +8,8 @@ import (
 	"path/filepath"
 	"time"
 
-	_ "github.com/mattn/go-sqlite3" // the "sqlite3" driver; gorm.io/driver/sqlite registers the same one
+	_ "github.com/jackc/pgx/v5/stdlib" // the "pgx" driver: pgx, as gorm.io/driver/postgres uses it
+	_ "github.com/mattn/go-sqlite3"    // the "sqlite3" driver; gorm.io/driver/sqlite registers the same one
 )
 
 // Floor is the yardstick of every figure: a SQLite file opened with
@@ -18,9 +19,14 @@ import (
 // durable write can cost on this file system. Figures are reported as
 // ratios to it, measured in the same run, because machines differ by
 // orders of magnitude in fsync cost.
+//
+// OpenPostgresFloor is the same yardstick on PostgreSQL: a table in a
+// database of its own on the server the ledger's database is on, and the
+// server's durability (synchronous_commit on, fsync on).
 type Floor struct {
-	db *sql.DB
-	n  int
+	db     *sql.DB
+	insert string // the INSERT, in the driver's placeholders
+	n      int
 }
 
 // OpenFloor creates the floor database floor.db in dir and checks that it
@@ -41,7 +47,33 @@ func OpenFloor(ctx context.Context, dir string) (*Floor, error) {
 	if err := db.QueryRowContext(ctx, `PRAGMA synchronous`).Scan(&syncMode); err != nil || syncMode != 2 {
 		return nil, errors.Join(fmt.Errorf("floor synchronous = %d (%v), want 2 (FULL)", syncMode, err), db.Close())
 	}
-	return &Floor{db: db}, nil
+	return &Floor{db: db, insert: `INSERT INTO t (id, v) VALUES (?, ?)`}, nil
+}
+
+// OpenPostgresFloor creates the floor's table in the PostgreSQL database
+// dsn names, which should be new and empty, over database/sql and pgx's
+// stdlib (the pgx the ledger's driver uses) with one connection, and checks
+// that its commits wait for the WAL to be flushed: synchronous_commit and
+// fsync both on, the server's defaults. Otherwise it refuses to measure.
+func OpenPostgresFloor(ctx context.Context, dsn string) (*Floor, error) {
+	db, err := sql.Open("pgx", dsn)
+	if err != nil {
+		return nil, fmt.Errorf("open postgres floor: %w", err)
+	}
+	db.SetMaxOpenConns(1)
+	db.SetMaxIdleConns(1)
+	var syncCommit, fsync string
+	if err := db.QueryRowContext(ctx, `SELECT current_setting('synchronous_commit'), current_setting('fsync')`).
+		Scan(&syncCommit, &fsync); err != nil {
+		return nil, errors.Join(fmt.Errorf("postgres floor settings: %w", err), db.Close())
+	}
+	if syncCommit != "on" || fsync != "on" {
+		return nil, errors.Join(fmt.Errorf("postgres floor: synchronous_commit = %s, fsync = %s, want both on", syncCommit, fsync), db.Close())
+	}
+	if _, err := db.ExecContext(ctx, `CREATE TABLE t (id bigint PRIMARY KEY, v text)`); err != nil {
+		return nil, errors.Join(fmt.Errorf("create postgres floor table: %w", err), db.Close())
+	}
+	return &Floor{db: db, insert: `INSERT INTO t (id, v) VALUES ($1, $2)`}, nil
 }
 
 // Close closes the floor database.
@@ -54,7 +86,7 @@ func (f *Floor) Commit(ctx context.Context) error {
 		return fmt.Errorf("floor begin: %w", err)
 	}
 	f.n++
-	if _, err := tx.ExecContext(ctx, `INSERT INTO t (id, v) VALUES (?, ?)`, f.n, "value"); err != nil {
+	if _, err := tx.ExecContext(ctx, f.insert, f.n, "value"); err != nil {
 		return errors.Join(fmt.Errorf("floor insert: %w", err), tx.Rollback())
 	}
 	if err := tx.Commit(); err != nil {

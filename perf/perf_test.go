@@ -1,21 +1,41 @@
 package perf_test
 
 import (
+	"context"
+	"database/sql"
+	"net/url"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
 	"github.com/actionledger/ledger/evidence"
 	"github.com/actionledger/ledger/ledger"
+	"github.com/actionledger/ledger/ledger/postgres/pgtest"
 	"github.com/actionledger/ledger/perf"
 	"github.com/actionledger/ledger/redact"
 )
 
-// The workloads run for real, briefly: these tests check that they do what
-// they say, never how fast. BenchmarkX in the packages and `ledger bench`
-// time them.
+// The workloads run for real, briefly, on both drivers: these tests check
+// that they do what they say, never how fast. BenchmarkX in the packages
+// and `ledger bench` time them. The PostgreSQL cases skip when no server is
+// reachable (pgtest).
+
+// drivers runs test once per driver, each time with a function that names
+// a fresh database: a file in a temporary directory, or a new database on
+// the PostgreSQL test server.
+func drivers(t *testing.T, test func(t *testing.T, newDB func(name string) string)) {
+	t.Run("sqlite", func(t *testing.T) {
+		dir := t.TempDir()
+		test(t, func(name string) string { return filepath.Join(dir, name+".db") })
+	})
+	t.Run("postgres", func(t *testing.T) {
+		test(t, func(string) string { return pgtest.NewDatabase(t) })
+	})
+}
 
 func TestFloor(t *testing.T) {
 	ctx := t.Context()
@@ -32,9 +52,84 @@ func TestFloor(t *testing.T) {
 	require.Positive(t, d)
 }
 
-func TestActionsDrive(t *testing.T) {
+func TestPostgresFloor(t *testing.T) {
 	ctx := t.Context()
-	a, err := perf.OpenActions(ctx, filepath.Join(t.TempDir(), "ledger.db"))
+	t.Run("OK", func(t *testing.T) {
+		db := pgtest.NewDatabase(t)
+		f, err := perf.OpenPostgresFloor(ctx, db)
+		require.NoError(t, err)
+		defer f.Close()
+		require.NoError(t, f.Commit(ctx))
+		n, d, err := f.Measure(ctx, time.Millisecond)
+		require.NoError(t, err)
+		require.GreaterOrEqual(t, n, 20)
+		require.Positive(t, d)
+		rows := countRows(t, db, "t")
+		require.Equal(t, int64(n+1), rows, "one row per commit, every one committed")
+	})
+	t.Run("Err synchronous_commit off", func(t *testing.T) {
+		db := pgtest.NewDatabase(t)
+		_, err := perf.OpenPostgresFloor(ctx, db+"&synchronous_commit=off")
+		require.ErrorContains(t, err, "synchronous_commit = off")
+		_, err = perf.OpenPostgresFloor(ctx, db+"&synchronous_commit=local")
+		require.ErrorContains(t, err, "synchronous_commit = local")
+	})
+}
+
+// countRows counts the rows of table in the PostgreSQL database dsn.
+func countRows(t *testing.T, dsn, table string) int64 {
+	t.Helper()
+	db, err := sql.Open("pgx", dsn)
+	require.NoError(t, err)
+	defer db.Close()
+	var n int64
+	require.NoError(t, db.QueryRowContext(t.Context(), `SELECT count(*) FROM `+pgx.Identifier{table}.Sanitize()).Scan(&n))
+	return n
+}
+
+func TestPostgresServer(t *testing.T) {
+	ctx := t.Context()
+	pgtest.NewDatabase(t) // skips when the server is unreachable
+	s, err := perf.NewPostgresServer(ctx, pgtest.Server())
+	require.NoError(t, err)
+	a, err := s.CreateDatabase(ctx, "one")
+	require.NoError(t, err)
+	b, err := s.CreateDatabase(ctx, "two")
+	require.NoError(t, err)
+	require.NotEqual(t, a, b)
+	require.True(t, strings.HasPrefix(a, "postgres://"), a)
+	f, err := perf.OpenPostgresFloor(ctx, a)
+	require.NoError(t, err, "the new database can be used")
+	require.NoError(t, f.Close())
+
+	name := func(db string) string {
+		u, err := url.Parse(db)
+		require.NoError(t, err)
+		return strings.TrimPrefix(u.Path, "/")
+	}
+	exists := func(db string) bool {
+		conn, err := pgx.Connect(ctx, pgtest.Server())
+		require.NoError(t, err)
+		defer conn.Close(context.Background())
+		var ok bool
+		require.NoError(t, conn.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_database WHERE datname = $1)`, db).Scan(&ok))
+		return ok
+	}
+	require.True(t, exists(name(a)))
+	require.NoError(t, s.Close(ctx))
+	require.False(t, exists(name(a)), "Close drops what CreateDatabase made")
+	require.False(t, exists(name(b)))
+	require.NoError(t, s.Close(ctx), "a second Close has nothing left to drop")
+
+	_, err = perf.NewPostgresServer(ctx, "/tmp/not-a-url.db")
+	require.Error(t, err)
+}
+
+func TestActionsDrive(t *testing.T) { drivers(t, testActionsDrive) }
+
+func testActionsDrive(t *testing.T, newDB func(string) string) {
+	ctx := t.Context()
+	a, err := perf.OpenActions(ctx, newDB("ledger"))
 	require.NoError(t, err)
 	defer a.Close()
 
@@ -66,17 +161,21 @@ func TestActionsDrive(t *testing.T) {
 }
 
 func TestRecovery(t *testing.T) {
-	ctx := t.Context()
-	path := filepath.Join(t.TempDir(), "recovery.db")
-	require.NoError(t, perf.WriteInterruptedRuns(ctx, path, 5, nil))
-	scan, err := perf.ScanRecovery(ctx, path, 5, nil)
-	require.NoError(t, err)
-	require.Positive(t, scan)
+	drivers(t, func(t *testing.T, newDB func(string) string) {
+		ctx := t.Context()
+		db := newDB("recovery")
+		require.NoError(t, perf.WriteInterruptedRuns(ctx, db, 5, nil))
+		scan, err := perf.ScanRecovery(ctx, db, 5, nil)
+		require.NoError(t, err)
+		require.Positive(t, scan)
+	})
 }
 
-func TestEvidence(t *testing.T) {
+func TestEvidence(t *testing.T) { drivers(t, testEvidence) }
+
+func testEvidence(t *testing.T, newDB func(string) string) {
 	ctx := t.Context()
-	s, id, events, err := perf.EvidenceRun(ctx, filepath.Join(t.TempDir(), "evidence.db"), 50)
+	s, id, events, err := perf.EvidenceRun(ctx, newDB("evidence"), 50)
 	require.NoError(t, err)
 	defer s.Close()
 	require.GreaterOrEqual(t, events, 50)
@@ -99,9 +198,11 @@ func TestPercentile(t *testing.T) {
 	require.Equal(t, time.Duration(1), perf.Percentile(ds, 0))
 }
 
-func TestProtocolDrive(t *testing.T) {
+func TestProtocolDrive(t *testing.T) { drivers(t, testProtocolDrive) }
+
+func testProtocolDrive(t *testing.T, newDB func(string) string) {
 	ctx := t.Context()
-	p, err := perf.OpenProtocol(ctx, filepath.Join(t.TempDir(), "ledger.db"))
+	p, err := perf.OpenProtocol(ctx, newDB("protocol"))
 	require.NoError(t, err)
 	defer p.Close()
 	lv, err := p.Drive(ctx, 2, 6, 0)

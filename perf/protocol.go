@@ -17,7 +17,7 @@ import (
 	"github.com/actionledger/ledger/contracts"
 	"github.com/actionledger/ledger/engine"
 	"github.com/actionledger/ledger/ledger"
-	"github.com/actionledger/ledger/ledger/sqlite"
+	"github.com/actionledger/ledger/ledger/stores"
 	"github.com/actionledger/ledger/server"
 )
 
@@ -29,7 +29,7 @@ const (
 )
 
 // Protocol is the agent protocol's workload: a server in this process, on
-// a real file (synchronous=FULL) behind an httptest server on loopback,
+// a real file (synchronous=FULL) or PostgreSQL database behind an httptest server on loopback,
 // whose engine has one client-driven agent with one read tool that the
 // default rules approve. One tool call is what an outside agent pays per
 // call: propose it, begin its attempt, complete it — three requests, each
@@ -43,9 +43,10 @@ type Protocol struct {
 	seq    atomic.Int64
 }
 
-// OpenProtocol opens the workload on path, which should be a new file.
-func OpenProtocol(ctx context.Context, path string) (*Protocol, error) {
-	store, err := sqlite.OpenStore(ctx, sqlite.Config{Path: path})
+// OpenProtocol opens the workload on db, a new SQLite file or PostgreSQL
+// database (stores.Open).
+func OpenProtocol(ctx context.Context, db string) (*Protocol, error) {
+	store, err := stores.Open(ctx, stores.Config{DB: db})
 	if err != nil {
 		return nil, err
 	}

@@ -9,18 +9,19 @@ import (
 
 	"github.com/actionledger/ledger/contracts"
 	"github.com/actionledger/ledger/ledger"
-	"github.com/actionledger/ledger/ledger/sqlite"
+	"github.com/actionledger/ledger/ledger/stores"
 	"github.com/actionledger/ledger/recovery"
 )
 
-// WriteInterruptedRuns writes n runs to a new Store at path as a crash
-// mid-attempt leaves them: each submitted, running, with one approved
-// write action of bench.write whose attempt was started and never
-// finished. It writes with synchronous=OFF (the scan is what is measured)
-// and one writer: the store has one writer connection, and four goroutines
-// were no faster.
-func WriteInterruptedRuns(ctx context.Context, path string, n int, progress Progress) error {
-	s, err := sqlite.OpenStore(ctx, sqlite.Config{Path: path, Synchronous: "OFF"})
+// WriteInterruptedRuns writes n runs to a new Store on db (a SQLite file
+// path or a postgres:// URL) as a crash mid-attempt leaves them: each
+// submitted, running, with one approved write action of bench.write whose
+// attempt was started and never finished. It writes with synchronous=OFF
+// (PostgreSQL: synchronous_commit off; the scan is what is measured) and
+// one writer: the SQLite store has one writer connection, and four
+// goroutines were no faster.
+func WriteInterruptedRuns(ctx context.Context, db string, n int, progress Progress) error {
+	s, err := openUnsynced(ctx, db)
 	if err != nil {
 		return err
 	}
@@ -57,8 +58,9 @@ func interruptedRun(ctx context.Context, s ledger.Store, i int) error {
 	return err
 }
 
-// ScanRecovery opens the Store at path, which holds the n runs
-// WriteInterruptedRuns wrote, with synchronous=FULL and times one recovery
+// ScanRecovery opens the Store on db, which holds the n runs
+// WriteInterruptedRuns wrote, with synchronous=FULL (PostgreSQL: the
+// server's durability) and times one recovery
 // scan with a tool that can be queried and answers "not happened" at once:
 // per run a query decision, the observation, a continue decision, the
 // attempt closed and the action back to approved, written together in one
@@ -66,8 +68,8 @@ func interruptedRun(ctx context.Context, s ledger.Store, i int) error {
 // with other runs'. It checks
 // that the scan decided to continue every one of the n actions. While the
 // scan runs it reports the decisions so far every five seconds.
-func ScanRecovery(ctx context.Context, path string, n int, progress Progress) (time.Duration, error) {
-	s, err := sqlite.OpenStore(ctx, sqlite.Config{Path: path})
+func ScanRecovery(ctx context.Context, db string, n int, progress Progress) (time.Duration, error) {
+	s, err := stores.Open(ctx, stores.Config{DB: db})
 	if err != nil {
 		return 0, err
 	}
@@ -91,7 +93,12 @@ func ScanRecovery(ctx context.Context, path string, n int, progress Progress) (t
 		return 0, err
 	}
 	if rep.Actions != n || rep.Decisions[recovery.Continue] != n || len(rep.Errors) > 0 {
-		return 0, fmt.Errorf("scan decided %d actions (%v), %d errors, want %d continues", rep.Actions, rep.Decisions, len(rep.Errors), n)
+		first := ""
+		if len(rep.Errors) > 0 {
+			first = " (the first: " + rep.Errors[0] + ")"
+		}
+		return 0, fmt.Errorf("scan decided %d actions (%v) in %s, %d errors%s, want %d continues", rep.Actions, rep.Decisions,
+			scan.Round(time.Millisecond), len(rep.Errors), first, n)
 	}
 	return scan, nil
 }

@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -21,6 +22,8 @@ import (
 
 	"github.com/actionledger/ledger/evidence"
 	"github.com/actionledger/ledger/ledger"
+	"github.com/actionledger/ledger/ledger/postgres"
+	"github.com/actionledger/ledger/ledger/stores"
 	"github.com/actionledger/ledger/perf"
 	"github.com/actionledger/ledger/redact"
 	"github.com/actionledger/ledger/server"
@@ -36,10 +39,16 @@ import (
 // BENCHMARKS.md records a run and the method of each figure. The
 // workloads are package perf's, the same the Go benchmarks run; this file
 // has the flags, the progress, the figures and their table.
+//
+// With --postgres (or $LEDGER_BENCH_POSTGRES) every workload runs a second
+// time on PostgreSQL, each on a fresh database created on that server and
+// dropped at the end, beside a PostgreSQL floor measured in the same run
+// (perf.OpenPostgresFloor); each figure is a ratio to its own driver's
+// floor, and the table shows both drivers side by side.
 
 // Targets of the issue, as ratios on the reference machine (2 cores).
 const (
-	targetActionRatioC1 = 0.45 // durable action at concurrency 1, × floor commits/s
+	targetActionRatioC1 = 0.25 // durable action at concurrency 1, × floor commits/s
 	targetScalingC32    = 3.0  // actions/s at concurrency 32 ÷ at concurrency 1
 	targetRecoveryS     = 1.0  // seconds to scan 10,000 interrupted runs
 	targetRecoveryRuns  = 10_000
@@ -52,6 +61,16 @@ const (
 // benchConcurrency are the levels of the action workload.
 var benchConcurrency = []int{1, 8, 32}
 
+// envBenchPostgres names the PostgreSQL server of --postgres when the flag
+// is not given.
+const envBenchPostgres = "LEDGER_BENCH_POSTGRES"
+
+// The drivers a figure is measured on (benchFigure.Driver).
+const (
+	driverSQLite   = "sqlite"
+	driverPostgres = "postgres"
+)
+
 // benchOptions are the flags of ledger bench, defaults applied.
 type benchOptions struct {
 	dir          string // parent of the run's fresh directory; "" means a temporary one, removed after
@@ -61,6 +80,9 @@ type benchOptions struct {
 	recoveryRuns int
 	events       int
 	minRoundTrip int // fewest approval round trips, even past duration
+	// postgres is the URL of a PostgreSQL server to run every workload on
+	// a second time; "" runs SQLite alone.
+	postgres string
 }
 
 func newBenchCmd() *cobra.Command {
@@ -83,6 +105,13 @@ second on the same file system with synchronous=FULL.
   memory             peak RSS of this whole process, which acts as the server, after the
                      action workload
 
+With --postgres URL (or $LEDGER_BENCH_POSTGRES) every workload but memory runs again on
+PostgreSQL, each on a fresh database this run creates on that server and drops at the end,
+beside a PostgreSQL floor (raw one-row INSERTs over pgx, synchronous_commit on) measured in
+the same run. Each figure is a ratio to its own driver's floor; the table puts the drivers side
+by side. The URL's user must be allowed to create databases. At concurrency 32 on PostgreSQL
+the writes share the driver's connection pool; there is no group commit there.
+
 The table goes to stdout (--json: one JSON object with the machine), progress to stderr.
 --quick is a smoke run (300ms levels, small N) that checks everything works; its figures
 mean little.`,
@@ -101,13 +130,20 @@ mean little.`,
 				}
 				o.minRoundTrip = 3
 			}
+			if !f.Changed("postgres") {
+				o.postgres = os.Getenv(envBenchPostgres)
+			}
+			if o.postgres != "" && !stores.IsPostgres(o.postgres) {
+				return ledger.Errorf(ledger.CodeInvalid, "bench: --postgres must be a postgres:// URL")
+			}
 			if o.duration <= 0 || o.recoveryRuns < 1 || o.events < 10 {
 				return ledger.Errorf(ledger.CodeInvalid, "bench: --duration must be positive, --recovery-runs at least 1, --events at least 10")
 			}
 			return runBench(cmd.Context(), o, cmd.OutOrStdout(), cmd.ErrOrStderr())
 		},
 		Example: `  ledger bench --quick
-  ledger bench --duration 10s --json > bench.json`,
+  ledger bench --duration 10s --json > bench.json
+  ledger bench --duration 3s --postgres 'postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable'`,
 	}
 	cmd.SetFlagErrorFunc(func(_ *cobra.Command, err error) error {
 		return ledger.Errorf(ledger.CodeInvalid, "%v", err)
@@ -118,24 +154,33 @@ mean little.`,
 	cmd.Flags().DurationVar(&o.duration, "duration", 5*time.Second, "how long each action level, each floor half and the round trips run")
 	cmd.Flags().IntVar(&o.recoveryRuns, "recovery-runs", targetRecoveryRuns, "interrupted runs the recovery scan decides")
 	cmd.Flags().IntVar(&o.events, "events", targetEvidenceN, "events of the exported run")
+	cmd.Flags().StringVar(&o.postgres, "postgres", "", "also run every workload on fresh databases on this PostgreSQL server, a postgres:// URL (env "+envBenchPostgres+")")
 	o.minRoundTrip = 20
 	return cmd
 }
 
 // benchFigure is one row of the table and one entry of the JSON.
 type benchFigure struct {
-	Key   string  `json:"key"`
-	Name  string  `json:"name"`
-	Value float64 `json:"value"`
-	Unit  string  `json:"unit"`
+	Key string `json:"key"`
+	// Driver is the storage driver the figure was measured on: "sqlite"
+	// or "postgres".
+	Driver string  `json:"driver"`
+	Name   string  `json:"name"`
+	Value  float64 `json:"value"`
+	Unit   string  `json:"unit"`
 	// RatioToFloor is, for a rate, value ÷ floor commits/s, and for a
-	// time, value ÷ one floor commit's time; nil where neither makes sense.
+	// time, value ÷ one floor commit's time, the floor being the figure's
+	// own driver's; nil where neither makes sense.
 	RatioToFloor *float64 `json:"ratio_to_floor"`
 	Target       string   `json:"target,omitempty"`
 	// Met is nil without a target, or when the run's N differs from the
 	// target's.
 	Met  *bool  `json:"met"`
 	Note string `json:"note,omitempty"`
+	// Error, when set, is why the figure could not be measured: its
+	// workload failed on this driver. Value is then 0, RatioToFloor and
+	// Met nil.
+	Error string `json:"error,omitempty"`
 }
 
 // benchMachine says where the figures were measured.
@@ -164,6 +209,21 @@ type benchSettings struct {
 	RoundTrips     int     `json:"round_trips"`
 	FloorBeforeCPS float64 `json:"floor_before_commits_per_s"`
 	FloorAfterCPS  float64 `json:"floor_after_commits_per_s"`
+	// Drivers are the drivers the workloads ran on, in order.
+	Drivers []string `json:"drivers"`
+	// Postgres is the PostgreSQL pass's, nil without --postgres.
+	Postgres *benchPostgres `json:"postgres,omitempty"`
+}
+
+// benchPostgres are the parameters of the run on PostgreSQL; the fields
+// above (Synchronous, FloorBeforeCPS, FloorAfterCPS) are SQLite's.
+type benchPostgres struct {
+	Server            string  `json:"server"` // the URL, its password hidden
+	ServerVersion     string  `json:"server_version"`
+	SynchronousCommit string  `json:"synchronous_commit"`
+	PoolConns         int     `json:"pool_conns"` // the ledger's connection pool per Store
+	FloorBeforeCPS    float64 `json:"floor_before_commits_per_s"`
+	FloorAfterCPS     float64 `json:"floor_after_commits_per_s"`
 }
 
 // benchReport is what --json prints.
@@ -187,76 +247,184 @@ func runBench(ctx context.Context, o benchOptions, stdout, stderr io.Writer) err
 	rep := benchReport{Machine: machineInfo(dir), Settings: benchSettings{
 		Quick: o.quick, DurationS: o.duration.Seconds(), Synchronous: "FULL", Concurrency: benchConcurrency,
 		ActionsPerRun: perf.ActionsPerRun, Driver: "goroutines calling engine.Advance",
-		RecoveryRuns: o.recoveryRuns, Events: o.events,
+		RecoveryRuns: o.recoveryRuns, Events: o.events, Drivers: []string{driverSQLite},
 	}}
-
-	// The floor, in two halves around the action workload, so that a slow
-	// or fast spell of the disk during the workload shows in both.
-	floor, err := perf.OpenFloor(ctx, dir)
+	lite := benchTarget{driver: driverSQLite, dir: dir,
+		newDB:     func(_ context.Context, name string) (string, error) { return filepath.Join(dir, name+".db"), nil },
+		openFloor: func(ctx context.Context) (*perf.Floor, error) { return perf.OpenFloor(ctx, dir) }}
+	figs, floor, err := benchOn(ctx, o, lite, progress)
 	if err != nil {
 		return err
+	}
+	rep.Settings.FloorBeforeCPS, rep.Settings.FloorAfterCPS = floor.before, floor.after
+	rep.Settings.RoundTrips = floor.roundTrips
+	rep.Figures = figs
+
+	if o.postgres != "" {
+		srv, err := perf.NewPostgresServer(ctx, o.postgres)
+		if err != nil {
+			return err
+		}
+		defer func() {
+			ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
+			defer cancel()
+			if err := srv.Close(ctx); err != nil {
+				progress("postgres: %v", err)
+			}
+		}()
+		progress("postgres: server %s (PostgreSQL %s), a fresh database per workload, dropped at the end", srv.Shown(), srv.Version())
+		// Database names may not hold "-"; the files' names do.
+		newDB := func(ctx context.Context, name string) (string, error) {
+			return srv.CreateDatabase(ctx, strings.ReplaceAll(name, "-", "_"))
+		}
+		pg := benchTarget{driver: driverPostgres, dir: dir, newDB: newDB,
+			openFloor: func(ctx context.Context) (*perf.Floor, error) {
+				db, err := newDB(ctx, "floor")
+				if err != nil {
+					return nil, err
+				}
+				return perf.OpenPostgresFloor(ctx, db)
+			}}
+		figs, floor, err := benchOn(ctx, o, pg, progress)
+		if err != nil {
+			return fmt.Errorf("postgres: %w", err)
+		}
+		rep.Settings.Drivers = append(rep.Settings.Drivers, driverPostgres)
+		rep.Settings.Postgres = &benchPostgres{Server: srv.Shown(), ServerVersion: srv.Version(), SynchronousCommit: "on",
+			PoolConns: postgres.DefaultMaxConns, FloorBeforeCPS: floor.before, FloorAfterCPS: floor.after}
+		rep.Figures = append(rep.Figures, figs...)
+	}
+	rep.WallS = time.Since(start).Seconds()
+	progress("done in %s", time.Since(start).Round(100*time.Millisecond))
+
+	if o.asJSON {
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		err = enc.Encode(rep)
+	} else {
+		err = printBench(stdout, rep)
+	}
+	if err != nil {
+		return err
+	}
+	var unmeasured []string
+	for _, f := range rep.Figures {
+		if f.Error != "" {
+			unmeasured = append(unmeasured, f.Driver+" "+f.Key)
+		}
+	}
+	if len(unmeasured) > 0 {
+		return fmt.Errorf("bench: %d figures could not be measured, their workloads failed: %s", len(unmeasured), strings.Join(unmeasured, ", "))
+	}
+	return nil
+}
+
+// benchTarget is a driver the workloads run on: where each one's fresh
+// database is, and the floor beside them.
+type benchTarget struct {
+	driver string // driverSQLite or driverPostgres
+	dir    string // the run's directory: SQLite's files, the simulator's effect stores
+	// newDB names a fresh database for the workload name ("actions-c1"): a
+	// file in dir, or a database created on the server.
+	newDB     func(ctx context.Context, name string) (string, error)
+	openFloor func(ctx context.Context) (*perf.Floor, error)
+}
+
+// benchFloors are a pass's floor halves and round trips, for the
+// settings.
+type benchFloors struct {
+	before, after float64 // commits/s
+	roundTrips    int
+}
+
+// benchOn runs every workload on t's driver and returns its figures, each
+// a ratio to t's floor measured in this pass.
+func benchOn(ctx context.Context, o benchOptions, t benchTarget, progress0 perf.Progress) ([]benchFigure, benchFloors, error) {
+	var fl benchFloors
+	progress := progress0
+	if t.driver != driverSQLite {
+		progress = func(format string, args ...any) { progress0(t.driver+": "+format, args...) }
+	}
+	// The floor, in two halves around the action workload, so that a slow
+	// or fast spell of the disk during the workload shows in both.
+	floor, err := t.openFloor(ctx)
+	if err != nil {
+		return nil, fl, err
 	}
 	defer floor.Close()
 	half := max(o.duration/2, 100*time.Millisecond)
 	n1, d1, err := floor.Measure(ctx, half)
 	if err != nil {
-		return err
+		return nil, fl, err
 	}
-	rep.Settings.FloorBeforeCPS = float64(n1) / d1.Seconds()
-	progress("floor (before): %d commits in %s, %.0f commits/s", n1, d1.Round(time.Millisecond), rep.Settings.FloorBeforeCPS)
+	fl.before = float64(n1) / d1.Seconds()
+	progress("floor (before): %d commits in %s, %.0f commits/s", n1, d1.Round(time.Millisecond), fl.before)
 
+	// A workload that fails is reported as failed, and the others still
+	// run: on one driver a level may fail where it runs on the other.
+	failed := map[string]error{}
+	fail := func(workload, what string, err error) {
+		failed[workload] = err
+		progress("%s: FAILED: %v", what, err)
+	}
 	levels := make(map[int]float64, len(benchConcurrency))
 	for _, c := range benchConcurrency {
-		lv, err := benchActions(ctx, dir, c, o.duration)
+		lv, err := benchActions(ctx, t, c, o.duration)
 		if err != nil {
-			return fmt.Errorf("bench actions at concurrency %d: %w", c, err)
+			fail(fmt.Sprintf("action_c%d", c), fmt.Sprintf("durable action c=%d", c), err)
+			continue
 		}
 		levels[c] = lv.PerSecond()
 		progress("durable action c=%d: %d actions (%d runs) in %s, %.1f actions/s", c, lv.Actions, lv.Runs,
 			lv.Elapsed.Round(time.Millisecond), lv.PerSecond())
 	}
 	rssKiB, rssOK := peakRSSKiB()
+	rssOK = rssOK && t.driver == driverSQLite // the peak of the whole process: the first pass's
 
 	n2, d2, err := floor.Measure(ctx, half)
 	if err != nil {
-		return err
+		return nil, fl, err
 	}
-	rep.Settings.FloorAfterCPS = float64(n2) / d2.Seconds()
-	progress("floor (after): %d commits in %s, %.0f commits/s", n2, d2.Round(time.Millisecond), rep.Settings.FloorAfterCPS)
+	fl.after = float64(n2) / d2.Seconds()
+	progress("floor (after): %d commits in %s, %.0f commits/s", n2, d2.Round(time.Millisecond), fl.after)
 	floorCPS := float64(n1+n2) / (d1 + d2).Seconds()
 	floorMS := 1000 / floorCPS
 
-	rt, err := benchRoundTrips(ctx, dir, o.duration, o.minRoundTrip, progress)
+	rt, err := benchRoundTrips(ctx, t, o.duration, o.minRoundTrip, progress)
+	fl.roundTrips = len(rt.Total)
 	if err != nil {
-		return fmt.Errorf("bench approval round trip: %w", err)
+		fail("approval", "approval round trip", err)
+	} else {
+		progress("approval round trip: %d runs, p50 %.1f ms, p99 %.1f ms; approve alone p50 %.1f ms",
+			len(rt.Total), ms(perf.Percentile(rt.Total, 0.50)), ms(perf.Percentile(rt.Total, 0.99)), ms(perf.Percentile(rt.Approve, 0.50)))
 	}
-	rep.Settings.RoundTrips = len(rt.Total)
-	progress("approval round trip: %d runs, p50 %.1f ms, p99 %.1f ms; approve alone p50 %.1f ms",
-		len(rt.Total), ms(perf.Percentile(rt.Total, 0.50)), ms(perf.Percentile(rt.Total, 0.99)), ms(perf.Percentile(rt.Approve, 0.50)))
 
 	proto := make(map[int]perf.ProtocolLevel, 2)
 	for _, c := range []int{1, 32} {
-		lv, err := benchProtocol(ctx, dir, c, o.duration)
+		lv, err := benchProtocol(ctx, t, c, o.duration)
 		if err != nil {
-			return fmt.Errorf("bench agent protocol at concurrency %d: %w", c, err)
+			fail(fmt.Sprintf("protocol_c%d", c), fmt.Sprintf("agent protocol c=%d", c), err)
+			continue
 		}
 		proto[c] = lv
 		progress("agent protocol c=%d: %d tool calls in %s, %.1f calls/s, p50 %.2f ms, p99 %.2f ms", c, lv.Calls,
 			lv.Elapsed.Round(time.Millisecond), lv.PerSecond(), ms(lv.P(0.50)), ms(lv.P(0.99)))
 	}
 
-	scan, err := benchRecovery(ctx, dir, o.recoveryRuns, progress)
+	scan, err := benchRecovery(ctx, t, o.recoveryRuns, progress)
 	if err != nil {
-		return fmt.Errorf("bench recovery: %w", err)
+		fail("recovery", "recovery", err)
+	} else {
+		progress("recovery: %d runs scanned and decided in %s", o.recoveryRuns, scan.Round(time.Millisecond))
 	}
-	progress("recovery: %d runs scanned and decided in %s", o.recoveryRuns, scan.Round(time.Millisecond))
 
-	export, reps, err := benchEvidence(ctx, dir, o.events, o.quick, progress)
+	export, reps, err := benchEvidence(ctx, t, o.events, o.quick, progress)
 	if err != nil {
-		return fmt.Errorf("bench evidence: %w", err)
+		fail("evidence", "evidence", err)
+	} else {
+		progress("evidence: %d events exported in %.1f ms (build %.1f ms, JSON %.1f ms)", export.Events,
+			ms(export.Total()), ms(export.Build), ms(export.Render))
 	}
-	progress("evidence: %d events exported in %.1f ms (build %.1f ms, JSON %.1f ms)", export.Events,
-		ms(export.Total()), ms(export.Build), ms(export.Render))
 
 	// The figures.
 	rate := func(v float64) *float64 { r := v / floorCPS; return &r }
@@ -264,7 +432,7 @@ func runBench(ctx context.Context, o benchOptions, stdout, stderr io.Writer) err
 	one := 1.0
 	figs := []benchFigure{
 		{Key: "floor_commits_per_s", Name: "floor: raw 1-row commit", Value: floorCPS, Unit: "commits/s", RatioToFloor: &one,
-			Note: fmt.Sprintf("before %.0f, after %.0f", rep.Settings.FloorBeforeCPS, rep.Settings.FloorAfterCPS)},
+			Note: fmt.Sprintf("before %.0f, after %.0f", fl.before, fl.after)},
 		{Key: "floor_commit_ms", Name: "floor: one commit", Value: floorMS, Unit: "ms", RatioToFloor: &one},
 	}
 	for _, c := range benchConcurrency {
@@ -326,52 +494,148 @@ func runBench(ctx context.Context, o benchOptions, stdout, stderr io.Writer) err
 		figs = append(figs, benchFigure{Key: "peak_rss_mib", Name: "memory: peak RSS", Value: float64(rssKiB) / 1024, Unit: "MiB",
 			Note: "the whole bench process, acting as server, after the action workload"})
 	}
-	rep.Figures = figs
-	rep.WallS = time.Since(start).Seconds()
-	progress("done in %s", time.Since(start).Round(100*time.Millisecond))
-
-	if o.asJSON {
-		enc := json.NewEncoder(stdout)
-		enc.SetIndent("", "  ")
-		return enc.Encode(rep)
+	for i := range figs {
+		figs[i].Driver = t.driver
+		if err := failedFigure(figs[i].Key, failed); err != nil {
+			figs[i].Value, figs[i].RatioToFloor, figs[i].Met, figs[i].Note = 0, nil, nil, ""
+			figs[i].Error = err.Error()
+		}
 	}
-	return printBench(stdout, rep)
+	return figs, fl, nil
+}
+
+// failedFigure is why the figure key could not be measured, from the
+// workloads that failed, or nil.
+func failedFigure(key string, failed map[string]error) error {
+	switch {
+	case key == "action_scaling_c32_c1":
+		return errors.Join(failed["action_c1"], failed["action_c32"])
+	case strings.HasPrefix(key, "action_c"):
+		return failed[strings.TrimSuffix(key, "_per_s")]
+	case strings.HasPrefix(key, "approv"):
+		return failed["approval"]
+	case strings.HasPrefix(key, "protocol_call_c"):
+		c, _, _ := strings.Cut(strings.TrimPrefix(key, "protocol_call_c"), "_")
+		return failed["protocol_c"+c]
+	case strings.HasPrefix(key, "recovery_"):
+		return failed["recovery"]
+	case strings.HasPrefix(key, "evidence_"):
+		return failed["evidence"]
+	}
+	return nil
 }
 
 func printBench(w io.Writer, rep benchReport) error {
 	m := rep.Machine
 	fmt.Fprintf(w, "ledger bench — %d CPUs (%s), %s/%s, %s, %s on %s\n", m.NumCPU, orDash(m.CPUModel), m.GOOS, m.GOARCH,
 		m.GoVersion, orDash(m.Filesystem), m.Dir)
-	fmt.Fprintf(w, "ratios: rates ÷ floor commits/s, times ÷ one floor commit; floor measured in this run, synchronous=FULL\n\n")
-	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "FIGURE\tVALUE\tUNIT\t×FLOOR\tTARGET\tMET")
-	for _, f := range rep.Figures {
-		ratio := "-"
-		if f.RatioToFloor != nil {
-			ratio = formatValue(*f.RatioToFloor) + "×"
+	if pg := rep.Settings.Postgres; pg != nil {
+		fmt.Fprintf(w, "PostgreSQL %s at %s: synchronous_commit=%s, a pool of %d connections per store, no group commit\n",
+			pg.ServerVersion, pg.Server, pg.SynchronousCommit, pg.PoolConns)
+		fmt.Fprintf(w, "ratios: rates ÷ the floor commits/s of the figure's own driver, times ÷ one of its floor commits; "+
+			"floors measured in this run (SQLite synchronous=FULL, PostgreSQL synchronous_commit=on)\n\n")
+		if err := printBenchSideBySide(w, rep.Figures); err != nil {
+			return err
 		}
-		ok := "-"
-		switch {
-		case f.Met != nil && *f.Met:
-			ok = "yes"
-		case f.Met != nil:
-			ok = "NO"
-		case f.Target != "":
-			ok = "n/a (other N)"
+	} else {
+		fmt.Fprintf(w, "ratios: rates ÷ floor commits/s, times ÷ one floor commit; floor measured in this run, synchronous=FULL\n\n")
+		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+		fmt.Fprintln(tw, "FIGURE\tVALUE\tUNIT\t×FLOOR\tTARGET\tMET")
+		for _, f := range rep.Figures {
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", f.Name, valueCell(f), f.Unit, ratioCell(f), orDash(f.Target), metCell(f))
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", f.Name, formatValue(f.Value), f.Unit, ratio, orDash(f.Target), ok)
-	}
-	if err := tw.Flush(); err != nil {
-		return err
+		if err := tw.Flush(); err != nil {
+			return err
+		}
 	}
 	fmt.Fprintln(w)
+	lastErr := ""
 	for _, f := range rep.Figures {
-		if f.Note != "" {
-			fmt.Fprintf(w, "  %s: %s\n", f.Name, f.Note)
+		note := f.Note
+		if f.Error != "" {
+			note = "FAILED: " + f.Error
+			if f.Error == lastErr {
+				continue // the figures of one failed workload: said once
+			}
+		}
+		lastErr = f.Error
+		if note == "" {
+			continue
+		}
+		if rep.Settings.Postgres != nil {
+			fmt.Fprintf(w, "  %s, %s: %s\n", f.Name, f.Driver, note)
+		} else {
+			fmt.Fprintf(w, "  %s: %s\n", f.Name, note)
 		}
 	}
 	_, err := fmt.Fprintf(w, "  wall time %.1f s\n", rep.WallS)
 	return err
+}
+
+// printBenchSideBySide prints one row per figure key, SQLite's value and
+// ratio beside PostgreSQL's, in the order the figures were measured.
+func printBenchSideBySide(w io.Writer, figs []benchFigure) error {
+	type row struct{ byDriver map[string]benchFigure }
+	var keys []string
+	rows := map[string]*row{}
+	for _, f := range figs {
+		r, ok := rows[f.Key]
+		if !ok {
+			r = &row{byDriver: map[string]benchFigure{}}
+			rows[f.Key] = r
+			keys = append(keys, f.Key)
+		}
+		r.byDriver[f.Driver] = f
+	}
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "FIGURE\tUNIT\tSQLITE\t×FLOOR\tMET\tPOSTGRES\t×FLOOR\tMET\tTARGET")
+	for _, k := range keys {
+		r := rows[k]
+		var name, unit, target string
+		cells := make([]string, 0, 6)
+		for _, d := range []string{driverSQLite, driverPostgres} {
+			f, ok := r.byDriver[d]
+			if !ok {
+				cells = append(cells, "-", "-", "-")
+				continue
+			}
+			name, unit, target = f.Name, f.Unit, f.Target
+			cells = append(cells, valueCell(f), ratioCell(f), metCell(f))
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", name, unit, strings.Join(cells, "\t"), orDash(target))
+	}
+	return tw.Flush()
+}
+
+// valueCell is a figure's value as the table shows it.
+func valueCell(f benchFigure) string {
+	if f.Error != "" {
+		return "FAILED"
+	}
+	return formatValue(f.Value)
+}
+
+// ratioCell is a figure's ratio to its floor as the table shows it.
+func ratioCell(f benchFigure) string {
+	if f.RatioToFloor == nil {
+		return "-"
+	}
+	return formatValue(*f.RatioToFloor) + "×"
+}
+
+// metCell is whether a figure met its target, as the table shows it.
+func metCell(f benchFigure) string {
+	switch {
+	case f.Error != "":
+		return "-"
+	case f.Met != nil && *f.Met:
+		return "yes"
+	case f.Met != nil:
+		return "NO"
+	case f.Target != "":
+		return "n/a (other N)"
+	}
+	return "-"
 }
 
 func formatValue(v float64) string {
@@ -408,8 +672,12 @@ func benchDir(parent string) (dir string, cleanup func(), err error) {
 
 // benchActions runs the action workload (perf.Actions) at concurrency c on
 // a fresh database for d.
-func benchActions(ctx context.Context, dir string, c int, d time.Duration) (perf.Level, error) {
-	a, err := perf.OpenActions(ctx, filepath.Join(dir, fmt.Sprintf("actions-c%d.db", c)))
+func benchActions(ctx context.Context, t benchTarget, c int, d time.Duration) (perf.Level, error) {
+	db, err := t.newDB(ctx, fmt.Sprintf("actions-c%d", c))
+	if err != nil {
+		return perf.Level{}, err
+	}
+	a, err := perf.OpenActions(ctx, db)
 	if err != nil {
 		return perf.Level{}, err
 	}
@@ -422,9 +690,14 @@ func benchActions(ctx context.Context, dir string, c int, d time.Duration) (perf
 // in dev mode behind server.New on an httptest server on loopback, with the
 // engine's worker pool started, and makes perf.RoundTrip's round trips one
 // after another for d, and at least minN of them.
-func benchRoundTrips(ctx context.Context, dir string, d time.Duration, minN int, progress perf.Progress) (perf.RoundTripLatencies, error) {
+func benchRoundTrips(ctx context.Context, t benchTarget, d time.Duration, minN int, progress perf.Progress) (perf.RoundTripLatencies, error) {
 	var rt perf.RoundTripLatencies
-	svc, err := openService(ctx, serviceConfig{DBPath: filepath.Join(dir, "approvals.db"), DevMode: true, Logger: discardLogger()})
+	db, err := t.newDB(ctx, "approvals")
+	if err != nil {
+		return rt, err
+	}
+	svc, err := openService(ctx, serviceConfig{DBPath: db, EffectsPath: filepath.Join(t.dir, "approvals-"+t.driver+".effects.db"),
+		DevMode: true, Logger: discardLogger()})
 	if err != nil {
 		return rt, err
 	}
@@ -455,8 +728,12 @@ func benchRoundTrips(ctx context.Context, dir string, d time.Duration, minN int,
 
 // benchProtocol drives the agent protocol's workload (perf.Protocol) from c
 // agents at once on a fresh database for d.
-func benchProtocol(ctx context.Context, dir string, c int, d time.Duration) (perf.ProtocolLevel, error) {
-	p, err := perf.OpenProtocol(ctx, filepath.Join(dir, fmt.Sprintf("protocol-c%d.db", c)))
+func benchProtocol(ctx context.Context, t benchTarget, c int, d time.Duration) (perf.ProtocolLevel, error) {
+	db, err := t.newDB(ctx, fmt.Sprintf("protocol-c%d", c))
+	if err != nil {
+		return perf.ProtocolLevel{}, err
+	}
+	p, err := perf.OpenProtocol(ctx, db)
 	if err != nil {
 		return perf.ProtocolLevel{}, err
 	}
@@ -466,23 +743,30 @@ func benchProtocol(ctx context.Context, dir string, c int, d time.Duration) (per
 
 // benchRecovery writes n interrupted runs with synchronous=OFF
 // (perf.WriteInterruptedRuns), then times one recovery scan of them on the
-// same file opened with FULL (perf.ScanRecovery).
-func benchRecovery(ctx context.Context, dir string, n int, progress perf.Progress) (time.Duration, error) {
-	path := filepath.Join(dir, "recovery.db")
+// same database opened with FULL (perf.ScanRecovery).
+func benchRecovery(ctx context.Context, t benchTarget, n int, progress perf.Progress) (time.Duration, error) {
+	db, err := t.newDB(ctx, "recovery")
+	if err != nil {
+		return 0, err
+	}
 	setup := time.Now()
-	if err := perf.WriteInterruptedRuns(ctx, path, n, progress); err != nil {
+	if err := perf.WriteInterruptedRuns(ctx, db, n, progress); err != nil {
 		return 0, err
 	}
 	progress("recovery: %d interrupted runs written (synchronous=OFF) in %s", n, time.Since(setup).Round(time.Millisecond))
-	return perf.ScanRecovery(ctx, path, n, progress)
+	return perf.ScanRecovery(ctx, db, n, progress)
 }
 
 // benchEvidence writes a run of n events (perf.EvidenceRun) and times its
 // export, build and JSON, with a redactor of a random key: the median of
 // three exports (one with --quick).
-func benchEvidence(ctx context.Context, dir string, n int, quick bool, progress perf.Progress) (perf.Export, int, error) {
+func benchEvidence(ctx context.Context, t benchTarget, n int, quick bool, progress perf.Progress) (perf.Export, int, error) {
+	db, err := t.newDB(ctx, "evidence")
+	if err != nil {
+		return perf.Export{}, 0, err
+	}
 	setup := time.Now()
-	s, id, events, err := perf.EvidenceRun(ctx, filepath.Join(dir, "evidence.db"), n)
+	s, id, events, err := perf.EvidenceRun(ctx, db, n)
 	if err != nil {
 		return perf.Export{}, 0, err
 	}

@@ -7,8 +7,11 @@ import (
 	"runtime"
 	"testing"
 
-	"github.com/actionledger/ledger/ledger"
+	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
+
+	"github.com/actionledger/ledger/ledger"
+	"github.com/actionledger/ledger/ledger/postgres/pgtest"
 )
 
 // TestBench runs `ledger bench` in its smoke mode. It checks that every
@@ -16,6 +19,7 @@ import (
 // not timed tests.
 func TestBench(t *testing.T) {
 	t.Run("OK quick JSON", func(t *testing.T) {
+		t.Setenv(envBenchPostgres, "") // SQLite alone
 		var out, errOut bytes.Buffer
 		err := Run(context.Background(), []string{"bench", "--quick", "--json", "--dir", t.TempDir()}, &out, &errOut)
 		require.NoError(t, err, errOut.String())
@@ -41,6 +45,8 @@ func TestBench(t *testing.T) {
 		for _, k := range want {
 			f, ok := got[k]
 			require.True(t, ok, "figure %s missing", k)
+			require.Equal(t, "sqlite", f.Driver, k)
+			require.Empty(t, f.Error, k)
 			require.Positive(t, f.Value, k)
 			require.NotEmpty(t, f.Unit, k)
 			if f.RatioToFloor != nil {
@@ -55,9 +61,72 @@ func TestBench(t *testing.T) {
 		require.NotEmpty(t, rep.Machine.GoVersion)
 		require.True(t, rep.Settings.Quick)
 		require.Equal(t, "FULL", rep.Settings.Synchronous)
+		require.Equal(t, []string{"sqlite"}, rep.Settings.Drivers)
+		require.Nil(t, rep.Settings.Postgres, "no PostgreSQL pass without --postgres")
 		require.Positive(t, rep.Settings.RoundTrips)
 		require.Positive(t, rep.WallS)
 		require.Contains(t, errOut.String(), "bench: floor", "progress goes to stderr")
+	})
+
+	t.Run("OK quick postgres", func(t *testing.T) {
+		pgtest.NewDatabase(t) // skips when no server is reachable
+		t.Setenv(envBenchPostgres, pgtest.Server())
+		var out, errOut bytes.Buffer
+		err := Run(context.Background(), []string{"bench", "--quick", "--json", "--dir", t.TempDir()}, &out, &errOut)
+
+		var rep benchReport
+		dec := json.NewDecoder(&out)
+		dec.DisallowUnknownFields()
+		require.NoError(t, dec.Decode(&rep), "the report is printed even when figures failed: %v", err)
+		require.Equal(t, []string{"sqlite", "postgres"}, rep.Settings.Drivers, "$%s names the server", envBenchPostgres)
+		require.NotNil(t, rep.Settings.Postgres)
+		require.Equal(t, "on", rep.Settings.Postgres.SynchronousCommit)
+		require.NotEmpty(t, rep.Settings.Postgres.ServerVersion)
+		require.Positive(t, rep.Settings.Postgres.FloorBeforeCPS)
+
+		keys := map[string][]benchFigure{}
+		var failed []string
+		for _, f := range rep.Figures {
+			keys[f.Key] = append(keys[f.Key], f)
+			if f.Error != "" {
+				failed = append(failed, f.Driver+" "+f.Key)
+				require.Zero(t, f.Value, f.Key)
+				require.Nil(t, f.RatioToFloor, f.Key)
+				require.Nil(t, f.Met, f.Key)
+				continue
+			}
+			require.Positive(t, f.Value, "%s %s", f.Driver, f.Key)
+		}
+		for k, fs := range keys {
+			if k == "peak_rss_mib" {
+				require.Len(t, fs, 1, "the process's peak, measured once")
+				continue
+			}
+			require.Len(t, fs, 2, k)
+			require.Equal(t, "sqlite", fs[0].Driver, k)
+			require.Equal(t, "postgres", fs[1].Driver, k)
+			require.Empty(t, fs[0].Error, "SQLite measures every figure: %s", k)
+		}
+		pgFloor := keys["floor_commits_per_s"][1]
+		require.Empty(t, pgFloor.Error)
+		require.NotEqual(t, keys["floor_commits_per_s"][0].Value, pgFloor.Value, "each driver has its own floor")
+		// A figure that could not be measured fails the command, naming it.
+		if len(failed) > 0 {
+			require.Error(t, err)
+			for _, f := range failed {
+				require.Contains(t, err.Error(), f)
+			}
+		} else {
+			require.NoError(t, err, errOut.String())
+		}
+
+		// Every database the run made on the server is dropped.
+		conn, cerr := pgx.Connect(t.Context(), pgtest.Server())
+		require.NoError(t, cerr)
+		defer conn.Close(context.Background())
+		var left int
+		require.NoError(t, conn.QueryRow(t.Context(), `SELECT count(*) FROM pg_database WHERE datname LIKE 'ledger\_bench\_%'`).Scan(&left))
+		require.Zero(t, left, "databases left on the server")
 	})
 
 	t.Run("ErrInvalid bad flag", func(t *testing.T) {
@@ -68,5 +137,7 @@ func TestBench(t *testing.T) {
 		err = Run(context.Background(), []string{"bench", "--nope"}, &out, &errOut)
 		require.Equal(t, 2, exitCode(err))
 		require.Empty(t, out.String())
+		err = Run(context.Background(), []string{"bench", "--postgres", "/tmp/ledger.db"}, &out, &errOut)
+		require.ErrorIs(t, err, ledger.ErrInvalid, "--postgres takes a postgres:// URL")
 	})
 }
