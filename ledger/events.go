@@ -228,7 +228,8 @@ var (
 )
 
 // writeScalar writes v as JCS if it is a string, an integer exact as a
-// double, a boolean or nil, and reports whether it did.
+// double, a boolean, nil or an attempt's error, and reports whether it
+// did.
 func writeScalar(b *bytes.Buffer, v any) bool {
 	const exact = 1 << 53
 	switch x := v.(type) {
@@ -248,6 +249,16 @@ func writeScalar(b *bytes.Buffer, v any) bool {
 			return false
 		}
 		b.WriteString(strconv.FormatInt(x, 10))
+	case *AttemptError: // the error of a finished attempt's event
+		if x == nil {
+			b.WriteString("null")
+			break
+		}
+		b.WriteString(`{"code":`)
+		jcsString(b, x.Code)
+		b.WriteString(`,"message":`)
+		jcsString(b, x.Message)
+		b.WriteByte('}')
 	default:
 		t := reflect.TypeOf(v)
 		if t.Kind() != reflect.String || t.Implements(jsonMarshaler) || t.Implements(textMarshaler) {
