@@ -18,14 +18,24 @@ import (
 type tx struct {
 	reader
 	sql   *sql.Tx
-	stmts []*sql.Stmt
+	stmts *txStmts
 	ctx   context.Context // the write's own, without cancellation (groupcommit.go)
 }
 
 var _ ledger.Tx = (*tx)(nil)
 
+// txStmts are the write statements prepared at Open and, as the batch's
+// transaction has taken them (Tx.StmtContext), their forms in it: taken
+// once per batch and shared by its writes, which run one after another,
+// rather than once per statement run (a lookup under database/sql's locks
+// and a new *sql.Stmt each time).
+type txStmts struct {
+	prepared []*sql.Stmt
+	inTx     []*sql.Stmt
+}
+
 // newTx is the write's tx on the batch's transaction db.
-func newTx(ctx context.Context, db *gorm.DB, sqlTx *sql.Tx, stmts []*sql.Stmt) *tx {
+func newTx(ctx context.Context, db *gorm.DB, sqlTx *sql.Tx, stmts *txStmts) *tx {
 	t := &tx{sql: sqlTx, stmts: stmts, ctx: ctx}
 	t.reader = reader{c: conn{
 		db:    db.WithContext(ctx),
@@ -37,7 +47,18 @@ func newTx(ctx context.Context, db *gorm.DB, sqlTx *sql.Tx, stmts []*sql.Stmt) *
 
 // prepared is the transaction's form of the statement st, declared and
 // prepared at Open.
-func (t *tx) prepared(st *stmt) *sql.Stmt { return t.sql.StmtContext(t.ctx, t.stmts[st.index]) }
+func (t *tx) prepared(st *stmt) *sql.Stmt { return t.stmts.of(t.ctx, t.sql, st) }
+
+// of is st as the transaction sqlTx runs it.
+func (c *txStmts) of(ctx context.Context, sqlTx *sql.Tx, st *stmt) *sql.Stmt {
+	if c.inTx == nil {
+		c.inTx = make([]*sql.Stmt, len(c.prepared))
+	}
+	if c.inTx[st.index] == nil {
+		c.inTx[st.index] = sqlTx.StmtContext(ctx, c.prepared[st.index])
+	}
+	return c.inTx[st.index]
+}
 
 // queryRows and exec run st in the transaction; a statement built at run
 // time (index -1) is run by its text.
