@@ -669,7 +669,7 @@ func (tx *txn) appendEvent(spec eventSpec) (*Event, error) {
 		return nil, err
 	}
 	e.Hash = hash
-	if err := tx.d.InsertEvent(tx.ctx, e); err != nil {
+	if err := tx.write(func(d Tx) error { return d.InsertEvent(tx.ctx, e) }); err != nil {
 		return nil, fmt.Errorf("append event %s: %w", e.Type, err)
 	}
 	h.seq, h.hash = e.Seq, e.Hash
@@ -683,12 +683,19 @@ func (tx *txn) flushHeads() error {
 		if h.seq == h.base {
 			continue
 		}
-		moved, err := tx.d.MoveChainHead(tx.ctx, run, h.base, h.seq, h.hash)
+		from, seq, hash := h.base, h.seq, h.hash
+		err := tx.write(func(d Tx) error {
+			moved, err := d.MoveChainHead(tx.ctx, run, from, seq, hash)
+			if err != nil {
+				return fmt.Errorf("move chain head of run %s: %w", run, err)
+			}
+			if !moved {
+				return Errorf(CodeConflict, "run %s: chain moved underneath", run)
+			}
+			return nil
+		})
 		if err != nil {
-			return fmt.Errorf("move chain head of run %s: %w", run, err)
-		}
-		if !moved {
-			return Errorf(CodeConflict, "run %s: chain moved underneath", run)
+			return err
 		}
 		if tx.signer != nil {
 			if err := tx.sign(run, h.seq, h.hash); err != nil {
