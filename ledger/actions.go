@@ -244,16 +244,22 @@ func (tx *txn) moveAction(p ActionTransition, attemptCount int64) (*Action, erro
 	}
 	// The driver hands back the updated row (its run, its digest for an
 	// approval, its content for the event) without reading it again.
-	action, ok, err := tx.d.MoveAction(tx.ctx, p.ID, p.From, p.To, attemptCount, tx.now)
+	action, ok, err := tx.putActionMove(p.ID, p.From, p.To, attemptCount)
 	if err != nil {
 		return nil, err
 	}
 	if !ok {
-		a, err := tx.d.GetAction(tx.ctx, p.ID)
-		if err != nil {
-			return nil, err
+		state := ActionState("")
+		if a := tx.known.actionOf(p.ID); a != nil {
+			state = a.State
+		} else {
+			a, err := tx.d.GetAction(tx.ctx, p.ID)
+			if err != nil {
+				return nil, err
+			}
+			state = a.State
 		}
-		return nil, Errorf(CodeConflict, "action %s is %s, not %s", p.ID, a.State, p.From)
+		return nil, Errorf(CodeConflict, "action %s is %s, not %s", p.ID, state, p.From)
 	}
 	if _, err := tx.appendEvent(transitionEvent(action.RunID, "action", string(p.ID), p.From, p.To, p.Actor, p.Data).
 		bind(ActionContentOf(action))); err != nil {
@@ -271,6 +277,25 @@ func (tx *txn) moveAction(p ActionTransition, attemptCount int64) (*Action, erro
 		return action, tx.transitionApproval(apr, ApprovalInvalidated, p.Actor, "action "+string(p.To), nil)
 	}
 	return action, nil
+}
+
+// putActionMove moves the action from from to to, raising its attempt
+// count to attemptCount, if it is still in from, and returns it after the
+// move: as the driver's guarded move hands it back or, for the action the
+// write keeps in memory (knownRows), as that copy becomes.
+func (tx *txn) putActionMove(id ActionID, from, to ActionState, attemptCount int64) (*Action, bool, error) {
+	a := tx.known.actionOf(id)
+	if a == nil {
+		return tx.d.MoveAction(tx.ctx, id, from, to, attemptCount, tx.now)
+	}
+	if a.State != from {
+		return nil, false, nil
+	}
+	// What MoveAction's UPDATE does to the row.
+	a.State, a.Version, a.UpdatedAt, a.AttemptCount = to, a.Version+1, tx.now, max(a.AttemptCount, attemptCount)
+	tx.known.actionDirty = true
+	out := *a
+	return &out, true, nil
 }
 
 func (tx *txn) findAction(id ActionID) (*Action, error) { return tx.d.GetAction(tx.ctx, id) }

@@ -173,7 +173,8 @@ func (tx *txn) finishAttempt(att *Attempt, o attemptOutcome) (*Action, *Observat
 	done := *att
 	now := tx.now
 	done.Status, done.Result, done.Error, done.FinishedAt = o.Status, o.Result, o.Error, &now
-	finished, err := tx.d.FinishAttempt(tx.ctx, &done)
+	done.Version++
+	finished, err := tx.putFinishedAttempt(att, &done)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -183,7 +184,7 @@ func (tx *txn) finishAttempt(att *Attempt, o attemptOutcome) (*Action, *Observat
 	*att = done
 	// The attempt's time counts against the run's execution budget.
 	spent := tx.now.Sub(att.StartedAt).Microseconds()
-	budget, err := tx.d.SpendExecution(tx.ctx, att.RunID, time.Duration(max(spent, 0))*time.Microsecond)
+	budget, err := tx.spendExecution(att.RunID, time.Duration(max(spent, 0))*time.Microsecond)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -258,7 +259,7 @@ func (tx *txn) observe(att *Attempt, src ObservationSource, effect EffectFact, d
 		ID: ObservationID(tx.newID(PrefixObservation)), RunID: att.RunID, ActionID: att.ActionID, AttemptID: att.ID,
 		Source: src, Effect: effect, Detail: canon, ObservedAt: tx.now,
 	}
-	if err := tx.d.InsertObservation(tx.ctx, obs); err != nil {
+	if err := tx.write(func(d Tx) error { return d.InsertObservation(tx.ctx, obs) }); err != nil {
 		return nil, err
 	}
 	if _, err := tx.appendEvent(eventSpec{RunID: att.RunID, Type: "observation.recorded", EntityType: "observation",
@@ -270,16 +271,9 @@ func (tx *txn) observe(att *Attempt, src ObservationSource, effect EffectFact, d
 		if err := ValidateEffectTransition(att.Effect, effect); err != nil {
 			return nil, err
 		}
-		set, err := tx.d.SetAttemptEffect(tx.ctx, att.ID, effect, obs.ID)
-		if err != nil {
+		if err := tx.setAttemptEffect(att, effect, obs.ID); err != nil {
 			return nil, err
 		}
-		if !set {
-			return nil, Errorf(CodeConflict, "attempt %s effect changed underneath", att.ID)
-		}
-		// As in finishAttempt, the row is att (as this write last read or
-		// wrote it) with the effect.
-		att.Effect, att.EffectObservation = effect, obs.ID
 		if _, err := tx.appendEvent(eventSpec{RunID: att.RunID, Type: "attempt.effect_" + string(effect), EntityType: "attempt",
 			EntityID: string(att.ID), From: string(EffectUnknown), To: string(effect), Actor: actor,
 			Data: map[string]any{"observation_id": obs.ID, "source": src}}.bind(AttemptContentOf(att))); err != nil {
@@ -287,6 +281,52 @@ func (tx *txn) observe(att *Attempt, src ObservationSource, effect EffectFact, d
 		}
 	}
 	return obs, nil
+}
+
+// setAttemptEffect writes on att, as this write last read or wrote it and
+// with its effect unknown, the effect the observation by established, and
+// updates att to the row it leaves (as in finishAttempt, att with the
+// effect: its content needs no read).
+func (tx *txn) setAttemptEffect(att *Attempt, effect EffectFact, by ObservationID) error {
+	if !tx.known.holdsAttempt(att) {
+		set, err := tx.d.SetAttemptEffect(tx.ctx, att.ID, effect, by)
+		if err != nil {
+			return err
+		}
+		if !set {
+			return Errorf(CodeConflict, "attempt %s effect changed underneath", att.ID)
+		}
+	}
+	att.Effect, att.EffectObservation = effect, by
+	att.Version++
+	tx.known.changedAttempt(att)
+	return nil
+}
+
+// putFinishedAttempt writes done, the outcome of att (still started as
+// this write last read or wrote it), if the stored attempt is still
+// started; false if it is not.
+func (tx *txn) putFinishedAttempt(att, done *Attempt) (bool, error) {
+	if tx.known.holdsAttempt(att) {
+		if att.Status != AttemptStarted {
+			return false, nil
+		}
+		tx.known.attemptDirty = true // done is written by flushRows
+		return true, nil
+	}
+	return tx.d.FinishAttempt(tx.ctx, done)
+}
+
+// spendExecution adds d to a run's execution budget and returns the budget
+// after it.
+func (tx *txn) spendExecution(run RunID, d time.Duration) (*Budget, error) {
+	if b := tx.known.budgetOf(run); b != nil {
+		b.Used.Execution += d
+		tx.known.budgetDirty = true
+		out := *b
+		return &out, nil
+	}
+	return tx.d.SpendExecution(tx.ctx, run, d)
 }
 
 func (tx *txn) staleAttempt(id AttemptID, from AttemptStatus) error {

@@ -79,6 +79,23 @@ type txn struct {
 	// signer if there is one.
 	heads  map[RunID]*chainHead
 	signer *signer
+	// known, if set, are rows the write changes in memory and writes once
+	// at its end (knownrows.go); only RecordRecovery sets it.
+	known *knownRows
+	// ops, if set, is where the write's statements go instead of to d,
+	// which is nil then: a write planned before it reaches the driver
+	// (planned).
+	ops *[]func(Tx) error
+}
+
+// write runs op on the driver's transaction now or, in a planned write,
+// keeps it for when the plan runs.
+func (tx *txn) write(op func(Tx) error) error {
+	if tx.ops != nil {
+		*tx.ops = append(*tx.ops, op)
+		return nil
+	}
+	return op(tx.d)
 }
 
 // inTx runs fn as one write of the driver, then moves the chain heads its
@@ -91,6 +108,37 @@ func (s *DB) inTx(ctx context.Context, op string, fn func(tx *txn) error) error 
 		}
 		return tx.flushHeads()
 	})
+	if err != nil {
+		return wrapErr(op, err)
+	}
+	return nil
+}
+
+// planned is inTx for a write that reads nothing from the database: fn
+// runs on the caller's goroutine, its statements kept in order (txn.write)
+// rather than run, and then the driver runs them as one write. Canonical
+// JSON, digests, hashes and ids are then made before the write reaches the
+// writer, which under group commit is shared by every write, and the
+// writer's time goes to the statements alone. Every guarded statement
+// still decides in the write (a lost guard is CodeConflict and nothing of
+// it is written). fn must not touch tx.d, which is nil.
+func (s *DB) planned(ctx context.Context, op string, fn func(tx *txn) error) error {
+	var ops []func(Tx) error
+	tx := &txn{ctx: ctx, now: s.now(), newID: s.newID, signer: s.signer, ops: &ops}
+	err := fn(tx)
+	if err == nil {
+		err = tx.flushHeads()
+	}
+	if err == nil {
+		err = s.d.Write(ctx, func(d Tx) error {
+			for _, o := range ops {
+				if err := o(d); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+	}
 	if err != nil {
 		return wrapErr(op, err)
 	}

@@ -145,6 +145,9 @@ type Tx interface {
 	// SpendExecution adds d to a run's execution budget and returns the
 	// budget after it.
 	SpendExecution(ctx context.Context, run RunID, d time.Duration) (*Budget, error)
+	// SetBudgetUsed sets a run's budget usage to to and raises its version,
+	// if its usage is still from.
+	SetBudgetUsed(ctx context.Context, run RunID, from, to BudgetUsage) (bool, error)
 
 	// InsertAction inserts an action.
 	InsertAction(ctx context.Context, a *Action) error
@@ -152,6 +155,9 @@ type Tx interface {
 	// version and its attempt count to at least attemptCount, if it is in
 	// from; it returns the action after it.
 	MoveAction(ctx context.Context, id ActionID, from, to ActionState, attemptCount int64, at time.Time) (*Action, bool, error)
+	// SetAction writes a's state, attempt count, version and updated time,
+	// if the stored action is still at version from.
+	SetAction(ctx context.Context, a *Action, from int64) (bool, error)
 
 	// InsertAttempt inserts an attempt.
 	InsertAttempt(ctx context.Context, a *Attempt) error
@@ -161,6 +167,10 @@ type Tx interface {
 	// SetAttemptEffect writes an attempt's effect and the observation that
 	// established it, if its effect is still unknown.
 	SetAttemptEffect(ctx context.Context, id AttemptID, effect EffectFact, by ObservationID) (bool, error)
+	// SetAttempt writes a's status, effect and the observation that
+	// established it, result, error, finished time and version, if the
+	// stored attempt is still at version from.
+	SetAttempt(ctx context.Context, a *Attempt, from int64) (bool, error)
 	// InsertObservation inserts an observation.
 	InsertObservation(ctx context.Context, o *Observation) error
 

@@ -228,7 +228,8 @@ var (
 )
 
 // writeScalar writes v as JCS if it is a string, an integer exact as a
-// double, a boolean or nil, and reports whether it did.
+// double, a boolean, nil or an attempt's error, and reports whether it
+// did.
 func writeScalar(b *bytes.Buffer, v any) bool {
 	const exact = 1 << 53
 	switch x := v.(type) {
@@ -248,6 +249,16 @@ func writeScalar(b *bytes.Buffer, v any) bool {
 			return false
 		}
 		b.WriteString(strconv.FormatInt(x, 10))
+	case *AttemptError: // the error of a finished attempt's event
+		if x == nil {
+			b.WriteString("null")
+			break
+		}
+		b.WriteString(`{"code":`)
+		jcsString(b, x.Code)
+		b.WriteString(`,"message":`)
+		jcsString(b, x.Message)
+		b.WriteByte('}')
 	default:
 		t := reflect.TypeOf(v)
 		if t.Kind() != reflect.String || t.Implements(jsonMarshaler) || t.Implements(textMarshaler) {
@@ -658,7 +669,7 @@ func (tx *txn) appendEvent(spec eventSpec) (*Event, error) {
 		return nil, err
 	}
 	e.Hash = hash
-	if err := tx.d.InsertEvent(tx.ctx, e); err != nil {
+	if err := tx.write(func(d Tx) error { return d.InsertEvent(tx.ctx, e) }); err != nil {
 		return nil, fmt.Errorf("append event %s: %w", e.Type, err)
 	}
 	h.seq, h.hash = e.Seq, e.Hash
@@ -672,12 +683,19 @@ func (tx *txn) flushHeads() error {
 		if h.seq == h.base {
 			continue
 		}
-		moved, err := tx.d.MoveChainHead(tx.ctx, run, h.base, h.seq, h.hash)
+		from, seq, hash := h.base, h.seq, h.hash
+		err := tx.write(func(d Tx) error {
+			moved, err := d.MoveChainHead(tx.ctx, run, from, seq, hash)
+			if err != nil {
+				return fmt.Errorf("move chain head of run %s: %w", run, err)
+			}
+			if !moved {
+				return Errorf(CodeConflict, "run %s: chain moved underneath", run)
+			}
+			return nil
+		})
 		if err != nil {
-			return fmt.Errorf("move chain head of run %s: %w", run, err)
-		}
-		if !moved {
-			return Errorf(CodeConflict, "run %s: chain moved underneath", run)
+			return err
 		}
 		if tx.signer != nil {
 			if err := tx.sign(run, h.seq, h.hash); err != nil {

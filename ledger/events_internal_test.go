@@ -133,7 +133,8 @@ type jsonText string
 func (j jsonText) MarshalText() ([]byte, error) { return []byte("text:" + string(j)), nil }
 
 // TestEventDataIsJCS holds eventData's direct encoding of flat maps to the
-// general RFC 8785 path (CanonicalJSON) for any keys and scalar values,
+// general RFC 8785 path (CanonicalJSON) for any keys and scalar values
+// (an attempt's error among them),
 // including the values it must hand over to the general path: big
 // integers, floats, nested maps, raw JSON and types that marshal
 // themselves.
@@ -147,6 +148,8 @@ func TestEventDataIsJCS(t *testing.T) {
 		rapid.Map(rapid.Int64Range(-1<<53-3, -1<<53+3), func(v int64) any { return v }),
 		rapid.Map(rapid.Int64Range(1<<53-3, 1<<53+3), func(v int64) any { return v }),
 		rapid.Map(rapid.Int64Range(1<<53, 1<<62), func(v int64) any { return v }),
+		rapid.Map(rapid.SliceOfN(str, 2, 2), func(v []string) any { return &AttemptError{Code: v[0], Message: v[1]} }),
+		rapid.Just[any]((*AttemptError)(nil)),
 	)
 	general := rapid.OneOf(
 		rapid.Map(rapid.Float64(), func(v float64) any { return v }),

@@ -39,6 +39,16 @@ type RecordRecoveryParams struct {
 	// decision (agent protocol): when it was told it already, the write
 	// records nothing and Told is false.
 	TellAgent *AgentDecision
+	// Facts, if set, are the facts the decisions were made on, as
+	// FindRecoveryFacts read them: their Action is ActionID's, in
+	// ActionState, and their Attempt AttemptID's if that is set. The write
+	// then reads none of what they hold again — the action, the attempt,
+	// the run's budget and chain head — and changes each of those rows
+	// only if it is still as the facts hold it (its version; the budget's
+	// usage; the chain's head): CodeConflict, and nothing written, if
+	// another write changed one of them since. Without Facts the write
+	// reads the action and the attempt itself and guards on ActionState.
+	Facts *RecoveryFacts
 }
 
 // RecoveryStep is one record of a recovery pass: exactly one of Decision
@@ -83,9 +93,9 @@ func (s *DB) RecordRecovery(ctx context.Context, p RecordRecoveryParams) (Record
 		return RecordRecoveryResult{}, wrapErr("record recovery", err)
 	}
 	var out RecordRecoveryResult
-	err := s.inTx(ctx, "record recovery", func(tx *txn) error {
+	body := func(tx *txn) error {
 		out = RecordRecoveryResult{}
-		run, state, att, err := tx.recoveryTarget(p.ActionID, p.AttemptID)
+		run, state, att, err := tx.recoveryTarget(p)
 		if err != nil {
 			return err
 		}
@@ -138,33 +148,73 @@ func (s *DB) RecordRecovery(ctx context.Context, p RecordRecoveryParams) (Record
 				return err
 			}
 		}
+		if err := tx.flushRows(); err != nil {
+			return err
+		}
 		out.ActionState = state
 		return nil
-	})
-	return out, err
+	}
+	if p.plannable() {
+		return out, s.planned(ctx, "record recovery", body)
+	}
+	return out, s.inTx(ctx, "record recovery", body)
 }
 
-// recoveryTargetSQL reads an action's run and state and, if named, one of
-// its attempts, in one statement.
-// recoveryTarget reads what RecordRecovery guards on: the action's run and
-// state and, if attempt is set, that attempt of the action (CodeInvalid if
-// the action has no such attempt).
-func (tx *txn) recoveryTarget(action ActionID, attempt AttemptID) (RunID, ActionState, *Attempt, error) {
-	a, err := tx.findAction(action)
+// plannable reports whether the write of p reads nothing from the
+// database, so that it can be planned before it reaches the driver
+// (DB.planned): it has the facts (the rows it changes, the chain head),
+// and tells no agent (which reads the decision told before), moves no run
+// (whose row the move hands back) and opens or invalidates no approval.
+func (p RecordRecoveryParams) plannable() bool {
+	if p.Facts == nil || p.TellAgent != nil || p.Run != nil || p.ActionState == ActionAwaitingApproval {
+		return false
+	}
+	for _, m := range p.Moves {
+		if m.To == ActionAwaitingApproval {
+			return false
+		}
+	}
+	return true
+}
+
+// recoveryTarget is what RecordRecovery guards on: the action's run and
+// state and, if p.AttemptID is set, that attempt of the action
+// (CodeInvalid if the action has no such attempt), from p.Facts or read;
+// it makes them the write's known rows (knownrows.go), with the run's
+// budget and chain head if the facts hold them. The attempt it returns is
+// the known one, which the write changes.
+func (tx *txn) recoveryTarget(p RecordRecoveryParams) (RunID, ActionState, *Attempt, error) {
+	k := &knownRows{}
+	tx.known = k
+	if f := p.Facts; f != nil {
+		k.knowAction(f.Action)
+		var att *Attempt
+		if p.AttemptID != "" {
+			att = k.knowAttempt(f.Attempt)
+		}
+		k.knowBudget(f.Run.ID, f.Run.Budget)
+		if tx.heads == nil {
+			tx.heads = map[RunID]*chainHead{}
+		}
+		tx.heads[f.Run.ID] = &chainHead{base: f.Run.EventSeq, seq: f.Run.EventSeq, hash: f.Run.EventHash}
+		return f.Run.ID, f.Action.State, att, nil
+	}
+	a, err := tx.findAction(p.ActionID)
 	if err != nil {
 		return "", "", nil, err
 	}
-	if attempt == "" {
+	k.knowAction(a)
+	if p.AttemptID == "" {
 		return a.RunID, a.State, nil, nil
 	}
-	att, err := tx.findAttempt(attempt)
+	att, err := tx.findAttempt(p.AttemptID)
 	switch {
-	case Code(err) == CodeNotFound || (err == nil && att.ActionID != action):
-		return "", "", nil, Errorf(CodeInvalid, "action %s has no attempt %s", action, attempt)
+	case Code(err) == CodeNotFound || (err == nil && att.ActionID != p.ActionID):
+		return "", "", nil, Errorf(CodeInvalid, "action %s has no attempt %s", p.ActionID, p.AttemptID)
 	case err != nil:
 		return "", "", nil, err
 	}
-	return a.RunID, a.State, att, nil
+	return a.RunID, a.State, k.knowAttempt(att), nil
 }
 
 // check refuses a malformed RecordRecoveryParams before anything is read.
@@ -185,6 +235,19 @@ func (p RecordRecoveryParams) check() error {
 			}
 		case p.AttemptID == "":
 			return Errorf(CodeInvalid, "step %d: an observation needs the attempt it is about", i+1)
+		}
+	}
+	if f := p.Facts; f != nil {
+		switch {
+		case f.Run == nil || f.Action == nil:
+			return Errorf(CodeInvalid, "the facts need the run and the action")
+		case f.Action.ID != p.ActionID || f.Action.RunID != f.Run.ID:
+			return Errorf(CodeInvalid, "the facts are about action %s of run %s, not action %s", f.Action.ID, f.Run.ID, p.ActionID)
+		case f.Action.State != p.ActionState:
+			return Errorf(CodeInvalid, "the facts hold action %s %s, not %s", p.ActionID, f.Action.State, p.ActionState)
+		case p.AttemptID != "" && (f.Attempt == nil || f.Attempt.ID != p.AttemptID || f.Attempt.ActionID != p.ActionID ||
+			f.Attempt.RunID != f.Run.ID):
+			return Errorf(CodeInvalid, "the facts are not about attempt %s of action %s", p.AttemptID, p.ActionID)
 		}
 	}
 	state := p.ActionState

@@ -138,7 +138,7 @@ func newSigner(key ed25519.PrivateKey) (*signer, error) {
 // sign records the signature of run's head (seq, hash).
 func (tx *txn) sign(run RunID, seq int64, hash string) error {
 	h := SignHead(tx.signer.key, run, seq, hash, tx.now)
-	if err := tx.d.PutSignature(tx.ctx, h); err != nil {
+	if err := tx.write(func(d Tx) error { return d.PutSignature(tx.ctx, h) }); err != nil {
 		return fmt.Errorf("sign chain head of run %s: %w", run, err)
 	}
 	return nil

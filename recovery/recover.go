@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -109,10 +110,45 @@ func (r *Recoverer) Recover(ctx context.Context, run *ledger.Run, a *ledger.Acti
 	return r.recover(ctx, found[0])
 }
 
-// recover is Recover on facts already read.
+// recover is Recover on facts already read. The pass's first write
+// carries those facts (RecordRecoveryParams.Facts), so that it reads
+// nothing of them again and is refused if another write changed them
+// since. Then, if the action is still one recovery decides about (approved,
+// running or uncertain, of a live run), the pass is made once more from
+// facts read afresh; only queries, which change nothing, can have been
+// asked before that write. Otherwise the refusal is the answer: whatever
+// settled the action meanwhile stands, and nothing of the pass is written.
 func (r *Recoverer) recover(ctx context.Context, lf *ledger.RecoveryFacts) (Decision, error) {
+	d, stale, err := r.pass(ctx, lf)
+	if !stale {
+		return d, err
+	}
+	fresh, ferr := r.cfg.Store.FindRecoveryFacts(ctx, ledger.RecoveryFilter{ActionID: &lf.Action.ID})
+	if ferr != nil {
+		return Decision{}, fmt.Errorf("%w; read afresh: %w", err, ferr)
+	}
+	switch f := fresh[0]; {
+	case f.Run.State.Terminal():
+		return Decision{}, err
+	case f.Action.State != ledger.ActionApproved && f.Action.State != ledger.ActionRunning && f.Action.State != ledger.ActionUncertain:
+		return Decision{}, err
+	}
+	d, _, err = r.pass(ctx, fresh[0])
+	return d, err
+}
+
+// pass decides about the action of lf and acts; stale reports that its
+// first write was refused because the facts had changed, before anything
+// was written or any tool asked to change anything.
+func (r *Recoverer) pass(ctx context.Context, lf *ledger.RecoveryFacts) (d Decision, stale bool, err error) {
 	f, probe := r.facts(lf)
-	var p pass
+	p := pass{facts: lf}
+	write := func(final *Decision) error {
+		withFacts := p.facts != nil
+		err := r.write(ctx, lf.Run, f, &p, final)
+		stale = withFacts && errors.Is(err, ledger.ErrConflict)
+		return err
+	}
 	for range 4 { // at most a cancel and a query before a final decision
 		d := Decide(f)
 		if probe.Client && (d.Kind == Query || d.Kind == Cancel) {
@@ -120,7 +156,7 @@ func (r *Recoverer) recover(ctx context.Context, lf *ledger.RecoveryFacts) (Deci
 			d.ID = DecisionID(f, d.Kind)
 			p.decide(f, d)
 			p.tell = &ledger.AgentDecision{ActionID: f.Action.ID, DecisionID: d.ID, Kind: string(d.Kind)}
-			return d, r.write(ctx, lf.Run, f, &p, nil)
+			return d, stale, write(nil)
 		}
 		p.decide(f, d)
 		switch d.Kind {
@@ -132,15 +168,15 @@ func (r *Recoverer) recover(ctx context.Context, lf *ledger.RecoveryFacts) (Deci
 		case Cancel:
 			// The cancel changes the world: the decision to ask for it is
 			// durable before it is asked.
-			if err := r.write(ctx, lf.Run, f, &p, nil); err != nil {
-				return d, err
+			if err := write(nil); err != nil {
+				return d, stale, err
 			}
 			f.Cancel = r.cancel(ctx, f, probe, &p)
 		default:
-			return d, r.write(ctx, lf.Run, f, &p, &d)
+			return d, stale, write(&d)
 		}
 	}
-	return Decision{}, fmt.Errorf("recover %s: no final decision after probing", f.Action.ID)
+	return Decision{}, false, fmt.Errorf("recover %s: no final decision after probing", f.Action.ID)
 }
 
 // facts is what Decide needs, from what the ledger holds and the tool's
@@ -226,6 +262,10 @@ type pass struct {
 	decisions []Decision
 	// tell is the decision the agent is told, for a client's tool.
 	tell *ledger.AgentDecision
+	// facts are the facts the pass decided on, until its first write: a
+	// later write (after a cancel) rests on what that one wrote as well,
+	// and reads the rows itself.
+	facts *ledger.RecoveryFacts
 }
 
 func (p *pass) decide(f Facts, d Decision) {
@@ -248,7 +288,8 @@ func (p *pass) observe(src ledger.ObservationSource, effect ledger.EffectFact, d
 // final if it is set, and then reports p's decisions to OnDecision.
 func (r *Recoverer) write(ctx context.Context, run *ledger.Run, f Facts, p *pass, final *Decision) error {
 	a := f.Action
-	w := ledger.RecordRecoveryParams{ActionID: a.ID, ActionState: a.State, Steps: p.steps, Actor: "recovery", TellAgent: p.tell}
+	w := ledger.RecordRecoveryParams{ActionID: a.ID, ActionState: a.State, Steps: p.steps, Actor: "recovery", TellAgent: p.tell,
+		Facts: p.facts}
 	if f.Attempt != nil {
 		w.AttemptID = f.Attempt.ID
 	}

@@ -215,6 +215,34 @@ func TestRecoverWrites(t *testing.T) {
 		require.Empty(t, obs)
 	})
 
+	t.Run("facts that went stale during the pass: decided again from fresh ones, written once", func(t *testing.T) {
+		b := ledgertest.OpenStore(t)
+		run, a := interrupted(t, b, ledger.BudgetLimits{})
+		atts, err := b.Store.FindAttempts(ctx, ledger.AttemptFilter{ActionID: &a.ID})
+		require.NoError(t, err)
+		asked := 0
+		r := recovery.New(recovery.Config{Store: b.Store, Now: b.Clock.Now,
+			Probes: queryProbe(func() (ledger.EffectFact, error) {
+				asked++
+				if asked == 1 {
+					// Another process records an answer that establishes
+					// nothing: the run's chain moves, the action does not.
+					_, _, err := b.Store.RecordObservation(ctx, ledger.RecordObservationParams{AttemptID: atts[0].ID,
+						Source: ledger.ObservedQuery, Effect: ledger.EffectUnknown, Detail: json.RawMessage(`{"error":"503"}`)})
+					require.NoError(t, err)
+				}
+				return ledger.EffectNotHappened, nil
+			})})
+		d, err := r.Recover(ctx, run, a)
+		require.NoError(t, err)
+		require.Equal(t, recovery.Continue, d.Kind)
+		require.Equal(t, 2, asked, "asked again in the pass made from the fresh facts")
+		require.Equal(t, []string{"query", "continue"}, decisionKinds(t, b.Store, run.ID), "the stale pass wrote nothing")
+		rep, err := b.Store.VerifyChain(ctx, run.ID)
+		require.NoError(t, err)
+		require.True(t, rep.OK, rep.Reason)
+	})
+
 	t.Run("a cancel is decided durably before the tool is asked", func(t *testing.T) {
 		b := ledgertest.OpenStore(t)
 		run, a := interrupted(t, b, ledger.BudgetLimits{})

@@ -111,8 +111,9 @@ func (s *Driver) runBatch(batch []*writeReq) {
 	// must not roll back the others' writes. Each write still checks its
 	// own context before it starts.
 	err := s.w.WithContext(context.Background()).Transaction(func(db *gorm.DB) error {
+		stmts := &txStmts{prepared: s.ws}
 		if len(batch) == 1 {
-			errs[0] = s.runOne(batch[0], db)
+			errs[0] = s.runOne(batch[0], db, stmts)
 			if ferr := s.writeFault(first, ledger.WriteBeforeCommit); errs[0] == nil {
 				errs[0] = ferr
 			}
@@ -127,14 +128,14 @@ func (s *Driver) runBatch(batch []*writeReq) {
 		// journal SQLite keeps to roll back to it is in memory (temp_store,
 		// sqlstore.go).
 		sp := func(st *stmt) error {
-			_, err := sqlTx.Stmt(s.ws[st.index]).Exec()
+			_, err := stmts.of(context.Background(), sqlTx, st).Exec()
 			return err
 		}
 		for i, r := range batch {
 			if err := sp(savepointSQL); err != nil {
 				return err
 			}
-			errs[i] = s.runOne(r, db)
+			errs[i] = s.runOne(r, db, stmts)
 			if ferr := s.writeFault(first+int64(i), ledger.WriteBeforeCommit); errs[i] == nil {
 				errs[i] = ferr
 			}
@@ -173,7 +174,7 @@ var (
 
 // runOne runs one write; a panic becomes its error, since the leader runs
 // other callers' writes too.
-func (s *Driver) runOne(r *writeReq, db *gorm.DB) (err error) {
+func (s *Driver) runOne(r *writeReq, db *gorm.DB, stmts *txStmts) (err error) {
 	if err := r.ctx.Err(); err != nil {
 		return err
 	}
@@ -191,7 +192,7 @@ func (s *Driver) runOne(r *writeReq, db *gorm.DB) (err error) {
 	// statement of a cancellable context on a goroutine of its own, to be
 	// able to interrupt it, and that hand-off cost more than the statement.
 	ctx := context.WithoutCancel(r.ctx)
-	return r.fn(newTx(ctx, db, sqlTx, s.ws))
+	return r.fn(newTx(ctx, db, sqlTx, stmts))
 }
 
 // errClosed answers writes to a closed store.

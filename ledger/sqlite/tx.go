@@ -18,14 +18,24 @@ import (
 type tx struct {
 	reader
 	sql   *sql.Tx
-	stmts []*sql.Stmt
+	stmts *txStmts
 	ctx   context.Context // the write's own, without cancellation (groupcommit.go)
 }
 
 var _ ledger.Tx = (*tx)(nil)
 
+// txStmts are the write statements prepared at Open and, as the batch's
+// transaction has taken them (Tx.StmtContext), their forms in it: taken
+// once per batch and shared by its writes, which run one after another,
+// rather than once per statement run (a lookup under database/sql's locks
+// and a new *sql.Stmt each time).
+type txStmts struct {
+	prepared []*sql.Stmt
+	inTx     []*sql.Stmt
+}
+
 // newTx is the write's tx on the batch's transaction db.
-func newTx(ctx context.Context, db *gorm.DB, sqlTx *sql.Tx, stmts []*sql.Stmt) *tx {
+func newTx(ctx context.Context, db *gorm.DB, sqlTx *sql.Tx, stmts *txStmts) *tx {
 	t := &tx{sql: sqlTx, stmts: stmts, ctx: ctx}
 	t.reader = reader{c: conn{
 		db:    db.WithContext(ctx),
@@ -37,7 +47,18 @@ func newTx(ctx context.Context, db *gorm.DB, sqlTx *sql.Tx, stmts []*sql.Stmt) *
 
 // prepared is the transaction's form of the statement st, declared and
 // prepared at Open.
-func (t *tx) prepared(st *stmt) *sql.Stmt { return t.sql.StmtContext(t.ctx, t.stmts[st.index]) }
+func (t *tx) prepared(st *stmt) *sql.Stmt { return t.stmts.of(t.ctx, t.sql, st) }
+
+// of is st as the transaction sqlTx runs it.
+func (c *txStmts) of(ctx context.Context, sqlTx *sql.Tx, st *stmt) *sql.Stmt {
+	if c.inTx == nil {
+		c.inTx = make([]*sql.Stmt, len(c.prepared))
+	}
+	if c.inTx[st.index] == nil {
+		c.inTx[st.index] = sqlTx.StmtContext(ctx, c.prepared[st.index])
+	}
+	return c.inTx[st.index]
+}
 
 // queryRows and exec run st in the transaction; a statement built at run
 // time (index -1) is run by its text.
@@ -100,6 +121,13 @@ var (
 	WHERE id = ? AND status = 'started'`)
 	setEffectSQL = declare(`UPDATE attempts SET effect = ?, effect_observation_id = ?, version = version + 1
 	WHERE id = ? AND effect = 'unknown'`)
+	setAttemptSQL = declare(`UPDATE attempts SET status = ?, effect = ?, effect_observation_id = ?, result = ?, error = ?,
+	finished_at = ?, version = ? WHERE id = ? AND version = ?`)
+	setActionSQL = declare(`UPDATE actions SET state = ?, attempt_count = ?, version = ?, updated_at = ?
+	WHERE id = ? AND version = ?`)
+	setBudgetUsedSQL = declare(`UPDATE budgets SET attempts_used = ?, execution_used_us = ?, steps_used = ?, tokens_used = ?,
+	tokens_unavailable = ?, version = version + 1 WHERE run_id = ? AND attempts_used = ? AND execution_used_us = ?
+	AND steps_used = ? AND tokens_used = ? AND tokens_unavailable = ?`)
 	insertObservationSQL = declare(`INSERT INTO observations (id, run_id, action_id, attempt_id, source, effect, detail, observed_at)
 	VALUES (?, ?, ?, ?, ?, ?, ?, ?)`)
 	insertApprovalSQL = declare(`INSERT INTO approvals (` + approvalCols + `) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`)
@@ -168,6 +196,11 @@ func (t *tx) SpendExecution(_ context.Context, run ledger.RunID, d time.Duration
 	return b, err
 }
 
+func (t *tx) SetBudgetUsed(_ context.Context, run ledger.RunID, from, to ledger.BudgetUsage) (bool, error) {
+	return t.execOne(setBudgetUsedSQL, to.Attempts, to.Execution.Microseconds(), to.Steps, to.Tokens, to.TokensUnavailable,
+		string(run), from.Attempts, from.Execution.Microseconds(), from.Steps, from.Tokens, from.TokensUnavailable)
+}
+
 func (t *tx) InsertAction(_ context.Context, a *ledger.Action) error {
 	row := actionRowOf(a)
 	_, err := t.exec(insertActionSQL, row.ID, row.RunID, row.Tenant, row.Seq, row.IdempotencyKey, row.Tool,
@@ -187,27 +220,43 @@ func (t *tx) MoveAction(_ context.Context, id ledger.ActionID, from, to ledger.A
 	return row.toAction(), true, nil
 }
 
+func (t *tx) SetAction(_ context.Context, a *ledger.Action, from int64) (bool, error) {
+	return t.execOne(setActionSQL, string(a.State), a.AttemptCount, a.Version, micros(a.UpdatedAt), string(a.ID), from)
+}
+
 func (t *tx) InsertAttempt(_ context.Context, a *ledger.Attempt) error {
 	_, err := t.exec(insertAttemptSQL, string(a.ID), string(a.ActionID), string(a.RunID), a.No, string(a.Status),
 		string(a.Effect), a.Version, micros(a.StartedAt))
 	return translate(err)
 }
 
+// attemptError is the error column of a.
+func attemptError(a *ledger.Attempt) (*string, error) {
+	if a.Error == nil {
+		return nil, nil
+	}
+	b, err := json.Marshal(a.Error)
+	if err != nil {
+		return nil, ledger.Errorf(ledger.CodeInvalid, "attempt error: %w", err)
+	}
+	return rawPtr(b), nil
+}
+
 func (t *tx) FinishAttempt(_ context.Context, a *ledger.Attempt) (bool, error) {
-	var errJSON *string
-	if a.Error != nil {
-		b, err := json.Marshal(a.Error)
-		if err != nil {
-			return false, ledger.Errorf(ledger.CodeInvalid, "attempt error: %w", err)
-		}
-		errJSON = rawPtr(b)
+	errJSON, err := attemptError(a)
+	if err != nil {
+		return false, err
 	}
-	var finished *int64
-	if a.FinishedAt != nil {
-		us := micros(*a.FinishedAt)
-		finished = &us
+	return t.execOne(finishAttemptSQL, string(a.Status), rawPtr(a.Result), errJSON, microsPtr(a.FinishedAt), string(a.ID))
+}
+
+func (t *tx) SetAttempt(_ context.Context, a *ledger.Attempt, from int64) (bool, error) {
+	errJSON, err := attemptError(a)
+	if err != nil {
+		return false, err
 	}
-	return t.execOne(finishAttemptSQL, string(a.Status), rawPtr(a.Result), errJSON, finished, string(a.ID))
+	return t.execOne(setAttemptSQL, string(a.Status), string(a.Effect), strPtr(string(a.EffectObservation)), rawPtr(a.Result),
+		errJSON, microsPtr(a.FinishedAt), a.Version, string(a.ID), from)
 }
 
 func (t *tx) SetAttemptEffect(_ context.Context, id ledger.AttemptID, effect ledger.EffectFact, by ledger.ObservationID) (bool, error) {

@@ -2,11 +2,13 @@ package storetest
 
 import (
 	"context"
+	"crypto/ed25519"
 	"encoding/json"
 	"testing"
 	"time"
 
 	"github.com/actionledger/ledger/ledger"
+	"github.com/actionledger/ledger/ledger/ledgertest"
 	"github.com/stretchr/testify/require"
 )
 
@@ -334,5 +336,164 @@ func testFindRecoveryFacts(t *testing.T, h Harness) {
 		id := ledger.ActionID("act_nope")
 		_, err := b.Store.FindRecoveryFacts(ctx, ledger.RecoveryFilter{ActionID: &id})
 		require.ErrorIs(t, err, ledger.ErrNotFound)
+	})
+}
+
+// testRecordRecoveryFromFacts: a recovery pass written with the facts it
+// was decided on (RecordRecoveryParams.Facts) reads none of them again, so
+// it must write exactly what the same pass writes without them, and must
+// refuse, writing nothing, once another write has changed any row the
+// facts hold: the attempt, the budget, the chain head, the action.
+func testRecordRecoveryFromFacts(t *testing.T, h Harness) {
+	ctx := context.Background()
+	key := ed25519.NewKeyFromSeed(make([]byte, ed25519.SeedSize))
+	factsOf := func(t *testing.T, s ledger.Store, a *ledger.Action) *ledger.RecoveryFacts {
+		t.Helper()
+		got, err := s.FindRecoveryFacts(ctx, ledger.RecoveryFilter{ActionID: &a.ID})
+		require.NoError(t, err)
+		return got[0]
+	}
+	// written is everything a pass can have written about run and its
+	// action, as the Store reads it back.
+	type written struct {
+		Chain        *ledger.Chain
+		Action       *ledger.Action
+		Attempts     []*ledger.Attempt
+		Observations []*ledger.Observation
+	}
+	read := func(t *testing.T, s ledger.Store, run ledger.RunID, a ledger.ActionID) written {
+		t.Helper()
+		c, err := s.FindChain(ctx, run)
+		require.NoError(t, err)
+		require.True(t, c.Report.OK, c.Report.Reason)
+		act, err := s.FindActionByID(ctx, a)
+		require.NoError(t, err)
+		atts, err := s.FindAttempts(ctx, ledger.AttemptFilter{ActionID: &a})
+		require.NoError(t, err)
+		obs, err := s.FindObservations(ctx, ledger.ObservationFilter{ActionID: &a})
+		require.NoError(t, err)
+		return written{Chain: c, Action: act, Attempts: atts, Observations: obs}
+	}
+
+	// Each case with what it raises the action's and the attempt's
+	// versions by: one per change, as the statements of each change raise
+	// them.
+	type pass struct {
+		params              func(a *ledger.Action, att *ledger.Attempt) ledger.RecordRecoveryParams
+		actionUp, attemptUp int64
+	}
+	for name, c := range map[string]pass{
+		// running → uncertain → approved; effect set, then closed.
+		"continue": {continueAfterQuery, 2, 2},
+		// running → uncertain → needs_review; closed, no effect established.
+		"review, which moves the run": {func(a *ledger.Action, att *ledger.Attempt) ledger.RecordRecoveryParams {
+			return ledger.RecordRecoveryParams{ActionID: a.ID, ActionState: ledger.ActionRunning, AttemptID: att.ID, Actor: "recovery",
+				Steps:        []ledger.RecoveryStep{decision("query", "q"), observation(ledger.EffectUnknown, `{"error":"503"}`), decision("review", "r")},
+				CloseAttempt: &ledger.CloseAttempt{Status: ledger.AttemptUncertain, ActionState: ledger.ActionUncertain},
+				Moves:        []ledger.ActionMove{{To: ledger.ActionNeedsReview}},
+				Run:          &ledger.RunTransition{From: ledger.RunRunning, To: ledger.RunNeedsReview, Actor: "recovery"}}
+		}, 2, 1},
+		"decisions alone": {func(a *ledger.Action, att *ledger.Attempt) ledger.RecordRecoveryParams {
+			return ledger.RecordRecoveryParams{ActionID: a.ID, ActionState: ledger.ActionRunning, AttemptID: att.ID, Actor: "recovery",
+				Steps: []ledger.RecoveryStep{decision("query", "q"), observation(ledger.EffectUnknown, `{"error":"503"}`), decision("wait", "w")}}
+		}, 0, 0},
+	} {
+		t.Run("OK "+name+": the same write as without the facts", func(t *testing.T) {
+			var got [2]written
+			for i, withFacts := range []bool{false, true} {
+				b := openWith(t, h, Options{NewID: ledgertest.SequentialIDs(), SigningKey: key}, ledgertest.NewClock())
+				run, a, att := interruptedAction(t, b, "k")
+				b.Clock.Advance(2 * time.Second)
+				p := c.params(a, att)
+				facts := factsOf(t, b.Store, a)
+				if withFacts {
+					p.Facts = facts
+				}
+				_, err := b.Store.RecordRecovery(ctx, p)
+				require.NoError(t, err)
+				got[i] = read(t, b.Store, run.ID, a.ID)
+				require.Equal(t, facts.Action.Version+c.actionUp, got[i].Action.Version, "the action's version")
+				require.Equal(t, facts.Attempt.Version+c.attemptUp, got[i].Attempts[0].Version, "the attempt's version")
+			}
+			require.Equal(t, got[0], got[1])
+		})
+	}
+
+	for name, change := range map[string]func(t *testing.T, b *bundle, run *ledger.Run, att *ledger.Attempt){
+		"the attempt's effect was established": func(t *testing.T, b *bundle, _ *ledger.Run, att *ledger.Attempt) {
+			_, _, err := b.Store.RecordObservation(ctx, ledger.RecordObservationParams{AttemptID: att.ID, Source: ledger.ObservedResult,
+				Effect: ledger.EffectNotHappened})
+			require.NoError(t, err)
+		},
+		"the budget was spent": func(t *testing.T, b *bundle, run *ledger.Run, _ *ledger.Attempt) {
+			_, err := b.Store.AddUsage(ctx, ledger.AddUsageParams{RunID: run.ID, Steps: 1})
+			require.NoError(t, err)
+		},
+		"the chain moved (an answer that established nothing)": func(t *testing.T, b *bundle, _ *ledger.Run, att *ledger.Attempt) {
+			_, _, err := b.Store.RecordObservation(ctx, ledger.RecordObservationParams{AttemptID: att.ID, Source: ledger.ObservedQuery,
+				Effect: ledger.EffectUnknown, Detail: json.RawMessage(`{"error":"503"}`)})
+			require.NoError(t, err)
+		},
+		"the attempt was finished and the action moved": func(t *testing.T, b *bundle, _ *ledger.Run, att *ledger.Attempt) {
+			_, err := b.Store.FinishAttempt(ctx, ledger.FinishAttemptParams{AttemptID: att.ID, Status: ledger.AttemptUncertain,
+				ActionState: ledger.ActionUncertain})
+			require.NoError(t, err)
+		},
+	} {
+		t.Run("ErrConflict "+name+" after the facts were read: nothing written", func(t *testing.T) {
+			b := openStore(t, h)
+			run, a, att := interruptedAction(t, b, "k")
+			facts := factsOf(t, b.Store, a)
+			change(t, b, run, att)
+			before := read(t, b.Store, run.ID, a.ID)
+
+			p := continueAfterQuery(a, att)
+			p.Facts = facts
+			_, err := b.Store.RecordRecovery(ctx, p)
+			require.ErrorIs(t, err, ledger.ErrConflict)
+			require.Equal(t, before, read(t, b.Store, run.ID, a.ID), "nothing of the pass was written")
+		})
+	}
+
+	// The guards on each row alone: a row changed beside the Store, as
+	// someone with access to the database could, moves no chain head.
+	for name, q := range map[string]string{
+		"attempt": `UPDATE attempts SET version = version + 1 WHERE action_id = ?`,
+		"budget":  `UPDATE budgets SET steps_used = steps_used + 1 WHERE run_id = (SELECT run_id FROM actions WHERE id = ?)`,
+		"action":  `UPDATE actions SET version = version + 1 WHERE id = ?`,
+	} {
+		t.Run("ErrConflict the "+name+" changed beside the store after the facts were read", func(t *testing.T) {
+			b := openStore(t, h)
+			run, a, att := interruptedAction(t, b, "k")
+			facts := factsOf(t, b.Store, a)
+			events, err := b.Store.FindEvents(ctx, run.ID)
+			require.NoError(t, err)
+			require.NoError(t, b.DB.Exec(ctx, q, string(a.ID)))
+			p := continueAfterQuery(a, att)
+			p.Facts = facts
+			_, err = b.Store.RecordRecovery(ctx, p)
+			require.ErrorIs(t, err, ledger.ErrConflict)
+			require.Contains(t, err.Error(), "stale")
+			got, err := b.Store.FindEvents(ctx, run.ID)
+			require.NoError(t, err)
+			require.Len(t, got, len(events), "nothing of the pass was written")
+		})
+	}
+
+	t.Run("ErrInvalid facts about something else", func(t *testing.T) {
+		b := openStore(t, h)
+		_, a, att := interruptedAction(t, b, "k1")
+		_, other, otherAtt := interruptedAction(t, b, "k2")
+		for name, p := range map[string]ledger.RecordRecoveryParams{
+			"another action": {ActionID: a.ID, ActionState: ledger.ActionRunning, AttemptID: att.ID,
+				Steps: []ledger.RecoveryStep{decision("wait", "w")}, Facts: factsOf(t, b.Store, other)},
+			"another attempt": {ActionID: a.ID, ActionState: ledger.ActionRunning, AttemptID: otherAtt.ID,
+				Steps: []ledger.RecoveryStep{decision("wait", "w")}, Facts: factsOf(t, b.Store, a)},
+			"another state": {ActionID: a.ID, ActionState: ledger.ActionUncertain, AttemptID: att.ID,
+				Steps: []ledger.RecoveryStep{decision("wait", "w")}, Facts: factsOf(t, b.Store, a)},
+		} {
+			_, err := b.Store.RecordRecovery(ctx, p)
+			require.ErrorIs(t, err, ledger.ErrInvalid, name)
+		}
 	})
 }

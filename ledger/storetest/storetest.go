@@ -101,6 +101,7 @@ var tests = []test{
 	{"RequestCancel", testRequestCancel},
 	{"SettleCancellations", testSettleCancellations},
 	{"RecordRecovery", testRecordRecovery},
+	{"RecordRecoveryFromFacts", testRecordRecoveryFromFacts},
 	{"FindRecoveryFacts", testFindRecoveryFacts},
 	{"EventsAppendOnly", testEventsAppendOnly},
 	{"VerifyChainDetectsTampering", testVerifyChainDetectsTampering},
