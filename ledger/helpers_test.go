@@ -16,5 +16,3 @@ func deepJSON(depth int) json.RawMessage {
 	}
 	return json.RawMessage(s)
 }
-
-func ptr[T any](v T) *T { return &v }

@@ -385,12 +385,6 @@ func (b *budgetRow) targets() []any {
 		&b.DeadlineAt, &b.AttemptsUsed, &b.ExecutionUsedUs, &b.StepsUsed, &b.TokensUsed, &b.TokensUnavailable, &b.Version}
 }
 
-// content is the budget's content (its deadline_after is not part of it,
-// so the run's creation time is not needed).
-func (b *budgetRow) content() ledger.BudgetContent {
-	return ledger.BudgetContentOf(ledger.RunID(b.RunID), b.toBudget(0))
-}
-
 const approvalCols = `id, action_id, run_id, tenant, action_digest, state, decided_by, reason, version, requested_at,
 	expires_at, decided_at`
 
