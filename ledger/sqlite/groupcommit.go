@@ -2,14 +2,12 @@ package sqlite
 
 import (
 	"context"
-	"database/sql"
 	"errors"
 	"fmt"
-	"github.com/actionledger/ledger/ledger"
 	"sync"
 	"time"
 
-	"gorm.io/gorm"
+	"github.com/actionledger/ledger/ledger"
 )
 
 // Group commit. Every write of the Store joins one queue; whoever holds the
@@ -107,43 +105,32 @@ func (s *Driver) runBatch(batch []*writeReq) {
 	if s.onCommit != nil {
 		began = s.clock()
 	}
-	// The batch's context is none of its callers': a caller that goes away
-	// must not roll back the others' writes. Each write still checks its
-	// own context before it starts.
-	err := s.w.WithContext(context.Background()).Transaction(func(db *gorm.DB) error {
+	err := s.transaction(func() error {
 		if len(batch) == 1 {
-			errs[0] = s.runOne(batch[0], db)
+			errs[0] = s.runOne(batch[0])
 			if ferr := s.writeFault(first, ledger.WriteBeforeCommit); errs[0] == nil {
 				errs[0] = ferr
 			}
 			return errs[0]
 		}
-		sqlTx, ok := db.Statement.ConnPool.(*sql.Tx)
-		if !ok {
-			return fmt.Errorf("write: GORM transaction is a %T, not a *sql.Tx", db.Statement.ConnPool)
-		}
 		// One savepoint open at a time, released when its write is done,
 		// rather than a stack of up to 64 open until the commit; the
 		// journal SQLite keeps to roll back to it is in memory (temp_store,
 		// sqlstore.go).
-		sp := func(st *stmt) error {
-			_, err := sqlTx.Stmt(s.ws[st.index]).Exec()
-			return err
-		}
 		for i, r := range batch {
-			if err := sp(savepointSQL); err != nil {
+			if err := s.execWriter(savepointSQL); err != nil {
 				return err
 			}
-			errs[i] = s.runOne(r, db)
+			errs[i] = s.runOne(r)
 			if ferr := s.writeFault(first+int64(i), ledger.WriteBeforeCommit); errs[i] == nil {
 				errs[i] = ferr
 			}
 			if errs[i] != nil {
-				if err := sp(rollbackToSavepointSQL); err != nil {
+				if err := s.execWriter(rollbackToSavepointSQL); err != nil {
 					return err
 				}
 			}
-			if err := sp(releaseSavepointSQL); err != nil {
+			if err := s.execWriter(releaseSavepointSQL); err != nil {
 				return err
 			}
 		}
@@ -166,14 +153,48 @@ func (s *Driver) runBatch(batch []*writeReq) {
 }
 
 var (
+	beginSQL               = declare(`BEGIN IMMEDIATE`)
+	commitSQL              = declare(`COMMIT`)
+	rollbackSQL            = declare(`ROLLBACK`)
 	savepointSQL           = declare(`SAVEPOINT write`)
 	rollbackToSavepointSQL = declare(`ROLLBACK TO write`)
 	releaseSavepointSQL    = declare(`RELEASE write`)
 )
 
+// transaction runs fn in one transaction of the writer's connection:
+// BEGIN IMMEDIATE, then COMMIT if fn returns nil, ROLLBACK otherwise or if
+// the COMMIT fails (a COMMIT that failed busy leaves the transaction open;
+// one that failed otherwise has rolled it back, and the ROLLBACK finds
+// none). The statements are the connection's own, prepared at Open, run
+// without a database/sql transaction: its Tx would cost a goroutine per
+// transaction and per query, to watch a context the batch does not have
+// (a caller that goes away must not roll back the others' writes; each
+// write checks its own context before it starts).
+func (s *Driver) transaction(fn func() error) error {
+	if err := s.execWriter(beginSQL); err != nil {
+		return err
+	}
+	if err := fn(); err != nil {
+		_ = s.execWriter(rollbackSQL)
+		return err
+	}
+	if err := s.execWriter(commitSQL); err != nil {
+		_ = s.execWriter(rollbackSQL)
+		return err
+	}
+	return nil
+}
+
+// execWriter runs a statement of the writer's connection that takes no
+// arguments (the transaction's and the savepoints').
+func (s *Driver) execWriter(st *stmt) error {
+	_, err := s.ws[st.index].ExecContext(context.Background())
+	return err
+}
+
 // runOne runs one write; a panic becomes its error, since the leader runs
 // other callers' writes too.
-func (s *Driver) runOne(r *writeReq, db *gorm.DB) (err error) {
+func (s *Driver) runOne(r *writeReq) (err error) {
 	if err := r.ctx.Err(); err != nil {
 		return err
 	}
@@ -182,16 +203,12 @@ func (s *Driver) runOne(r *writeReq, db *gorm.DB) (err error) {
 			err = fmt.Errorf("write panicked: %v", p)
 		}
 	}()
-	sqlTx, ok := db.Statement.ConnPool.(*sql.Tx)
-	if !ok {
-		return fmt.Errorf("write: GORM transaction is a %T, not a *sql.Tx", db.Statement.ConnPool)
-	}
 	// The write's statements run without the caller's cancellation (checked
 	// above, before the write starts): mattn/go-sqlite3 runs every
 	// statement of a cancellable context on a goroutine of its own, to be
 	// able to interrupt it, and that hand-off cost more than the statement.
 	ctx := context.WithoutCancel(r.ctx)
-	return r.fn(newTx(ctx, db, sqlTx, s.ws))
+	return r.fn(newTx(ctx, s.wg, s.wc, s.ws))
 }
 
 // errClosed answers writes to a closed store.

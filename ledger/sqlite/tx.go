@@ -14,19 +14,21 @@ import (
 )
 
 // tx implements ledger.Tx on one write of a group commit: its statements
-// run in the batch's transaction, inside the write's savepoint.
+// run on the writer's connection, in the batch's transaction, inside the
+// write's savepoint.
 type tx struct {
 	reader
-	sql   *sql.Tx
-	stmts []*sql.Stmt
+	conn  *sql.Conn
+	stmts []*sql.Stmt     // prepared on conn
 	ctx   context.Context // the write's own, without cancellation (groupcommit.go)
 }
 
 var _ ledger.Tx = (*tx)(nil)
 
-// newTx is the write's tx on the batch's transaction db.
-func newTx(ctx context.Context, db *gorm.DB, sqlTx *sql.Tx, stmts []*sql.Stmt) *tx {
-	t := &tx{sql: sqlTx, stmts: stmts, ctx: ctx}
+// newTx is the write's tx on the writer's connection wc, in a
+// transaction; db is GORM on that connection.
+func newTx(ctx context.Context, db *gorm.DB, wc *sql.Conn, stmts []*sql.Stmt) *tx {
+	t := &tx{conn: wc, stmts: stmts, ctx: ctx}
 	t.reader = reader{c: conn{
 		db:    db.WithContext(ctx),
 		query: func(_ context.Context, st *stmt, args ...any) (*sql.Rows, error) { return t.queryRows(st, args...) },
@@ -35,24 +37,20 @@ func newTx(ctx context.Context, db *gorm.DB, sqlTx *sql.Tx, stmts []*sql.Stmt) *
 	return t
 }
 
-// prepared is the transaction's form of the statement st, declared and
-// prepared at Open.
-func (t *tx) prepared(st *stmt) *sql.Stmt { return t.sql.StmtContext(t.ctx, t.stmts[st.index]) }
-
-// queryRows and exec run st in the transaction; a statement built at run
-// time (index -1) is run by its text.
+// queryRows and exec run st in the transaction, prepared at Open; a
+// statement built at run time (index -1) is run by its text.
 func (t *tx) queryRows(st *stmt, args ...any) (*sql.Rows, error) {
 	if st.index < 0 {
-		return t.sql.QueryContext(t.ctx, st.sql, args...)
+		return t.conn.QueryContext(t.ctx, st.sql, args...)
 	}
-	return t.prepared(st).QueryContext(t.ctx, args...)
+	return t.stmts[st.index].QueryContext(t.ctx, args...)
 }
 
 func (t *tx) exec(st *stmt, args ...any) (sql.Result, error) {
 	if st.index < 0 {
-		return t.sql.ExecContext(t.ctx, st.sql, args...)
+		return t.conn.ExecContext(t.ctx, st.sql, args...)
 	}
-	return t.prepared(st).ExecContext(t.ctx, args...)
+	return t.stmts[st.index].ExecContext(t.ctx, args...)
 }
 
 // execOne runs a guarded statement and reports whether it changed a row.
