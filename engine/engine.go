@@ -432,7 +432,7 @@ func (e *Engine) Advance(ctx context.Context, id ledger.RunID) error {
 			// Someone moved the run underneath (a cancel, an approval, a
 			// person's resolution): read it again and go on from there.
 			conflicts++
-			v = runView{}
+			v.drop()
 			continue
 		}
 		if err != nil {
@@ -638,7 +638,10 @@ func (e *Engine) modelStep(ctx context.Context, run *ledger.Run, agent *register
 		}
 		entries := make([]budget.Entry, len(hist.Entries))
 		for i, h := range hist.Entries {
-			entries[i] = budget.Entry{Action: h.Action, Attempt: h.Attempt}
+			// An action that cannot be fingerprinted is left for Loop,
+			// which says so in its own turn.
+			fp, _ := v.fingerprint(h.Action)
+			entries[i] = budget.Entry{Action: h.Action, Attempt: h.Attempt, Fingerprint: fp}
 		}
 		if v, err := e.policyOf(agent).Loop(entries, s.Tool, s.Arguments); err != nil {
 			return false, failStep(ledger.StopInvalidModelResponse, map[string]any{"error": err.Error()})

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 
+	"github.com/actionledger/ledger/budget"
 	"github.com/actionledger/ledger/ledger"
 )
 
@@ -20,6 +21,11 @@ import (
 type runView struct {
 	head int64 // the chain head the view is of; 0 for none
 
+	// fingerprints are the loop policy's fingerprints of the run's
+	// actions, by id: of a tool and arguments, which an action never
+	// changes, so they outlive the rest of the view.
+	fingerprints map[ledger.ActionID]ledger.Digest
+
 	cancelRead bool
 	cancel     *ledger.Cancellation // nil: the run has none
 
@@ -31,8 +37,29 @@ type runView struct {
 // head is the view's, emptied otherwise.
 func (v *runView) at(run *ledger.Run) {
 	if v.head == 0 || v.head != run.EventSeq {
-		*v = runView{head: run.EventSeq}
+		v.drop()
+		v.head = run.EventSeq
 	}
+}
+
+// drop empties the view but for the fingerprints.
+func (v *runView) drop() { *v = runView{fingerprints: v.fingerprints} }
+
+// fingerprint is the loop policy's fingerprint of a, taken once; an error
+// is not kept.
+func (v *runView) fingerprint(a *ledger.Action) (ledger.Digest, error) {
+	if fp, ok := v.fingerprints[a.ID]; ok {
+		return fp, nil
+	}
+	fp, err := budget.Fingerprint(a.Tool, a.Arguments)
+	if err != nil {
+		return "", err
+	}
+	if v.fingerprints == nil {
+		v.fingerprints = map[ledger.ActionID]ledger.Digest{}
+	}
+	v.fingerprints[a.ID] = fp
+	return fp, nil
 }
 
 // cancellation is the run's cancellation, nil if it has none.
@@ -85,7 +112,7 @@ func (v *runView) lastAttempts(ctx context.Context, s ledger.Store, run ledger.R
 // the view is; if so the view moves with it, else it is emptied.
 func (v *runView) follows(m ledger.ChainMove) bool {
 	if v.head == 0 || m.From != v.head || m.To <= m.From {
-		*v = runView{}
+		v.drop()
 		return false
 	}
 	v.head = m.To
@@ -96,7 +123,7 @@ func (v *runView) follows(m ledger.ChainMove) bool {
 // action of the run (and maybe started its attempt) and changed no other.
 func (v *runView) created(res ledger.CreateActionResult) {
 	if res.Duplicate || res.Action == nil || !v.follows(res.Chain) {
-		*v = runView{}
+		v.drop()
 		return
 	}
 	if v.actions != nil {
@@ -111,7 +138,7 @@ func (v *runView) created(res ledger.CreateActionResult) {
 // attempt and its action.
 func (v *runView) finished(res ledger.FinishAttemptResult) {
 	if res.Action == nil || res.Attempt == nil || !v.follows(res.Chain) {
-		*v = runView{}
+		v.drop()
 		return
 	}
 	if v.actions != nil {
@@ -120,7 +147,7 @@ func (v *runView) finished(res ledger.FinishAttemptResult) {
 			i--
 		}
 		if i < 0 {
-			*v = runView{}
+			v.drop()
 			return
 		}
 		v.actions[i] = res.Action
