@@ -501,13 +501,14 @@ func snapshotReader(db *gorm.DB) reader {
 // GORM's translated errors and SQLite's constraint errors, from whichever
 // path raised them, get their code; anything else is CodeInternal.
 func translate(err error) error {
+	if err == nil {
+		return nil // before the targets of errors.As below, which escape: every statement passes here
+	}
 	var (
 		e  *ledger.Error
 		se sqlite3.Error
 	)
 	switch {
-	case err == nil:
-		return nil
 	case errors.As(err, &e):
 		return err
 	case errors.Is(err, gorm.ErrRecordNotFound):
