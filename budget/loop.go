@@ -17,6 +17,10 @@ import (
 type Entry struct {
 	Action  *ledger.Action
 	Attempt *ledger.Attempt
+	// Fingerprint, if set, is Fingerprint(Action.Tool, Action.Arguments),
+	// which a caller that keeps a run's history from step to step takes
+	// once per action; Loop takes it when it is empty.
+	Fingerprint ledger.Digest
 }
 
 // Fingerprint identifies a call for the repeated-action policy: the sha256
@@ -100,9 +104,11 @@ func (p Policy) Loop(history []Entry, proposedTool string, proposedArgs json.Raw
 		if e.Action == nil {
 			return Verdict{}, ledger.Errorf(ledger.CodeInvalid, "loop: history entry %d has no action", i)
 		}
-		fp, err := Fingerprint(e.Action.Tool, e.Action.Arguments)
-		if err != nil {
-			return Verdict{}, fmt.Errorf("loop: action %s: %w", e.Action.ID, err)
+		fp := e.Fingerprint
+		if fp == "" {
+			if fp, err = Fingerprint(e.Action.Tool, e.Action.Arguments); err != nil {
+				return Verdict{}, fmt.Errorf("loop: action %s: %w", e.Action.ID, err)
+			}
 		}
 		if fp == proposed {
 			seen = append(seen, e.Action.ID)

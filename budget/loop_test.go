@@ -301,3 +301,23 @@ func TestLoopErrors(t *testing.T) {
 		})
 	}
 }
+
+// TestLoopTakesGivenFingerprints: an entry that carries its fingerprint is
+// not fingerprinted again (a caller that keeps the history from step to
+// step takes each once), and gives the verdict its arguments would.
+func TestLoopTakesGivenFingerprints(t *testing.T) {
+	fp, err := budget.Fingerprint(send, json.RawMessage(sendArgs))
+	require.NoError(t, err)
+	h := repeat(2, send, sendArgs, ledger.ActionSucceeded, ledger.AttemptSucceeded)
+	want, err := budget.DefaultPolicy().Loop(h, send, json.RawMessage(sendArgs))
+	require.NoError(t, err)
+	require.Equal(t, ledger.StopRepeatedAction, want.Stop)
+	for i := range h {
+		h[i].Fingerprint = fp
+		// Arguments no fingerprint can be taken of: the given one is used.
+		h[i].Action.Arguments = json.RawMessage(`{"a":1,"a":2}`)
+	}
+	got, err := budget.DefaultPolicy().Loop(h, send, json.RawMessage(sendArgs))
+	require.NoError(t, err)
+	require.Equal(t, want, got)
+}

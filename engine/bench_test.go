@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/actionledger/ledger/ledger/sqlite"
 	"github.com/actionledger/ledger/perf"
 )
 
@@ -36,6 +37,33 @@ func BenchmarkEngineConcurrency(b *testing.B) {
 				b.Fatal(err)
 			}
 			b.ReportMetric(lv.PerSecond(), "actions/s")
+		})
+	}
+}
+
+// BenchmarkEngineCPU is BenchmarkEngineConcurrency at 1 and 32 with
+// synchronous=OFF, so that no fsync is waited for, and reports the CPU the
+// process spent per action (user and system, getrusage): the ledger's own
+// cost per durable action, which varies far less than wall time on a
+// shared machine. Each op is one run of ten actions.
+func BenchmarkEngineCPU(b *testing.B) {
+	for _, c := range []int{1, 32} {
+		b.Run(fmt.Sprintf("c=%d", c), func(b *testing.B) {
+			a, err := perf.OpenActionsWith(b.Context(), sqlite.Config{Path: filepath.Join(b.TempDir(), "ledger.db"), Synchronous: "OFF"})
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.Cleanup(func() { _ = a.Close() })
+			cpu0, ok := perf.ProcessCPU()
+			b.ResetTimer()
+			lv, err := a.Drive(b.Context(), c, b.N, 0)
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.ReportMetric(lv.PerSecond(), "actions/s")
+			if cpu1, ok1 := perf.ProcessCPU(); ok && ok1 {
+				b.ReportMetric(float64((cpu1-cpu0).Microseconds())/float64(lv.Actions), "cpu_us/action")
+			}
 		})
 	}
 }

@@ -414,6 +414,10 @@ func (e *Engine) Tool(name string) (contracts.ToolDescriptor, bool) {
 // ledger, and every write is idempotent or guarded.
 func (e *Engine) Advance(ctx context.Context, id ledger.RunID) error {
 	conflicts := 0
+	// What this Advance knows of the run from one step to the next; each
+	// step reads the run, and the rest only if the run's chain moved in a
+	// way the view did not follow (runview.go).
+	var v runView
 	for {
 		if err := ctx.Err(); err != nil {
 			return err
@@ -422,11 +426,13 @@ func (e *Engine) Advance(ctx context.Context, id ledger.RunID) error {
 		if err != nil {
 			return fmt.Errorf("advance %s: %w", id, err)
 		}
-		more, err := e.step(ctx, run)
+		v.at(run)
+		more, err := e.step(ctx, run, &v)
 		if errors.Is(err, ledger.ErrConflict) && conflicts < 3 {
 			// Someone moved the run underneath (a cancel, an approval, a
 			// person's resolution): read it again and go on from there.
 			conflicts++
+			v.drop()
 			continue
 		}
 		if err != nil {
@@ -439,18 +445,19 @@ func (e *Engine) Advance(ctx context.Context, id ledger.RunID) error {
 	}
 }
 
-// step takes one step of run and reports whether another may follow.
-func (e *Engine) step(ctx context.Context, run *ledger.Run) (bool, error) {
+// step takes one step of run, of which v is what this Advance knows, and
+// reports whether another may follow.
+func (e *Engine) step(ctx context.Context, run *ledger.Run, v *runView) (bool, error) {
 	if run.State.Terminal() {
 		return false, nil
 	}
-	c, err := e.store.FindCancellation(ctx, run.ID)
+	c, err := v.cancellation(ctx, e.store, run.ID)
 	switch {
-	case err == nil && (c.State == ledger.CancelAccepted || c.State == ledger.CancelStopping ||
+	case err != nil:
+		return false, err
+	case c != nil && (c.State == ledger.CancelAccepted || c.State == ledger.CancelStopping ||
 		c.State == ledger.CancelStopped && run.State == ledger.RunStopping):
 		return e.stepCancel(ctx, run, c)
-	case err != nil && !errors.Is(err, ledger.ErrNotFound):
-		return false, err
 	}
 	switch run.State {
 	case ledger.RunQueued:
@@ -459,7 +466,7 @@ func (e *Engine) step(ctx context.Context, run *ledger.Run) (bool, error) {
 		}
 		return e.moveRun(ctx, run, ledger.RunRunning, nil)
 	case ledger.RunRunning:
-		return e.stepRunning(ctx, run)
+		return e.stepRunning(ctx, run, v)
 	default:
 		// awaiting_approval and needs_review wait for a person; stopping and
 		// the terminal states are not the engine's to advance here.
@@ -467,7 +474,7 @@ func (e *Engine) step(ctx context.Context, run *ledger.Run) (bool, error) {
 	}
 }
 
-func (e *Engine) stepRunning(ctx context.Context, run *ledger.Run) (bool, error) {
+func (e *Engine) stepRunning(ctx context.Context, run *ledger.Run, v *runView) (bool, error) {
 	agent, ok := e.agents[run.Agent]
 	if !ok {
 		return false, e.finish(ctx, run, ledger.StopInternalError, map[string]any{"error": "agent " + run.Agent + " is not registered"})
@@ -475,7 +482,7 @@ func (e *Engine) stepRunning(ctx context.Context, run *ledger.Run) (bool, error)
 	if agent.Driver == DriverClient {
 		return false, nil // its client takes every step (protocol_steps.go)
 	}
-	actions, err := e.store.FindActions(ctx, ledger.ActionFilter{RunID: &run.ID})
+	actions, err := v.findActions(ctx, e.store, run.ID)
 	if err != nil {
 		return false, err
 	}
@@ -483,7 +490,7 @@ func (e *Engine) stepRunning(ctx context.Context, run *ledger.Run) (bool, error)
 	if last != nil {
 		switch last.State {
 		case ledger.ActionApproved:
-			return e.attempt(ctx, run, agent, last)
+			return e.attempt(ctx, run, agent, last, v)
 		case ledger.ActionAwaitingApproval, ledger.ActionProposed:
 			more, err := e.moveRun(ctx, run, ledger.RunAwaitingApproval, map[string]any{"action_id": last.ID})
 			if err == nil {
@@ -522,7 +529,7 @@ func (e *Engine) stepRunning(ctx context.Context, run *ledger.Run) (bool, error)
 	if v := e.policyOf(agent).BeforeStep(run, e.now()); v.Stopped() {
 		return false, e.finish(ctx, run, v.Stop, map[string]any{"rationale": v.Rationale})
 	}
-	return e.modelStep(ctx, run, agent, actions)
+	return e.modelStep(ctx, run, agent, actions, v)
 }
 
 // recover applies the recovery table to an action whose outcome is not
@@ -575,12 +582,12 @@ func current(actions []*ledger.Action) *ledger.Action {
 
 // modelStep asks the model for the next step and records it: an action
 // through the gate, or the final answer.
-func (e *Engine) modelStep(ctx context.Context, run *ledger.Run, agent *registeredAgent, actions []*ledger.Action) (bool, error) {
+func (e *Engine) modelStep(ctx context.Context, run *ledger.Run, agent *registeredAgent, actions []*ledger.Action, v *runView) (bool, error) {
 	model, err := agent.NewModel(run.Input)
 	if err != nil {
 		return false, e.finish(ctx, run, ledger.StopInvalidModelResponse, map[string]any{"error": err.Error()})
 	}
-	hist, err := e.history(ctx, run, actions)
+	hist, err := e.history(ctx, run, actions, v)
 	if err != nil {
 		return false, err
 	}
@@ -631,7 +638,10 @@ func (e *Engine) modelStep(ctx context.Context, run *ledger.Run, agent *register
 		}
 		entries := make([]budget.Entry, len(hist.Entries))
 		for i, h := range hist.Entries {
-			entries[i] = budget.Entry{Action: h.Action, Attempt: h.Attempt}
+			// An action that cannot be fingerprinted is left for Loop,
+			// which says so in its own turn.
+			fp, _ := v.fingerprint(h.Action)
+			entries[i] = budget.Entry{Action: h.Action, Attempt: h.Attempt, Fingerprint: fp}
 		}
 		if v, err := e.policyOf(agent).Loop(entries, s.Tool, s.Arguments); err != nil {
 			return false, failStep(ledger.StopInvalidModelResponse, map[string]any{"error": err.Error()})
@@ -656,8 +666,9 @@ func (e *Engine) modelStep(ctx context.Context, run *ledger.Run, agent *register
 		if err != nil {
 			return false, err
 		}
+		v.created(res)
 		if res.Attempt != nil {
-			return e.callTool(ctx, run, tool, res.Action, res.Attempt)
+			return e.callTool(ctx, run, tool, res.Action, res.Attempt, v)
 		}
 		return true, nil
 	default:
@@ -673,26 +684,33 @@ func gateParams(d approval.Decision) ledger.GateAudit {
 	return ledger.GateAudit{Rule: d.Rule, Reason: d.Reason, RulesDigest: d.RulesDigest}
 }
 
-// history rebuilds what the model has seen from the ledger alone.
-func (e *Engine) history(ctx context.Context, run *ledger.Run, actions []*ledger.Action) (History, error) {
+// history rebuilds what the model has seen from the ledger alone: the
+// actions and their last attempts as the ledger holds them (read, or
+// returned by the writes that wrote them, runview.go). The model gets
+// copies, so that nothing it does to them reaches the view.
+func (e *Engine) history(ctx context.Context, run *ledger.Run, actions []*ledger.Action, v *runView) (History, error) {
 	h := History{RunID: run.ID, Input: run.Input}
-	attempts, err := e.store.FindAttempts(ctx, ledger.AttemptFilter{RunID: &run.ID})
+	lastAttempt, err := v.lastAttempts(ctx, e.store, run.ID)
 	if err != nil {
 		return h, err
 	}
-	lastAttempt := map[ledger.ActionID]*ledger.Attempt{}
-	for _, a := range attempts {
-		lastAttempt[a.ActionID] = a // ordered by (action, attempt_no): the last wins
+	if len(actions) > 0 {
+		h.Entries = make([]HistoryEntry, len(actions))
 	}
-	for _, a := range actions {
-		h.Entries = append(h.Entries, HistoryEntry{Action: a, Attempt: lastAttempt[a.ID]})
+	for i, a := range actions {
+		ac := *a
+		h.Entries[i].Action = &ac
+		if att := lastAttempt[a.ID]; att != nil {
+			attc := *att
+			h.Entries[i].Attempt = &attc
+		}
 	}
 	return h, nil
 }
 
 // attempt records an attempt durably, then calls the tool with the action's
 // dedup key, then records the outcome and the tool's observation.
-func (e *Engine) attempt(ctx context.Context, run *ledger.Run, agent *registeredAgent, a *ledger.Action) (bool, error) {
+func (e *Engine) attempt(ctx context.Context, run *ledger.Run, agent *registeredAgent, a *ledger.Action, v *runView) (bool, error) {
 	tool, ok := agent.tools[a.Tool]
 	if !ok || tool.desc.Version != a.ToolVersion {
 		return false, e.finish(ctx, run, ledger.StopInternalError, map[string]any{"error": fmt.Sprintf("tool %s@%s is not registered", a.Tool, a.ToolVersion)})
@@ -718,15 +736,17 @@ func (e *Engine) attempt(ctx context.Context, run *ledger.Run, agent *registered
 	case err != nil:
 		return false, err
 	}
+	// StartAttempt's write is not one the view follows, so neither is
+	// the outcome's: the next step reads the run afresh.
 	if early != nil {
-		return e.finishCall(ctx, run, tool, a, att, *early, earlyErr, false, 0)
+		return e.finishCall(ctx, run, tool, a, att, *early, earlyErr, false, 0, v)
 	}
-	return e.callTool(ctx, run, tool, a, att)
+	return e.callTool(ctx, run, tool, a, att, v)
 }
 
 // callTool calls the tool for an attempt recorded durably, then records
-// the outcome and the tool's observation.
-func (e *Engine) callTool(ctx context.Context, run *ledger.Run, tool registeredTool, a *ledger.Action, att *ledger.Attempt) (bool, error) {
+// the outcome and the tool's observation; v follows the write.
+func (e *Engine) callTool(ctx context.Context, run *ledger.Run, tool registeredTool, a *ledger.Action, att *ledger.Attempt, v *runView) (bool, error) {
 	e.fault(FaultAfterAttemptRecorded)
 	timeout := tool.desc.Timeout()
 	if timeout <= 0 {
@@ -743,7 +763,7 @@ func (e *Engine) callTool(ctx context.Context, run *ledger.Run, tool registeredT
 	cancelCall(nil)
 	cancelTimeout()
 	e.fault(FaultAfterToolCall)
-	return e.finishCall(ctx, run, tool, a, att, res, callErr, cancelledByRun, took)
+	return e.finishCall(ctx, run, tool, a, att, res, callErr, cancelledByRun, took, v)
 }
 
 // toolCalled tells Config.OnToolCall of a call.
@@ -754,9 +774,9 @@ func (e *Engine) toolCalled(tool string, status ledger.AttemptStatus, took time.
 }
 
 // finishCall records what a call answered; took is how long the tool
-// took.
+// took; v follows the write.
 func (e *Engine) finishCall(ctx context.Context, run *ledger.Run, tool registeredTool, a *ledger.Action, att *ledger.Attempt,
-	res Result, callErr error, cancelledByRun bool, took time.Duration) (bool, error) {
+	res Result, callErr error, cancelledByRun bool, took time.Duration, v *runView) (bool, error) {
 	if callErr != nil && ctx.Err() != nil {
 		// We are shutting down, not the tool failing: leave the attempt
 		// started; recovery finds it and decides with the tool's guarantees.
@@ -772,9 +792,11 @@ func (e *Engine) finishCall(ctx context.Context, run *ledger.Run, tool registere
 	}
 	fin.AttemptID, fin.Actor = att.ID, "engine"
 	e.toolCalled(tool.desc.Name, fin.Status, took)
-	if _, err := e.store.FinishAttempt(ctx, fin); err != nil {
+	done, err := e.store.FinishAttempt(ctx, fin)
+	if err != nil {
 		return false, err
 	}
+	v.finished(done)
 	e.fault(FaultAfterResultRecorded)
 	switch fin.ActionState {
 	case ledger.ActionFailed:

@@ -49,10 +49,11 @@ func (s *DB) CreateAction(ctx context.Context, p CreateActionParams) (CreateActi
 	if len(args) == 0 || args[0] != '{' {
 		return CreateActionResult{}, Errorf(CodeInvalid, "create action: arguments must be a JSON object")
 	}
-	digest, err := ActionDigest(ActionDigestInput{Tool: p.Tool, ToolVersion: p.ToolVersion, Effect: p.Effect, Arguments: args})
-	if err != nil {
-		return CreateActionResult{}, fmt.Errorf("create action: %w", err)
-	}
+	// Both digests are taken here, before the write and its lock: the
+	// arguments are canonical now, and the action binds their tree digest
+	// in each state the write records it in.
+	digest := actionDigest(p.Tool, p.ToolVersion, p.Effect, args)
+	argsDigest := docDigest(args)
 	var out CreateActionResult
 	err = s.inTx(ctx, "create action", func(tx *txn) error {
 		out = CreateActionResult{} // a driver may run the write again
@@ -108,7 +109,11 @@ func (s *DB) CreateAction(ctx context.Context, p CreateActionParams) (CreateActi
 		// A gate that opens no approval (approved, denied) is written with
 		// the action: the row starts in the gate's state (its second
 		// version) and both events are appended, one UPDATE fewer on the
-		// path every auto-approved action takes.
+		// path every auto-approved action takes. When the attempt starts in
+		// the same write, the row is inserted once the start's checks have
+		// passed, already running (startAttemptOf), rather than inserted
+		// approved and moved: the events, and the digests they bind, are
+		// those of each state in turn all the same.
 		direct := p.Gate == ActionApproved || p.Gate == ActionDenied
 		if direct {
 			if err := ValidateActionTransition(ActionProposed, p.Gate); err != nil {
@@ -116,8 +121,10 @@ func (s *DB) CreateAction(ctx context.Context, p CreateActionParams) (CreateActi
 			}
 			action.State, action.Version = p.Gate, 2
 		}
-		if err := tx.d.InsertAction(tx.ctx, action); err != nil {
-			return err
+		if !direct || !p.StartAttempt {
+			if err := tx.d.InsertAction(tx.ctx, action); err != nil {
+				return err
+			}
 		}
 		data := map[string]any{"tool": p.Tool, "tool_version": p.ToolVersion, "effect": p.Effect,
 			"action_digest": digest, "seq": action.Seq}
@@ -128,7 +135,7 @@ func (s *DB) CreateAction(ctx context.Context, p CreateActionParams) (CreateActi
 		// inserted in: the gate's, when it opens no approval.
 		proposed := transitionEvent(p.RunID, "action", string(id), ActionState(""), ActionProposed, p.Actor, data)
 		if !direct {
-			proposed = proposed.bind(ActionContentOf(action))
+			proposed = proposed.bind(actionContent(action, argsDigest))
 		}
 		if _, err := tx.appendEvent(proposed); err != nil {
 			return err
@@ -143,14 +150,16 @@ func (s *DB) CreateAction(ctx context.Context, p CreateActionParams) (CreateActi
 		switch {
 		case direct:
 			if _, err := tx.appendEvent(transitionEvent(p.RunID, "action", string(id), ActionProposed, p.Gate, p.Actor, gateData).
-				bind(ActionContentOf(action))); err != nil {
+				bind(actionContent(action, argsDigest))); err != nil {
 				return err
 			}
 		case p.Gate != "":
-			if err := tx.transitionAction(ActionTransition{ID: id, From: ActionProposed, To: p.Gate,
-				ApprovalTTL: p.ApprovalTTL, Actor: p.Actor, Data: gateData}); err != nil {
+			moved, err := tx.moveAction(ActionTransition{ID: id, From: ActionProposed, To: p.Gate,
+				ApprovalTTL: p.ApprovalTTL, Actor: p.Actor, Data: gateData}, 0)
+			if err != nil {
 				return err
 			}
+			action = moved
 		}
 		if p.Gate == ActionAwaitingApproval {
 			if out.Approval, err = tx.pendingApproval(id); err != nil {
@@ -167,16 +176,58 @@ func (s *DB) CreateAction(ctx context.Context, p CreateActionParams) (CreateActi
 		if p.StartAttempt {
 			// startAttempt writes nothing before its checks pass, so a
 			// refusal keeps the recorded action and its events intact. The
-			// action and the run are as this write has just written them.
-			out.Attempt, out.StartErr = tx.startAttemptOf(action, run, p.Actor)
+			// action and the run are as this write has just written them;
+			// the action is not stored yet: startAttemptOf inserts it
+			// running if the attempt starts, and if it is refused the action
+			// is inserted as approved.
+			out.Attempt, out.StartErr = tx.startAttemptOf(action, run, p.Actor, &pendingAction{argsDigest: argsDigest})
 			if out.StartErr != nil && Code(out.StartErr) == CodeInternal {
 				return out.StartErr
 			}
+			if out.StartErr != nil {
+				if err := tx.d.InsertAction(tx.ctx, action); err != nil {
+					return err
+				}
+			}
 		}
-		out.Action, err = tx.findAction(id)
-		return err
+		// action is the row as this write left it (inserted, moved by its
+		// gate, or started), so it is not read back.
+		out.Action, out.Chain = action, tx.chainMove(p.RunID)
+		return nil
 	})
 	return out, err
+}
+
+// pendingAction is an action CreateAction has built and bound in its
+// events but not inserted yet, because its attempt starts in the same
+// write: the row is inserted in the state the start leaves it in.
+type pendingAction struct {
+	argsDigest Digest // the tree digest of its arguments
+}
+
+// insertMoved inserts action, which is not stored yet, as move (whose
+// From is its state) leaves it, raising its attempt count to at least
+// attemptCount, and appends the move's event: what moveAction writes and
+// appends for a stored row, without the UPDATE. action becomes the row.
+func (tx *txn) insertMoved(action *Action, move ActionTransition, attemptCount int64, argsDigest Digest) error {
+	if err := ValidateActionTransition(move.From, move.To); err != nil {
+		return err
+	}
+	if action.State != move.From {
+		return Errorf(CodeConflict, "action %s is %s, not %s", action.ID, action.State, move.From)
+	}
+	moved := *action
+	moved.State, moved.Version, moved.UpdatedAt = move.To, action.Version+1, tx.now
+	moved.AttemptCount = max(moved.AttemptCount, attemptCount)
+	if err := tx.d.InsertAction(tx.ctx, &moved); err != nil {
+		return err
+	}
+	if _, err := tx.appendEvent(transitionEvent(moved.RunID, "action", string(moved.ID), move.From, move.To, move.Actor, move.Data).
+		bind(actionContent(&moved, argsDigest))); err != nil {
+		return err
+	}
+	*action = moved
+	return nil
 }
 
 // gateEventData is the data of an action's gate event: the gate's content

@@ -1,6 +1,7 @@
 package ledger
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -43,13 +44,16 @@ func (tx *txn) startAttempt(p StartAttemptParams) (*Attempt, error) {
 	if err != nil {
 		return nil, err
 	}
-	return tx.startAttemptOf(action, run, p.Actor)
+	return tx.startAttemptOf(action, run, p.Actor, nil)
 }
 
 // startAttemptOf starts the attempt of action, approved, of run, both as
 // this write last wrote them (CreateAction, which has just written them,
-// passes them instead of reading them back).
-func (tx *txn) startAttemptOf(action *Action, run *Run, actor string) (*Attempt, error) {
+// passes them instead of reading them back). If pending is set, action is
+// not stored yet: it is inserted running, as the move would leave it,
+// instead of moved, and action becomes that row; a refusal inserts
+// nothing.
+func (tx *txn) startAttemptOf(action *Action, run *Run, actor string, pending *pendingAction) (*Attempt, error) {
 	if run.State != RunRunning {
 		return nil, Errorf(CodeConflict, "run %s is %s: no attempt starts", run.ID, run.State)
 	}
@@ -66,8 +70,13 @@ func (tx *txn) startAttemptOf(action *Action, run *Run, actor string) (*Attempt,
 	}
 	// From here on it writes.
 	no := action.AttemptCount + 1
-	if _, err := tx.moveAction(ActionTransition{ID: action.ID, From: ActionApproved, To: ActionRunning, Actor: actor,
-		Data: map[string]any{"attempt_no": no}}, no); err != nil {
+	move := ActionTransition{ID: action.ID, From: ActionApproved, To: ActionRunning, Actor: actor,
+		Data: map[string]any{"attempt_no": no}}
+	if pending != nil {
+		if err := tx.insertMoved(action, move, no, pending.argsDigest); err != nil {
+			return nil, err
+		}
+	} else if _, err := tx.moveAction(move, no); err != nil {
 		return nil, err
 	}
 	att := &Attempt{
@@ -122,6 +131,21 @@ func (s *DB) FinishAttempt(ctx context.Context, p FinishAttemptParams) (FinishAt
 			return FinishAttemptResult{}, fmt.Errorf("finish attempt: result: %w", err)
 		}
 	}
+	// The observation's detail is canonicalized here too, before the write
+	// and its lock, and only once when it is the result (as the engine
+	// passes it). A detail that is not JSON is left for the write to
+	// refuse, in its turn, as it always was.
+	obs, canonical := p.Observation, false
+	if obs != nil && len(obs.Detail) > 0 {
+		detail := result
+		if !bytes.Equal(obs.Detail, p.Result) {
+			detail, _ = Canonicalize(obs.Detail)
+		}
+		if detail != nil {
+			canon := *obs
+			canon.Detail, obs, canonical = detail, &canon, true
+		}
+	}
 	var out FinishAttemptResult
 	err := s.inTx(ctx, "finish attempt", func(tx *txn) error {
 		out = FinishAttemptResult{} // a driver may run the write again
@@ -134,14 +158,14 @@ func (s *DB) FinishAttempt(ctx context.Context, p FinishAttemptParams) (FinishAt
 				return err
 			}
 		}
-		action, obs, err := tx.finishAttempt(att, attemptOutcome{Status: p.Status, Result: result, Error: p.Error,
-			Observation: p.Observation, ActionState: p.ActionState, Actor: p.Actor})
+		action, o, err := tx.finishAttempt(att, attemptOutcome{Status: p.Status, Result: result, Error: p.Error,
+			Observation: obs, DetailCanonical: canonical, ActionState: p.ActionState, Actor: p.Actor})
 		if err != nil {
 			return err
 		}
-		out.Action, out.Observation = action, obs
-		out.Attempt, err = tx.findAttempt(att.ID)
-		return err
+		// att is the row as the write left it: not read back.
+		out = FinishAttemptResult{Action: action, Observation: o, Attempt: att, Chain: tx.chainMove(att.RunID)}
+		return nil
 	})
 	return out, err
 }
@@ -152,8 +176,11 @@ type attemptOutcome struct {
 	Result      []byte // canonical JSON, or nil
 	Error       *AttemptError
 	Observation *ObservationInput // what the answer established, if anything
-	ActionState ActionState       // where the action goes from running
-	Actor       string
+	// DetailCanonical says the observation's detail is canonical JSON
+	// already (FinishAttempt canonicalized it before the write).
+	DetailCanonical bool
+	ActionState     ActionState // where the action goes from running
+	Actor           string
 }
 
 // finishAttempt closes the started attempt att (FinishAttempt, and
@@ -197,8 +224,12 @@ func (tx *txn) finishAttempt(att *Attempt, o attemptOutcome) (*Action, *Observat
 		return nil, nil, err
 	}
 	var obs *Observation
-	if o.Observation != nil {
-		if obs, err = tx.observe(att, o.Observation.Source, o.Observation.Effect, o.Observation.Detail, o.Actor); err != nil {
+	if ob := o.Observation; ob != nil {
+		observe := tx.observe
+		if o.DetailCanonical {
+			observe = tx.observeCanonical
+		}
+		if obs, err = observe(att, ob.Source, ob.Effect, ob.Detail, o.Actor); err != nil {
 			return nil, nil, err
 		}
 	}
@@ -236,11 +267,8 @@ func (s *DB) RecordObservation(ctx context.Context, p RecordObservationParams) (
 // observe appends an observation about att and, if it establishes an effect
 // the attempt did not know yet, writes that effect fact on the attempt.
 func (tx *txn) observe(att *Attempt, src ObservationSource, effect EffectFact, detail json.RawMessage, actor string) (*Observation, error) {
-	if !src.Valid() {
-		return nil, Errorf(CodeInvalid, "observation source %q is not known", src)
-	}
-	if !effect.Valid() {
-		return nil, Errorf(CodeInvalid, "observation effect %q is not known", effect)
+	if err := checkObservation(src, effect); err != nil {
+		return nil, err
 	}
 	var canon []byte
 	if len(detail) > 0 {
@@ -248,6 +276,25 @@ func (tx *txn) observe(att *Attempt, src ObservationSource, effect EffectFact, d
 		if canon, err = Canonicalize(detail); err != nil {
 			return nil, fmt.Errorf("observation detail: %w", err)
 		}
+	}
+	return tx.observeCanonical(att, src, effect, canon, actor)
+}
+
+func checkObservation(src ObservationSource, effect EffectFact) error {
+	if !src.Valid() {
+		return Errorf(CodeInvalid, "observation source %q is not known", src)
+	}
+	if !effect.Valid() {
+		return Errorf(CodeInvalid, "observation effect %q is not known", effect)
+	}
+	return nil
+}
+
+// observeCanonical is observe of a detail that is canonical JSON already
+// (or nil).
+func (tx *txn) observeCanonical(att *Attempt, src ObservationSource, effect EffectFact, canon json.RawMessage, actor string) (*Observation, error) {
+	if err := checkObservation(src, effect); err != nil {
+		return nil, err
 	}
 	switch {
 	case effect == EffectUnknown, effect == att.Effect:

@@ -255,22 +255,28 @@ func ActionDigest(in ActionDigestInput) (Digest, error) {
 	if err != nil {
 		return "", fmt.Errorf("action digest: %w", err)
 	}
-	// The canonical form of in, written directly: the arguments are
+	return actionDigest(in.Tool, in.ToolVersion, in.Effect, args), nil
+}
+
+// actionDigest is ActionDigest of arguments that are canonical already
+// (CreateAction has just canonicalized them).
+func actionDigest(tool, toolVersion string, effect Effect, args []byte) Digest {
+	// The canonical form of the input, written directly: the arguments are
 	// canonical now and the keys sort as arguments, effect, tool,
 	// tool_version. TestActionDigestIsDigestOf holds it to DigestOf(in).
 	// The depth limit applies to the arguments, not to the document around
 	// them: DigestOf(in) refused arguments nested exactly MaxJSONDepth deep,
 	// which Canonicalize (and so CreateAction) had accepted.
 	var b bytes.Buffer
-	b.Grow(len(args) + len(in.Tool) + len(in.ToolVersion) + 64)
+	b.Grow(len(args) + len(tool) + len(toolVersion) + 64)
 	b.WriteString(`{"arguments":`)
 	b.Write(args)
 	b.WriteString(`,"effect":`)
-	jcsString(&b, string(in.Effect))
+	jcsString(&b, string(effect))
 	b.WriteString(`,"tool":`)
-	jcsString(&b, in.Tool)
+	jcsString(&b, tool)
 	b.WriteString(`,"tool_version":`)
-	jcsString(&b, in.ToolVersion)
+	jcsString(&b, toolVersion)
 	b.WriteByte('}')
-	return digestBytes(b.Bytes()), nil
+	return digestBytes(b.Bytes())
 }

@@ -202,10 +202,15 @@ type ActionContent struct {
 
 // ActionContentOf is the content of a, whose arguments are canonical JSON
 // as the ledger stores them.
-func ActionContentOf(a *Action) ActionContent {
+func ActionContentOf(a *Action) ActionContent { return actionContent(a, docDigest(a.Arguments)) }
+
+// actionContent is ActionContentOf with the tree digest of a's arguments
+// already taken: a write that binds one action in several states (gate,
+// attempt started) takes it once.
+func actionContent(a *Action, args Digest) ActionContent {
 	return ActionContent{ID: a.ID, RunID: a.RunID, Seq: a.Seq, Tool: a.Tool, ToolVersion: a.ToolVersion,
 		Effect: a.Effect, State: a.State, ActionDigest: a.ActionDigest, DedupKey: a.DedupKey, Supersedes: a.Supersedes,
-		ArgumentsDigest: docDigest(a.Arguments), CreatedAt: a.CreatedAt, UpdatedAt: a.UpdatedAt, Gate: GateContentOf(a.Gate),
+		ArgumentsDigest: args, CreatedAt: a.CreatedAt, UpdatedAt: a.UpdatedAt, Gate: GateContentOf(a.Gate),
 		Arguments: a.Arguments}
 }
 

@@ -59,20 +59,24 @@ func (e *Event) computeHash(w *treeWalker) (string, error) {
 	default:
 		return "", Errorf(CodeInvalid, "event %d hash: unknown format %d", e.Seq, e.Format)
 	}
-	var b bytes.Buffer
+	b := &w.text // the walker's, reused from event to event
+	b.Reset()
 	b.Grow(448 + len(e.Data) + len(e.Rows))
 	field := func(first bool, key string) {
 		if !first {
 			b.WriteByte(',')
 		}
-		jcsString(&b, key)
+		jcsString(b, key)
 		b.WriteByte(':')
 	}
 	b.WriteByte('{')
 	field(true, "actor")
-	jcsString(&b, e.Actor)
+	jcsString(b, e.Actor)
 	field(false, "created_at")
-	jcsString(&b, e.CreatedAt.UTC().Format(time.RFC3339Nano))
+	var created [40]byte // RFC 3339 needs no escaping
+	b.WriteByte('"')
+	b.Write(e.CreatedAt.UTC().AppendFormat(created[:0], time.RFC3339Nano))
+	b.WriteByte('"')
 	switch {
 	case !v2 && len(e.Data) > 0:
 		field(false, "data")
@@ -84,31 +88,31 @@ func (e *Event) computeHash(w *treeWalker) (string, error) {
 			return "", Errorf(CodeInvalid, "event %d hash: data is not JSON: %w", e.Seq, err)
 		}
 		field(false, "data_digest")
-		jcsString(&b, string(sumDigest(sum)))
+		jcsString(b, string(sumDigest(sum)))
 	case v2 && e.DataDigest != "":
 		field(false, "data_digest")
-		jcsString(&b, string(e.DataDigest))
+		jcsString(b, string(e.DataDigest))
 	}
 	field(false, "entity_id")
-	jcsString(&b, e.EntityID)
+	jcsString(b, e.EntityID)
 	field(false, "entity_type")
-	jcsString(&b, e.EntityType)
+	jcsString(b, e.EntityType)
 	if v2 {
 		field(false, "format")
 		b.WriteString(strconv.Itoa(EventFormat))
 	}
 	field(false, "from_state")
-	jcsString(&b, e.FromState)
+	jcsString(b, e.FromState)
 	field(false, "id")
-	jcsString(&b, string(e.ID))
+	jcsString(b, string(e.ID))
 	field(false, "prev_hash")
-	jcsString(&b, e.PrevHash)
+	jcsString(b, e.PrevHash)
 	if v2 && len(e.Rows) > 0 {
 		field(false, "rows")
 		b.Write(e.Rows)
 	}
 	field(false, "run_id")
-	jcsString(&b, string(e.RunID))
+	jcsString(b, string(e.RunID))
 	field(false, "seq")
 	if e.Seq >= -1<<53 && e.Seq <= 1<<53 { // exact as a double: the common case, without float formatting
 		b.WriteString(strconv.FormatInt(e.Seq, 10))
@@ -120,9 +124,9 @@ func (e *Event) computeHash(w *treeWalker) (string, error) {
 		b.WriteString(n)
 	}
 	field(false, "to_state")
-	jcsString(&b, e.ToState)
+	jcsString(b, e.ToState)
 	field(false, "type")
-	jcsString(&b, e.Type)
+	jcsString(b, e.Type)
 	b.WriteByte('}')
 	return string(digestBytes(b.Bytes())), nil
 }

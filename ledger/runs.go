@@ -233,9 +233,23 @@ func (tx *txn) findRun(id RunID) (*Run, error) {
 	if err == nil {
 		if h := tx.heads[id]; h != nil { // events of this write not yet on the run row
 			run.EventSeq, run.EventHash = h.seq, h.hash
+		} else { // the head as this write found it: its first event need not read it again
+			if tx.heads == nil {
+				tx.heads = map[RunID]*chainHead{}
+			}
+			tx.heads[id] = &chainHead{base: run.EventSeq, seq: run.EventSeq, hash: run.EventHash}
 		}
 	}
 	return run, err
+}
+
+// chainMove is how this write has moved run's chain head so far; zero if
+// it has not read it.
+func (tx *txn) chainMove(run RunID) ChainMove {
+	if h := tx.heads[run]; h != nil {
+		return ChainMove{From: h.base, To: h.seq}
+	}
+	return ChainMove{}
 }
 
 // FindRunByID implements Store.

@@ -274,6 +274,18 @@ type CreateActionResult struct {
 	Duplicate bool
 	Attempt   *Attempt
 	StartErr  error
+	// Chain is how the write moved the run's chain head (zero for a
+	// duplicate, which writes nothing).
+	Chain ChainMove
+}
+
+// ChainMove is how one write moved a run's chain head: From is the seq of
+// the run's last event when the write began, To the seq of the last event
+// it appended. A reader that knew the run at From knows it at To from
+// what the write returned; a From it did not know means another write
+// came in between.
+type ChainMove struct {
+	From, To int64
 }
 
 // ActionTransition moves an action along an edge owned by no other method.
@@ -331,6 +343,8 @@ type FinishAttemptResult struct {
 	Attempt     *Attempt
 	Action      *Action
 	Observation *Observation
+	// Chain is how the write moved the run's chain head.
+	Chain ChainMove
 }
 
 // RecordObservationParams appends evidence about an attempt.

@@ -96,6 +96,9 @@ func sumDigest(sum [sha256.Size]byte) Digest {
 // writing each container's canonical JSON of digests into a buffer of its
 // depth.
 type treeWalker struct {
+	// text is the buffer an event's hash input is written to
+	// (Event.computeHash), kept with the walker's own.
+	text   bytes.Buffer
 	doc    []byte
 	i      int
 	bufs   []*bytes.Buffer

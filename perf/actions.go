@@ -13,6 +13,7 @@ import (
 	"github.com/actionledger/ledger/contracts"
 	"github.com/actionledger/ledger/engine"
 	"github.com/actionledger/ledger/ledger"
+	"github.com/actionledger/ledger/ledger/sqlite"
 	"github.com/actionledger/ledger/ledger/stores"
 	"github.com/actionledger/ledger/simulator"
 )
@@ -68,6 +69,23 @@ func OpenActions(ctx context.Context, db string) (*Actions, error) {
 	if err != nil {
 		return nil, err
 	}
+	return openActions(ctx, store)
+}
+
+// OpenActionsWith is OpenActions on SQLite with the Store's configuration
+// given (cfg.Path a new file): synchronous=OFF, say, to measure the
+// ledger's CPU without the fsyncs.
+func OpenActionsWith(ctx context.Context, cfg sqlite.Config) (*Actions, error) {
+	store, err := sqlite.OpenStore(ctx, cfg)
+	if err != nil {
+		return nil, err
+	}
+	return openActions(ctx, store)
+}
+
+// openActions is the workload's engine over store, which it closes if it
+// fails.
+func openActions(_ context.Context, store *ledger.DB) (*Actions, error) {
 	tool := NewInstantTool()
 	steps := make([]engine.Step, 0, ActionsPerRun)
 	for i := range ActionsPerRun {

@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -249,4 +250,63 @@ func ColumnsHolding(t testing.TB, path, s string) []string {
 	}
 	sort.Strings(out)
 	return out
+}
+
+// Dump opens the SQLite file at path raw, read-only, and returns every row
+// of every table but schema_migrations (whose rows carry the time the file
+// was made) as text: one line per row, tables in name order, rows in
+// rowid order, each column as name=value (NULL for SQL NULL). Two runs of
+// the same writes with the same clock and ids give the same dump, so a
+// test can hold what a change writes to what the code wrote before it,
+// byte for byte.
+func Dump(tb testing.TB, path string) string {
+	tb.Helper()
+	db, err := sql.Open("sqlite3", "file:"+path+"?mode=ro&_busy_timeout=5000")
+	require.NoError(tb, err)
+	defer db.Close()
+	rows, err := db.Query(`SELECT name FROM sqlite_master WHERE type = 'table' AND name <> 'schema_migrations'
+		AND name NOT LIKE 'sqlite_%' ORDER BY name`)
+	require.NoError(tb, err)
+	var tables []string
+	for rows.Next() {
+		var name string
+		require.NoError(tb, rows.Scan(&name))
+		tables = append(tables, name)
+	}
+	require.NoError(tb, rows.Err())
+	require.NoError(tb, rows.Close())
+
+	var b strings.Builder
+	for _, table := range tables {
+		rows, err := db.Query(fmt.Sprintf(`SELECT * FROM "%s" ORDER BY rowid`, table))
+		require.NoError(tb, err)
+		cols, err := rows.Columns()
+		require.NoError(tb, err)
+		for rows.Next() {
+			vals := make([]any, len(cols))
+			ptrs := make([]any, len(cols))
+			for i := range vals {
+				ptrs[i] = &vals[i]
+			}
+			require.NoError(tb, rows.Scan(ptrs...))
+			b.WriteString(table)
+			for i, v := range vals {
+				b.WriteString(" " + cols[i] + "=")
+				switch x := v.(type) {
+				case nil:
+					b.WriteString("NULL")
+				case []byte:
+					b.WriteString(strconv.Quote(string(x)))
+				case string:
+					b.WriteString(strconv.Quote(x))
+				default:
+					fmt.Fprint(&b, x)
+				}
+			}
+			b.WriteByte('\n')
+		}
+		require.NoError(tb, rows.Err())
+		require.NoError(tb, rows.Close())
+	}
+	return b.String()
 }

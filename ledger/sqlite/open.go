@@ -85,8 +85,12 @@ type Driver struct {
 	// run so far, under the writer lock (groupcommit.go).
 	writeFaultFunc func(n int64, at ledger.WritePoint) error
 	writes         int64
-	// ws are the declared statements, prepared on the writer's connection;
-	// rs the read statements of the reader pool (stmts.go).
+	// wc is the writer's one connection, held from Open to Close: every
+	// write transaction runs on it (groupcommit.go), and wg is GORM on it.
+	// ws are the declared statements, prepared on wc; rs the read
+	// statements of the reader pool (stmts.go).
+	wc *sql.Conn
+	wg *gorm.DB
 	ws []*sql.Stmt
 	rs *readStmts
 }
@@ -143,11 +147,7 @@ func Open(ctx context.Context, cfg Config) (*Driver, error) {
 		_ = closeDB(w)
 		return nil, err
 	}
-	wdb, err := w.DB()
-	if err == nil {
-		s.ws, err = prepareWrites(ctx, wdb)
-	}
-	if err != nil {
+	if err := s.holdWriter(ctx); err != nil {
 		_ = closeDB(w)
 		return nil, ledger.Errorf(ledger.CodeInternal, "open store %s: %w", cfg.Path, err)
 	}
@@ -158,13 +158,13 @@ func Open(ctx context.Context, cfg Config) (*Driver, error) {
 		return nil, ledger.Errorf(ledger.CodeInternal, "open store readers %s: %w", cfg.Path, err)
 	}
 	if err := setPool(r, cfg.ReadConns); err != nil {
-		_ = closeStmts(s.ws)
+		_ = s.releaseWriter()
 		_ = closeDB(w)
 		return nil, err
 	}
 	rdb, err := r.DB()
 	if err != nil {
-		_ = closeStmts(s.ws)
+		_ = s.releaseWriter()
 		_ = closeDB(w)
 		return nil, ledger.Errorf(ledger.CodeInternal, "open store readers %s: %w", cfg.Path, err)
 	}
@@ -215,6 +215,41 @@ func dsn(cfg Config, readOnly bool) string {
 	return "file:" + cfg.Path + "?" + q.Encode()
 }
 
+// holdWriter takes the writer pool's one connection for good and prepares
+// the declared statements on it, once the migrations are done (they run
+// on the pool).
+func (s *Driver) holdWriter(ctx context.Context) error {
+	wdb, err := s.w.DB()
+	if err != nil {
+		return err
+	}
+	wc, err := wdb.Conn(ctx)
+	if err != nil {
+		return err
+	}
+	ws, err := prepareWrites(ctx, wc)
+	if err != nil {
+		return errors.Join(err, wc.Close())
+	}
+	// GORM on the same connection, for the statements that are not
+	// declared; it opens no transaction of its own (SkipDefaultTransaction).
+	wg := s.w.Session(&gorm.Session{NewDB: true, Context: context.Background()}) // its own Statement, not s.w's
+	wg.Statement.ConnPool = wc
+	s.wc, s.wg, s.ws = wc, wg, ws
+	return nil
+}
+
+// releaseWriter closes the writer's statements and gives its connection
+// back to the pool.
+func (s *Driver) releaseWriter() error {
+	if s.wc == nil {
+		return nil
+	}
+	err := errors.Join(closeStmts(s.ws), s.wc.Close())
+	s.wc, s.wg, s.ws = nil, nil, nil
+	return err
+}
+
 func setPool(db *gorm.DB, n int) error {
 	sqlDB, err := db.DB()
 	if err != nil {
@@ -241,7 +276,7 @@ func (s *Driver) Close() error {
 	if s.r != nil {
 		errs = append(errs, s.rs.close(), closeDB(s.r))
 	}
-	errs = append(errs, closeStmts(s.ws), closeDB(s.w))
+	errs = append(errs, s.releaseWriter(), closeDB(s.w))
 	if err := errors.Join(errs...); err != nil {
 		return ledger.Errorf(ledger.CodeInternal, "close store: %w", err)
 	}
@@ -466,13 +501,14 @@ func snapshotReader(db *gorm.DB) reader {
 // GORM's translated errors and SQLite's constraint errors, from whichever
 // path raised them, get their code; anything else is CodeInternal.
 func translate(err error) error {
+	if err == nil {
+		return nil // before the targets of errors.As below, which escape: every statement passes here
+	}
 	var (
 		e  *ledger.Error
 		se sqlite3.Error
 	)
 	switch {
-	case err == nil:
-		return nil
 	case errors.As(err, &e):
 		return err
 	case errors.Is(err, gorm.ErrRecordNotFound):

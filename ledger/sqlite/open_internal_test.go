@@ -20,7 +20,7 @@ func TestPragmas(t *testing.T) {
 	require.NoError(t, err)
 	defer s.Close()
 	pragma := func(t *testing.T, reader bool, p string) (v string) {
-		db := s.w
+		db := s.wg // GORM on the writer's connection, which the driver holds
 		if reader {
 			db = s.r
 		}
@@ -115,6 +115,9 @@ func TestMigrationForeignKeysOff(t *testing.T) {
 		}
 	}
 
+	// Migrations run on the writer's pool before the driver holds its one
+	// connection: give it back, as before Open held it.
+	require.NoError(t, s.releaseWriter())
 	sqlDB, err := s.w.DB()
 	require.NoError(t, err)
 	dangling := migration{version: len(ms) + 1, name: "dangling.sql", foreignKeysOff: true,

@@ -17,11 +17,10 @@ import (
 // plain SQL, prepared once per connection with database/sql and scanned by
 // hand; everything else stays on GORM.
 //
-// Writes: the writer has one connection, and a statement prepared on the
-// database while a transaction holds that connection would wait for it
-// forever, so write statements are declared up front (declare) and
-// prepared when the Store opens; a transaction takes them with
-// Tx.StmtContext, which reuses the connection's prepared statement.
+// Writes: the writer has one connection, which the Driver holds from Open
+// to Close and runs every transaction on (BEGIN IMMEDIATE … COMMIT are
+// statements of it too, groupcommit.go), so write statements are declared
+// up front (declare) and prepared on that connection when the Store opens.
 // Reads: the pool has several connections; a read statement is prepared on
 // first use and database/sql prepares it again on each connection that
 // runs it.
@@ -43,8 +42,9 @@ func declare(sql string) *stmt {
 	return s
 }
 
-// prepareWrites prepares every declared write statement on db.
-func prepareWrites(ctx context.Context, db *sql.DB) ([]*sql.Stmt, error) {
+// prepareWrites prepares every declared write statement on the writer's
+// connection.
+func prepareWrites(ctx context.Context, db *sql.Conn) ([]*sql.Stmt, error) {
 	out := make([]*sql.Stmt, len(declared))
 	for i, s := range declared {
 		p, err := db.PrepareContext(ctx, s.sql)

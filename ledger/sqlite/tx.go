@@ -14,29 +14,21 @@ import (
 )
 
 // tx implements ledger.Tx on one write of a group commit: its statements
-// run in the batch's transaction, inside the write's savepoint.
+// run on the writer's connection, in the batch's transaction, inside the
+// write's savepoint.
 type tx struct {
 	reader
-	sql   *sql.Tx
-	stmts *txStmts
+	conn  *sql.Conn
+	stmts []*sql.Stmt     // prepared on conn
 	ctx   context.Context // the write's own, without cancellation (groupcommit.go)
 }
 
 var _ ledger.Tx = (*tx)(nil)
 
-// txStmts are the write statements prepared at Open and, as the batch's
-// transaction has taken them (Tx.StmtContext), their forms in it: taken
-// once per batch and shared by its writes, which run one after another,
-// rather than once per statement run (a lookup under database/sql's locks
-// and a new *sql.Stmt each time).
-type txStmts struct {
-	prepared []*sql.Stmt
-	inTx     []*sql.Stmt
-}
-
-// newTx is the write's tx on the batch's transaction db.
-func newTx(ctx context.Context, db *gorm.DB, sqlTx *sql.Tx, stmts *txStmts) *tx {
-	t := &tx{sql: sqlTx, stmts: stmts, ctx: ctx}
+// newTx is the write's tx on the writer's connection wc, in a
+// transaction; db is GORM on that connection.
+func newTx(ctx context.Context, db *gorm.DB, wc *sql.Conn, stmts []*sql.Stmt) *tx {
+	t := &tx{conn: wc, stmts: stmts, ctx: ctx}
 	t.reader = reader{c: conn{
 		db:    db.WithContext(ctx),
 		query: func(_ context.Context, st *stmt, args ...any) (*sql.Rows, error) { return t.queryRows(st, args...) },
@@ -45,35 +37,20 @@ func newTx(ctx context.Context, db *gorm.DB, sqlTx *sql.Tx, stmts *txStmts) *tx 
 	return t
 }
 
-// prepared is the transaction's form of the statement st, declared and
-// prepared at Open.
-func (t *tx) prepared(st *stmt) *sql.Stmt { return t.stmts.of(t.ctx, t.sql, st) }
-
-// of is st as the transaction sqlTx runs it.
-func (c *txStmts) of(ctx context.Context, sqlTx *sql.Tx, st *stmt) *sql.Stmt {
-	if c.inTx == nil {
-		c.inTx = make([]*sql.Stmt, len(c.prepared))
-	}
-	if c.inTx[st.index] == nil {
-		c.inTx[st.index] = sqlTx.StmtContext(ctx, c.prepared[st.index])
-	}
-	return c.inTx[st.index]
-}
-
-// queryRows and exec run st in the transaction; a statement built at run
-// time (index -1) is run by its text.
+// queryRows and exec run st in the transaction, prepared at Open; a
+// statement built at run time (index -1) is run by its text.
 func (t *tx) queryRows(st *stmt, args ...any) (*sql.Rows, error) {
 	if st.index < 0 {
-		return t.sql.QueryContext(t.ctx, st.sql, args...)
+		return t.conn.QueryContext(t.ctx, st.sql, args...)
 	}
-	return t.prepared(st).QueryContext(t.ctx, args...)
+	return t.stmts[st.index].QueryContext(t.ctx, args...)
 }
 
 func (t *tx) exec(st *stmt, args ...any) (sql.Result, error) {
 	if st.index < 0 {
-		return t.sql.ExecContext(t.ctx, st.sql, args...)
+		return t.conn.ExecContext(t.ctx, st.sql, args...)
 	}
-	return t.prepared(st).ExecContext(t.ctx, args...)
+	return t.stmts[st.index].ExecContext(t.ctx, args...)
 }
 
 // execOne runs a guarded statement and reports whether it changed a row.

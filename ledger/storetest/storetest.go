@@ -91,6 +91,7 @@ var tests = []test{
 	{"CreateAction", testCreateAction},
 	{"CreateActionAndStart", testCreateActionAndStart},
 	{"CreateActionGateAudit", testCreateActionGateAudit},
+	{"WriteResultsAreRows", testWriteResultsAreRows},
 	{"DecideApproval", testDecideApproval},
 	{"Attempts", testAttempts},
 	{"StoreRunTransitions", testStoreRunTransitions},
