@@ -79,13 +79,21 @@ type txn struct {
 	// signer if there is one.
 	heads  map[RunID]*chainHead
 	signer *signer
+	// fence is the run lease the write's context carries (WithRunLease):
+	// the move of that run's head is guarded on its token.
+	fence *RunLease
 }
 
 // inTx runs fn as one write of the driver, then moves the chain heads its
-// events moved. Errors come out as *Error with op as context.
+// events moved, the head of the run whose lease ctx carries guarded on the
+// lease's token (runleases.go). Errors come out as *Error with op as
+// context.
 func (s *DB) inTx(ctx context.Context, op string, fn func(tx *txn) error) error {
 	err := s.d.Write(ctx, func(d Tx) error {
 		tx := &txn{ctx: ctx, d: d, now: s.now(), newID: s.newID, signer: s.signer}
+		if l, ok := RunLeaseFrom(ctx); ok {
+			tx.fence = &l
+		}
 		if err := fn(tx); err != nil {
 			return err
 		}

@@ -666,15 +666,36 @@ func (tx *txn) appendEvent(spec eventSpec) (*Event, error) {
 }
 
 // flushHeads records on each run the head its events moved to, and signs
-// it if the store has a signing key.
+// it if the store has a signing key. The move of the fenced run's head
+// (txn.fence) is guarded on the lease's token in the same statement: a
+// refused move is ErrLeaseLost if the token changed, and the whole write
+// is rolled back.
 func (tx *txn) flushHeads() error {
 	for run, h := range tx.heads {
 		if h.seq == h.base {
 			continue
 		}
-		moved, err := tx.d.MoveChainHead(tx.ctx, run, h.base, h.seq, h.hash)
+		var (
+			moved bool
+			err   error
+		)
+		fenced := tx.fence != nil && tx.fence.Run == run
+		if fenced {
+			moved, err = tx.d.MoveChainHeadFenced(tx.ctx, run, h.base, h.seq, h.hash, tx.fence.Token)
+		} else {
+			moved, err = tx.d.MoveChainHead(tx.ctx, run, h.base, h.seq, h.hash)
+		}
 		if err != nil {
 			return fmt.Errorf("move chain head of run %s: %w", run, err)
+		}
+		if !moved && fenced {
+			now, err := tx.d.GetRunLease(tx.ctx, run)
+			if err != nil {
+				return fmt.Errorf("move chain head of run %s: read its lease: %w", run, err)
+			}
+			if now.Token != tx.fence.Token {
+				return leaseLost(*tx.fence, *now)
+			}
 		}
 		if !moved {
 			return Errorf(CodeConflict, "run %s: chain moved underneath", run)

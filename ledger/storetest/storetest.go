@@ -114,6 +114,7 @@ var tests = []test{
 	{"CountByState", testCountByState},
 	{"Regressions", testRegressions},
 	{"SettleReviewIsOneTransaction", testSettleReviewIsOneTransaction},
+	{"RunLeases", testRunLeases},
 	{"InvariantsProperty", testInvariantsProperty},
 }
 
