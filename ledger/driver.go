@@ -22,8 +22,9 @@ import (
 //   - Times are stored in microseconds and come back in UTC.
 //   - Writes are serialisable: a write commits only if no write committed
 //     in between changed what it read (SQLite's IMMEDIATE transactions run
-//     one at a time; PostgreSQL runs them SERIALIZABLE and retries a
-//     serialisation failure). So the rules may read, decide, then write.
+//     one at a time; PostgreSQL locks each run a write touches before
+//     reading it, so the writes of one run run one after another, and
+//     retries a deadlock). So the rules may read, decide, then write.
 
 // Driver stores the ledger's rows.
 type Driver interface {
