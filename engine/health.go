@@ -91,10 +91,12 @@ func NewStoreHealth(cfg StoreHealthConfig) *StoreHealth {
 var (
 	storeWrites = [...]string{"submit_run", "transition_run", "create_action", "transition_action", "start_attempt",
 		"finish_attempt", "record_observation", "settle_review", "decide_approval", "expire_approvals", "request_cancel",
-		"transition_cancellation", "settle_cancellations", "add_usage", "record_recovery", "begin_attempt", "renew_lease"}
+		"transition_cancellation", "settle_cancellations", "add_usage", "record_recovery", "begin_attempt", "renew_lease",
+		"claim_runs", "renew_run_leases", "release_run_lease"}
 	storeReads = [...]string{"find_run_by_id", "find_runs", "find_action_by_id", "find_actions", "find_attempts",
 		"find_observations", "find_approvals", "find_cancellation", "find_recovery_facts", "find_events", "verify_chain",
-		"find_chain", "count_by_state", "find_attempt_lease", "find_lapsed_leases", "find_agent_decision"}
+		"find_chain", "count_by_state", "find_attempt_lease", "find_lapsed_leases", "find_agent_decision",
+		"find_run_lease"}
 )
 
 // StoreOps lists the operations StoreHealth counts, writes first.
@@ -332,7 +334,31 @@ func (s *watchedStore) RecordRecovery(ctx context.Context, p ledger.RecordRecove
 	return r, err
 }
 
+func (s *watchedStore) ClaimRuns(ctx context.Context, p ledger.ClaimRunsParams) ([]ledger.RunLease, error) {
+	r, err := s.store.ClaimRuns(ctx, p)
+	s.h.write(ctx, "claim_runs", err, len(r) > 0)
+	return r, err
+}
+
+func (s *watchedStore) RenewRunLeases(ctx context.Context, owner string, leases []ledger.RunLease, ttl time.Duration) ([]ledger.RunLease, error) {
+	r, err := s.store.RenewRunLeases(ctx, owner, leases, ttl)
+	s.h.write(ctx, "renew_run_leases", err, len(r) > 0)
+	return r, err
+}
+
+func (s *watchedStore) ReleaseRunLease(ctx context.Context, l ledger.RunLease) error {
+	err := s.store.ReleaseRunLease(ctx, l)
+	s.h.write(ctx, "release_run_lease", err, true)
+	return err
+}
+
 // The reads.
+
+func (s *watchedStore) FindRunLease(ctx context.Context, run ledger.RunID) (ledger.RunLease, error) {
+	r, err := s.store.FindRunLease(ctx, run)
+	s.h.read("find_run_lease", err)
+	return r, err
+}
 
 func (s *watchedStore) FindRunByID(ctx context.Context, id ledger.RunID) (*ledger.Run, error) {
 	r, err := s.store.FindRunByID(ctx, id)

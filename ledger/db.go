@@ -86,6 +86,9 @@ type txn struct {
 	// which is nil then: a write planned before it reaches the driver
 	// (planned).
 	ops *[]func(Tx) error
+	// fence is the run lease the write's context carries (WithRunLease):
+	// the move of that run's head is guarded on its token.
+	fence *RunLease
 }
 
 // write runs op on the driver's transaction now or, in a planned write,
@@ -99,10 +102,15 @@ func (tx *txn) write(op func(Tx) error) error {
 }
 
 // inTx runs fn as one write of the driver, then moves the chain heads its
-// events moved. Errors come out as *Error with op as context.
+// events moved, the head of the run whose lease ctx carries guarded on the
+// lease's token (runleases.go). Errors come out as *Error with op as
+// context.
 func (s *DB) inTx(ctx context.Context, op string, fn func(tx *txn) error) error {
 	err := s.d.Write(ctx, func(d Tx) error {
 		tx := &txn{ctx: ctx, d: d, now: s.now(), newID: s.newID, signer: s.signer}
+		if l, ok := RunLeaseFrom(ctx); ok {
+			tx.fence = &l
+		}
 		if err := fn(tx); err != nil {
 			return err
 		}
@@ -125,6 +133,9 @@ func (s *DB) inTx(ctx context.Context, op string, fn func(tx *txn) error) error 
 func (s *DB) planned(ctx context.Context, op string, fn func(tx *txn) error) error {
 	var ops []func(Tx) error
 	tx := &txn{ctx: ctx, now: s.now(), newID: s.newID, signer: s.signer, ops: &ops}
+	if l, ok := RunLeaseFrom(ctx); ok {
+		tx.fence = &l // its head's move is guarded on the token when the plan runs
+	}
 	err := fn(tx)
 	if err == nil {
 		err = tx.flushHeads()

@@ -157,12 +157,17 @@ const (
 	// lease lapsed or recovery moved on: kept as evidence, and a happened
 	// in it counts as a query's answer.
 	ObservedLate ObservationSource = "late_outcome"
+	// ObservedStaleHolder is the outcome of a tool call that reached the
+	// engine's worker after it lost its run's lease (runleases.go): kept as
+	// evidence for the new holder's recovery, an established effect in it
+	// written on the attempt, instead of finishing the attempt.
+	ObservedStaleHolder ObservationSource = "stale_holder"
 )
 
 // Valid reports whether s is a known source.
 func (s ObservationSource) Valid() bool {
 	switch s {
-	case ObservedResult, ObservedQuery, ObservedCancel, ObservedPerson, ObservedLate:
+	case ObservedResult, ObservedQuery, ObservedCancel, ObservedPerson, ObservedLate, ObservedStaleHolder:
 		return true
 	}
 	return false

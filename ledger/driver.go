@@ -22,8 +22,9 @@ import (
 //   - Times are stored in microseconds and come back in UTC.
 //   - Writes are serialisable: a write commits only if no write committed
 //     in between changed what it read (SQLite's IMMEDIATE transactions run
-//     one at a time; PostgreSQL runs them SERIALIZABLE and retries a
-//     serialisation failure). So the rules may read, decide, then write.
+//     one at a time; PostgreSQL locks each run a write touches before
+//     reading it, so the writes of one run run one after another, and
+//     retries a deadlock). So the rules may read, decide, then write.
 
 // Driver stores the ledger's rows.
 type Driver interface {
@@ -124,6 +125,8 @@ type Reader interface {
 	ListRecoveryFacts(ctx context.Context, f RecoveryFilter) ([]*RecoveryFacts, []*Observation, error)
 	// CountByState is Store.CountByState.
 	CountByState(ctx context.Context) (*Counts, error)
+	// GetRunLease returns a run's lease (Store.FindRunLease).
+	GetRunLease(ctx context.Context, run RunID) (*RunLease, error)
 }
 
 // Tx is one write transaction: it reads what the transaction has written.
@@ -204,6 +207,28 @@ type Tx interface {
 	// MoveChainHead sets a run's chain head to (seq, hash) if it is at
 	// fromSeq.
 	MoveChainHead(ctx context.Context, run RunID, fromSeq, seq int64, hash string) (bool, error)
+	// MoveChainHeadFenced is MoveChainHead guarded also on the run's lease
+	// token, in the same statement: it moves the head only if the run's
+	// token is still token.
+	MoveChainHeadFenced(ctx context.Context, run RunID, fromSeq, seq int64, hash string, token int64) (bool, error)
 	// PutSignature inserts or replaces the signature of a run's head.
 	PutSignature(ctx context.Context, h *HeadSignature) error
+
+	// Run leases (runleases.go). The ledger has checked the parameters; now
+	// is the Store's clock, which a driver of a database several hosts
+	// share replaces with the database's own.
+
+	// ClaimRuns is Store.ClaimRuns: in one statement (or under locks that
+	// make it one), it sets owner, token + 1 and until now + p.TTL on up
+	// to p.Limit runs in p.States (less p.NotAgents; among p.Runs if set)
+	// whose lease is free or lapsed (until ≤ now), lowest id first, and
+	// returns their leases in id order.
+	ClaimRuns(ctx context.Context, p ClaimRunsParams, now time.Time) ([]RunLease, error)
+	// RenewRunLeases sets the until of each lease whose run still has its
+	// owner and token to the later of its until and now + ttl, and returns
+	// those leases with their until, in the order given.
+	RenewRunLeases(ctx context.Context, leases []RunLease, now time.Time, ttl time.Duration) ([]RunLease, error)
+	// ReleaseRunLease clears the owner and until of a run whose owner and
+	// token are still l's, keeping its token; false if they are not.
+	ReleaseRunLease(ctx context.Context, l RunLease) (bool, error)
 }

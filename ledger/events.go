@@ -681,17 +681,41 @@ func (tx *txn) appendEvent(spec eventSpec) (*Event, error) {
 }
 
 // flushHeads records on each run the head its events moved to, and signs
-// it if the store has a signing key.
+// it if the store has a signing key. The move of the fenced run's head
+// (txn.fence) is guarded on the lease's token in the same statement: a
+// refused move is ErrLeaseLost if the token changed, and the whole write
+// is rolled back.
 func (tx *txn) flushHeads() error {
 	for run, h := range tx.heads {
 		if h.seq == h.base {
 			continue
 		}
 		from, seq, hash := h.base, h.seq, h.hash
+		fence := tx.fence
+		if fence != nil && fence.Run != run {
+			fence = nil
+		}
 		err := tx.write(func(d Tx) error {
-			moved, err := d.MoveChainHead(tx.ctx, run, from, seq, hash)
+			var (
+				moved bool
+				err   error
+			)
+			if fence != nil {
+				moved, err = d.MoveChainHeadFenced(tx.ctx, run, from, seq, hash, fence.Token)
+			} else {
+				moved, err = d.MoveChainHead(tx.ctx, run, from, seq, hash)
+			}
 			if err != nil {
 				return fmt.Errorf("move chain head of run %s: %w", run, err)
+			}
+			if !moved && fence != nil {
+				now, err := d.GetRunLease(tx.ctx, run)
+				if err != nil {
+					return fmt.Errorf("move chain head of run %s: read its lease: %w", run, err)
+				}
+				if now.Token != fence.Token {
+					return leaseLost(*fence, *now)
+				}
 			}
 			if !moved {
 				return Errorf(CodeConflict, "run %s: chain moved underneath", run)

@@ -153,6 +153,14 @@ type Store interface {
 	// LeaseStore: the agent protocol's leases and decisions (leases.go).
 	LeaseStore
 
+	// RunLeaseStore: which process may advance and recover a run
+	// (runleases.go): ClaimRuns, RenewRunLeases, ReleaseRunLease and
+	// FindRunLease. A write whose context carries a lease (WithRunLease)
+	// and moves that run's chain head is refused with ErrLeaseLost
+	// (CodeConflict), nothing written, once another process has claimed
+	// the run; a write whose context carries none is not fenced.
+	RunLeaseStore
+
 	// CountByState counts every run, action and approval by state, and
 	// every attempt by status and effect, across tenants, from one
 	// snapshot and without loading rows (metrics).

@@ -2,15 +2,42 @@
 // ledger.Driver over GORM and pgx (gorm.io/driver/postgres).
 //
 // What PostgreSQL makes it do differently from ledger/sqlite:
-//   - Writes run concurrently, each in a SERIALIZABLE transaction, so the
-//     rules' read, decide, write is safe; a write that loses to a
-//     concurrent one (SQLSTATE 40001 or 40P01) is run again from the
-//     start, a bounded number of times (Config.WriteAttempts) with a small
-//     jittered backoff, and is CodeConflict after the last. There is no
-//     group commit: concurrent writes commit in parallel instead.
-//   - A unique violation is also run again, once: two writes that each
-//     check a key is free and insert it may be told 23505 rather than
-//     40001 (see Write); the second run finds the winner's row.
+//   - Writes run concurrently, each in a READ COMMITTED transaction that
+//     locks every run it touches before it reads any row of it (locks.go).
+//     The rules read, decide, then write, and a write must commit only if
+//     nothing it read changed meanwhile. Every decision the rules make in
+//     a write is about one run: its actions, attempts, approvals,
+//     cancellation, budget, leases and chain head. So the first time a
+//     write touches a run, it locks the run's row (SELECT … FOR NO KEY
+//     UPDATE), and only then reads; a row found by its own id (an action,
+//     an attempt, an approval) is mapped to its run in the statement that
+//     takes the lock. Every write of a run takes that lock, so the writes
+//     of one run run one after another, each reading (READ COMMITTED: each
+//     statement sees what was committed when it began) what the one before
+//     it committed, and what a write read stays true until it commits:
+//     serialisable, run by run. Writes of different runs share no lock and
+//     commit in parallel. Guarded moves (UPDATE … WHERE state = from) stay
+//     as they are, a second guard. SERIALIZABLE, which this driver first
+//     used, is correct too, but its predicate locks cover pages of indexes
+//     and whole small tables, so writes of unrelated runs failed each
+//     other: a write had to be run again, sometimes ten times and more.
+//   - What the rules read across runs is read committed, and locked where
+//     it must not move: the sweeps (due approvals, unsettled
+//     cancellations) lock the runs of the rows they list, in id order, and
+//     list again; SubmitRun's pending-approvals cap takes an advisory lock
+//     on the tenant before it counts, so submits of one tenant under a cap
+//     count one after the other and the cap holds exactly. A new run is
+//     guarded by its unique request identity: two submits of one identity
+//     both find none, one inserts it, the other is told 23505 and is run
+//     again (once, see Write), when it finds the winner's run.
+//   - A write that deadlocks (SQLSTATE 40P01: two writes locking two runs
+//     in opposite orders) or fails serialisation (40001) is run again from
+//     the start, a bounded number of times (Config.WriteAttempts) with a
+//     small jittered backoff, and is CodeConflict after the last. There is
+//     no group commit: concurrent writes commit in parallel instead.
+//   - Run leases (runleases.go) are compared against the database's clock,
+//     not the process's, and a claim skips the runs another claim (or a
+//     write) holds locked (FOR NO KEY UPDATE SKIP LOCKED).
 //   - A failed statement aborts the PostgreSQL transaction it ran in, where
 //     SQLite would only undo the statement: after one, every later call of
 //     the Tx returns that first error, and Write never commits the
@@ -211,15 +238,15 @@ func (d *Driver) snapshot(ctx context.Context, fn func(*reader) error) error {
 	return nil
 }
 
-// Write implements ledger.Driver: fn runs in one SERIALIZABLE transaction,
-// and again from the start, in a new one, when PostgreSQL fails it for a
-// concurrent write; after Config.WriteAttempts runs it is CodeConflict.
+// Write implements ledger.Driver: fn runs in one READ COMMITTED
+// transaction whose Tx locks each run before reading it (see the package
+// doc), and again from the start, in a new one, when PostgreSQL fails it
+// for a concurrent write (a deadlock, a serialisation failure); after
+// Config.WriteAttempts runs it is CodeConflict.
 //
 // A unique violation is run again too, once: when two writes each check
-// that a key is free and then insert it, the loser is told 40001 only if
-// its check read the unique index itself, and the planner may well answer
-// the check from another index (runs_tenant_submitter for a request
-// identity), so the loser sees 23505 instead. Run again, it reads the
+// that a key is free and then insert it, the second waits on the unique
+// index for the first to commit and is told 23505. Run again, it reads the
 // winner's row and takes the path the rules have for it; a key that is
 // really taken fails the same way again and is CodeConflict.
 func (d *Driver) Write(ctx context.Context, fn func(ledger.Tx) error) error {
@@ -260,7 +287,7 @@ func backoff(ctx context.Context, attempt int) error {
 	}
 }
 
-// writeOnce runs fn (write n, for fault plans) in one SERIALIZABLE
+// writeOnce runs fn (write n, for fault plans) in one READ COMMITTED
 // transaction and commits it; retry is whether the transaction failed for
 // a concurrent write, so that running fn again may succeed.
 func (d *Driver) writeOnce(ctx context.Context, n int64, fn func(ledger.Tx) error) (retry bool, err error) {
@@ -274,7 +301,7 @@ func (d *Driver) writeOnce(ctx context.Context, n int64, fn func(ledger.Tx) erro
 			d.onCommit(ledger.CommitStats{Writes: 1, Duration: d.now().Sub(began), Err: err})
 		}()
 	}
-	g := d.db.WithContext(ctx).Begin(&sql.TxOptions{Isolation: sql.LevelSerializable})
+	g := d.db.WithContext(ctx).Begin(&sql.TxOptions{Isolation: sql.LevelReadCommitted})
 	if g.Error != nil {
 		return false, wrapErr("begin write", g.Error)
 	}

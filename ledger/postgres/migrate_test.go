@@ -23,24 +23,31 @@ func TestOpenMigratesOnceAndRecordsIt(t *testing.T) {
 	v, err := f.d.SchemaVersion(ctx)
 	require.NoError(t, err)
 	require.Equal(t, postgres.SchemaVersion(), v)
-	require.Equal(t, 1, v)
+	require.Equal(t, 2, v)
 
-	var (
-		version int
-		name    string
-		at      int64
-	)
-	require.NoError(t, f.raw.QueryRow(`SELECT version, name, applied_at FROM schema_migrations`).Scan(&version, &name, &at))
-	require.Equal(t, 1, version)
-	require.Equal(t, "0001_schema.sql", name)
-	require.Equal(t, applied.UnixMicro(), at)
+	rows, err := f.raw.Query(`SELECT version, name, applied_at FROM schema_migrations ORDER BY version`)
+	require.NoError(t, err)
+	var names []string
+	for rows.Next() {
+		var (
+			version int
+			name    string
+			at      int64
+		)
+		require.NoError(t, rows.Scan(&version, &name, &at))
+		require.Equal(t, len(names)+1, version)
+		require.Equal(t, applied.UnixMicro(), at)
+		names = append(names, name)
+	}
+	require.NoError(t, rows.Err())
+	require.Equal(t, []string{"0001_schema.sql", "0002_run_leases.sql"}, names)
 
 	// Opening again applies nothing.
 	again := openOn(t, f.dsn)
 	v, err = again.d.SchemaVersion(ctx)
 	require.NoError(t, err)
-	require.Equal(t, 1, v)
-	require.Equal(t, 1, f.count(t, "schema_migrations"))
+	require.Equal(t, 2, v)
+	require.Equal(t, 2, f.count(t, "schema_migrations"))
 
 	require.ElementsMatch(t, []string{"actions", "agent_decisions", "approvals", "attempt_leases", "attempts", "budgets",
 		"cancellations", "chain_signatures", "events", "observations", "runs", "schema_migrations"}, tables(t, f.raw))
@@ -64,7 +71,7 @@ func tables(t *testing.T, db *sql.DB) []string {
 
 func TestOpenRefusesANewerSchemaAndTouchesNothing(t *testing.T) {
 	f := open(t)
-	_, err := f.raw.Exec(`INSERT INTO schema_migrations (version, name, applied_at) VALUES (2, '0002_future.sql', 42)`)
+	_, err := f.raw.Exec(`INSERT INTO schema_migrations (version, name, applied_at) VALUES ($1, '9999_future.sql', 42)`, postgres.SchemaVersion()+1)
 	require.NoError(t, err)
 	before := tables(t, f.raw)
 
@@ -86,12 +93,12 @@ func TestOpenRefusesANewerSchemaAndTouchesNothing(t *testing.T) {
 		)
 		require.NoError(t, rows.Scan(&v, &n, &at))
 		got = append(got, n)
-		if v == 2 {
+		if v == postgres.SchemaVersion()+1 {
 			require.EqualValues(t, 42, at)
 		}
 	}
 	require.NoError(t, rows.Err())
-	require.Equal(t, []string{"0001_schema.sql", "0002_future.sql"}, got)
+	require.Equal(t, []string{"0001_schema.sql", "0002_run_leases.sql", "9999_future.sql"}, got)
 }
 
 func TestOpenRefusesANewerSchemaOnADatabaseWithOnlyItsVersion(t *testing.T) {
@@ -131,7 +138,7 @@ func TestConcurrentOpensMigrateTheDatabaseOnce(t *testing.T) {
 		require.NoError(t, errs[i], "open %d", i)
 		v, err := ds[i].SchemaVersion(context.Background())
 		require.NoError(t, err)
-		require.Equal(t, 1, v)
+		require.Equal(t, postgres.SchemaVersion(), v)
 		require.NoError(t, ds[i].Close())
 	}
 	raw, err := sql.Open("pgx", dsn)
@@ -139,7 +146,7 @@ func TestConcurrentOpensMigrateTheDatabaseOnce(t *testing.T) {
 	defer func() { _ = raw.Close() }()
 	var rows int
 	require.NoError(t, raw.QueryRow(`SELECT COUNT(*) FROM schema_migrations`).Scan(&rows))
-	require.Equal(t, 1, rows)
+	require.Equal(t, postgres.SchemaVersion(), rows)
 }
 
 func TestOpenChecksItsConfig(t *testing.T) {

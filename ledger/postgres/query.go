@@ -6,6 +6,8 @@ import (
 	"strings"
 
 	"gorm.io/gorm"
+
+	"github.com/actionledger/ledger/ledger"
 )
 
 // txState is what a transaction remembers across its statements: the first
@@ -13,6 +15,11 @@ import (
 // statement of the transaction ("current transaction is aborted").
 type txState struct {
 	failed error
+	// locked are the runs a write transaction holds the lock of, and runOf
+	// the run of each row found by its own id there (locks.go); nil
+	// outside a write.
+	locked map[ledger.RunID]struct{}
+	runOf  map[entityKey]ledger.RunID
 }
 
 // reader runs the driver's statements on the pool or in one transaction.

@@ -321,14 +321,7 @@ func (r *reader) GetCancellation(ctx context.Context, run ledger.RunID) (*ledger
 // cancellations_unsettled holds only these rows.
 func (r *reader) ListUnsettledCancellations(ctx context.Context) ([]*ledger.Cancellation, error) {
 	out, err := all(ctx, r, `SELECT `+cancellationCols+` FROM cancellations
-		WHERE state IN ('requested', 'accepted', 'stopping') ORDER BY id`, nil,
-		func(rows *sql.Rows) (*ledger.Cancellation, error) {
-			var c cancellationRow
-			if err := rows.Scan(c.targets()...); err != nil {
-				return nil, err
-			}
-			return c.cancellation(), nil
-		})
+		WHERE state IN ('requested', 'accepted', 'stopping') ORDER BY id`, nil, scanCancellation)
 	return out, wrapErr("list unsettled cancellations", err)
 }
 

@@ -9,9 +9,10 @@ import (
 	"github.com/actionledger/ledger/ledger"
 )
 
-// tx is one write transaction (SERIALIZABLE): its reads see its own
-// writes. Every guarded move is one UPDATE … WHERE <state> = <from>, never
-// a read then a write.
+// tx is one write transaction (READ COMMITTED): its reads see its own
+// writes. Every method that touches a run's rows first locks the run
+// (locks.go). Every guarded move is one UPDATE … WHERE <state> = <from>,
+// never a read then a write.
 type tx struct {
 	reader
 }
@@ -31,6 +32,9 @@ func (t *tx) InsertRun(ctx context.Context, r *ledger.Run) error {
 		r.EventSeq, r.EventHash, micros(r.CreatedAt), micros(r.UpdatedAt)); err != nil {
 		return wrapErr("insert run", err)
 	}
+	// Nobody else sees the run before this write commits, and nobody can
+	// insert another with its id: the write holds it as if locked.
+	t.st.hold(r.ID, 0, "")
 	b := budgetRowOf(r.ID, r.Budget)
 	_, err := t.exec(ctx, insertBudgetSQL, b.RunID, b.MaxAttemptsPerAction, b.MaxAttemptsPerRun, b.MaxExecutionUs,
 		b.MaxSteps, b.MaxTokens, b.DeadlineAt, b.AttemptsUsed, b.ExecutionUsedUs, b.StepsUsed, b.TokensUsed,
@@ -43,6 +47,9 @@ const moveRunSQL = `UPDATE runs SET state = ?, stop_reason = ?, version = versio
 
 // MoveRun implements ledger.Tx.
 func (t *tx) MoveRun(ctx context.Context, id ledger.RunID, from, to ledger.RunState, reason ledger.StopReason, at time.Time) (*ledger.Run, bool, error) {
+	if err := t.lockRun(ctx, id); err != nil {
+		return nil, false, err
+	}
 	var r runRow
 	moved, err := t.one(ctx, moveRunSQL, []any{string(to), strPtr(string(reason)), micros(at), string(id), string(from)}, r.targets()...)
 	if err != nil || !moved {
@@ -63,6 +70,9 @@ var addUsageSQL = `UPDATE budgets b SET steps_used = b.steps_used + ?, tokens_us
 // AddUsage implements ledger.Tx. The guard keeps every sum inside int64,
 // where PostgreSQL would fail the statement (and with it the transaction).
 func (t *tx) AddUsage(ctx context.Context, run ledger.RunID, u ledger.BudgetUsage) (*ledger.Budget, bool, error) {
+	if err := t.lockRun(ctx, run); err != nil {
+		return nil, false, err
+	}
 	exec := u.Execution.Microseconds()
 	if u.Steps < 0 || u.Tokens < 0 || exec < 0 {
 		return nil, false, ledger.Errorf(ledger.CodeInvalid, "add usage: usage cannot be negative")
@@ -82,6 +92,9 @@ func (t *tx) AddUsage(ctx context.Context, run ledger.RunID, u ledger.BudgetUsag
 
 // CountAttempt implements ledger.Tx; CodeNotFound if the run has no budget.
 func (t *tx) CountAttempt(ctx context.Context, run ledger.RunID) error {
+	if err := t.lockRun(ctx, run); err != nil {
+		return err
+	}
 	n, err := t.exec(ctx, `UPDATE budgets SET attempts_used = attempts_used + 1, version = version + 1 WHERE run_id = ?`, string(run))
 	if err == nil && n == 0 {
 		err = notFound("budget of run %s not found", run)
@@ -95,6 +108,9 @@ var spendExecutionSQL = `UPDATE budgets b SET execution_used_us = b.execution_us
 // SpendExecution implements ledger.Tx; CodeNotFound if the run has no
 // budget.
 func (t *tx) SpendExecution(ctx context.Context, run ledger.RunID, d time.Duration) (*ledger.Budget, error) {
+	if err := t.lockRun(ctx, run); err != nil {
+		return nil, err
+	}
 	var (
 		b       budgetRow
 		created int64
@@ -115,10 +131,16 @@ const insertActionSQL = `INSERT INTO actions (` + actionCols + `)
 
 // InsertAction implements ledger.Tx.
 func (t *tx) InsertAction(ctx context.Context, a *ledger.Action) error {
+	if err := t.lockRun(ctx, a.RunID); err != nil {
+		return err
+	}
 	r := actionRowOf(a)
 	_, err := t.exec(ctx, insertActionSQL, r.ID, r.RunID, r.Tenant, r.Seq, r.IdempotencyKey, r.Tool, r.ToolVersion,
 		r.Effect, r.Arguments, r.ActionDigest, r.DedupKey, r.Supersedes, r.State, r.AttemptCount, r.Version,
 		r.CreatedAt, r.UpdatedAt, r.GateDecision, r.GateRule, r.GateReason, r.RulesDigest)
+	if err == nil {
+		t.st.hold(a.RunID, entityAction, string(a.ID))
+	}
 	return wrapErr("insert action", err)
 }
 
@@ -127,6 +149,9 @@ const moveActionSQL = `UPDATE actions SET state = ?, version = version + 1, upda
 
 // MoveAction implements ledger.Tx.
 func (t *tx) MoveAction(ctx context.Context, id ledger.ActionID, from, to ledger.ActionState, attemptCount int64, at time.Time) (*ledger.Action, bool, error) {
+	if err := t.lockEntity(ctx, entityAction, string(id)); err != nil {
+		return nil, false, err
+	}
 	var r actionRow
 	moved, err := t.one(ctx, moveActionSQL, []any{string(to), micros(at), attemptCount, string(id), string(from)}, r.targets()...)
 	if err != nil || !moved {
@@ -141,12 +166,18 @@ const insertAttemptSQL = `INSERT INTO attempts (` + attemptCols + `) VALUES (?, 
 
 // InsertAttempt implements ledger.Tx.
 func (t *tx) InsertAttempt(ctx context.Context, a *ledger.Attempt) error {
+	if err := t.lockRun(ctx, a.RunID); err != nil {
+		return err
+	}
 	r, err := attemptRowOf(a)
 	if err != nil {
 		return wrapErr("insert attempt", err)
 	}
 	_, err = t.exec(ctx, insertAttemptSQL, r.ID, r.ActionID, r.RunID, r.AttemptNo, r.Status, r.Effect,
 		r.EffectObservationID, r.Result, r.Error, r.Version, r.StartedAt, r.FinishedAt)
+	if err == nil {
+		t.st.hold(a.RunID, entityAttempt, string(a.ID))
+	}
 	return wrapErr("insert attempt", err)
 }
 
@@ -155,6 +186,9 @@ const finishAttemptSQL = `UPDATE attempts SET status = ?, result = ?, error = ?,
 
 // FinishAttempt implements ledger.Tx.
 func (t *tx) FinishAttempt(ctx context.Context, a *ledger.Attempt) (bool, error) {
+	if err := t.lockEntity(ctx, entityAttempt, string(a.ID)); err != nil {
+		return false, err
+	}
 	errText, err := attemptErrorText(a.Error)
 	if err != nil {
 		return false, wrapErr("finish attempt", err)
@@ -169,6 +203,9 @@ const setEffectSQL = `UPDATE attempts SET effect = ?, effect_observation_id = ?,
 
 // SetAttemptEffect implements ledger.Tx.
 func (t *tx) SetAttemptEffect(ctx context.Context, id ledger.AttemptID, effect ledger.EffectFact, by ledger.ObservationID) (bool, error) {
+	if err := t.lockEntity(ctx, entityAttempt, string(id)); err != nil {
+		return false, err
+	}
 	n, err := t.exec(ctx, setEffectSQL, string(effect), string(by), string(id), string(ledger.EffectUnknown))
 	return n > 0, wrapErr("set attempt effect", err)
 }
@@ -177,6 +214,9 @@ const insertObservationSQL = `INSERT INTO observations (` + observationCols + `)
 
 // InsertObservation implements ledger.Tx.
 func (t *tx) InsertObservation(ctx context.Context, o *ledger.Observation) error {
+	if err := t.lockRun(ctx, o.RunID); err != nil {
+		return err
+	}
 	r := observationRowOf(o)
 	_, err := t.exec(ctx, insertObservationSQL, r.ID, r.RunID, r.ActionID, r.AttemptID, r.Source, r.Effect, r.Detail, r.ObservedAt)
 	return wrapErr("insert observation", err)
@@ -188,9 +228,15 @@ const insertApprovalSQL = `INSERT INTO approvals (` + approvalCols + `) VALUES (
 
 // InsertApproval implements ledger.Tx.
 func (t *tx) InsertApproval(ctx context.Context, a *ledger.Approval) error {
+	if err := t.lockRun(ctx, a.RunID); err != nil {
+		return err
+	}
 	r := approvalRowOf(a)
 	_, err := t.exec(ctx, insertApprovalSQL, r.ID, r.ActionID, r.RunID, r.Tenant, r.ActionDigest, r.State, r.DecidedBy,
 		r.Reason, r.Version, r.RequestedAt, r.ExpiresAt, r.DecidedAt)
+	if err == nil {
+		t.st.hold(a.RunID, entityApproval, string(a.ID))
+	}
 	return wrapErr("insert approval", err)
 }
 
@@ -201,6 +247,9 @@ const moveApprovalSQL = `UPDATE approvals SET state = ?, version = version + 1, 
 
 // MoveApproval implements ledger.Tx.
 func (t *tx) MoveApproval(ctx context.Context, id ledger.ApprovalID, from, to ledger.ApprovalState, at time.Time, reason, decidedBy string) (*ledger.Approval, bool, error) {
+	if err := t.lockEntity(ctx, entityApproval, string(id)); err != nil {
+		return nil, false, err
+	}
 	var r approvalRow
 	moved, err := t.one(ctx, moveApprovalSQL, []any{string(to), micros(at), strPtr(reason), strPtr(decidedBy), string(id), string(from)},
 		r.targets()...)
@@ -216,6 +265,9 @@ const insertCancellationSQL = `INSERT INTO cancellations (` + cancellationCols +
 
 // InsertCancellation implements ledger.Tx.
 func (t *tx) InsertCancellation(ctx context.Context, c *ledger.Cancellation) error {
+	if err := t.lockRun(ctx, c.RunID); err != nil {
+		return err
+	}
 	r := cancellationRowOf(c)
 	_, err := t.exec(ctx, insertCancellationSQL, r.ID, r.RunID, r.Tenant, r.State, r.RequestedBy, r.Reason, r.Version,
 		r.RequestedAt, r.AcceptedAt, r.StoppingAt, r.StoppedAt, r.TooLateAt)
@@ -237,6 +289,9 @@ func moveCancellationTo(timeColumn string) string {
 
 // MoveCancellation implements ledger.Tx.
 func (t *tx) MoveCancellation(ctx context.Context, run ledger.RunID, from, to ledger.CancellationState, at time.Time) (bool, error) {
+	if err := t.lockRun(ctx, run); err != nil {
+		return false, err
+	}
 	q, ok := moveCancellationSQL[to]
 	if !ok {
 		return false, ledger.Errorf(ledger.CodeInvalid, "move cancellation: a cancellation cannot move to %q", to)
@@ -251,6 +306,9 @@ const insertLeaseSQL = `INSERT INTO attempt_leases (` + leaseCols + `) VALUES (?
 
 // InsertAttemptLease implements ledger.Tx.
 func (t *tx) InsertAttemptLease(ctx context.Context, l *ledger.AttemptLease) error {
+	if err := t.lockRun(ctx, l.RunID); err != nil {
+		return err
+	}
 	r := leaseRowOf(l)
 	_, err := t.exec(ctx, insertLeaseSQL, r.AttemptID, r.ActionID, r.RunID, r.BeginKey, r.TokenSHA256, r.LeaseUs,
 		r.LeaseUntil, r.MaxUntil, r.Heartbeats, r.Progress, r.OutcomeDigest, r.Outcome)
@@ -263,6 +321,9 @@ const updateLeaseSQL = `UPDATE attempt_leases SET lease_until = ?, heartbeats = 
 // UpdateAttemptLease implements ledger.Tx; CodeNotFound if the attempt
 // has no lease.
 func (t *tx) UpdateAttemptLease(ctx context.Context, l *ledger.AttemptLease) error {
+	if err := t.lockEntity(ctx, entityAttempt, string(l.AttemptID)); err != nil {
+		return err
+	}
 	r := leaseRowOf(l)
 	n, err := t.exec(ctx, updateLeaseSQL, r.LeaseUntil, r.Heartbeats, r.Progress, r.OutcomeDigest, r.Outcome, r.AttemptID)
 	if err == nil && n == 0 {
@@ -277,12 +338,18 @@ const putDecisionSQL = `INSERT INTO agent_decisions (` + decisionCols + `) VALUE
 
 // PutAgentDecision implements ledger.Tx.
 func (t *tx) PutAgentDecision(ctx context.Context, d *ledger.AgentDecision) error {
+	if err := t.lockEntity(ctx, entityAction, string(d.ActionID)); err != nil {
+		return err
+	}
 	_, err := t.exec(ctx, putDecisionSQL, string(d.ActionID), d.DecisionID, d.Kind, d.Answered, micros(d.DecidedAt))
 	return wrapErr("put agent decision", err)
 }
 
 // AnswerAgentDecision implements ledger.Tx.
 func (t *tx) AnswerAgentDecision(ctx context.Context, action ledger.ActionID, id string) (bool, error) {
+	if err := t.lockEntity(ctx, entityAction, string(action)); err != nil {
+		return false, err
+	}
 	n, err := t.exec(ctx, `UPDATE agent_decisions SET answered = TRUE WHERE action_id = ? AND decision_id = ? AND NOT answered`,
 		string(action), id)
 	return n > 0, wrapErr("answer agent decision", err)
@@ -294,6 +361,9 @@ const insertEventSQL = `INSERT INTO events (` + eventCols + `) VALUES (?, ?, ?, 
 
 // InsertEvent implements ledger.Tx.
 func (t *tx) InsertEvent(ctx context.Context, e *ledger.Event) error {
+	if err := t.lockRun(ctx, e.RunID); err != nil {
+		return err
+	}
 	_, err := t.exec(ctx, insertEventSQL, string(e.ID), string(e.RunID), e.Seq, e.Type, e.EntityType, e.EntityID,
 		e.FromState, e.ToState, e.Actor, rawPtr(e.Data), micros(e.CreatedAt), e.PrevHash, e.Hash, e.Format, rawPtr(e.Rows))
 	return wrapErr("insert event", err)
@@ -301,6 +371,9 @@ func (t *tx) InsertEvent(ctx context.Context, e *ledger.Event) error {
 
 // MoveChainHead implements ledger.Tx.
 func (t *tx) MoveChainHead(ctx context.Context, run ledger.RunID, fromSeq, seq int64, hash string) (bool, error) {
+	if err := t.lockRun(ctx, run); err != nil {
+		return false, err
+	}
 	n, err := t.exec(ctx, `UPDATE runs SET event_seq = ?, event_hash = ? WHERE id = ? AND event_seq = ?`,
 		seq, hash, string(run), fromSeq)
 	return n > 0, wrapErr("move chain head", err)
@@ -312,6 +385,9 @@ const putSignatureSQL = `INSERT INTO chain_signatures (` + signatureCols + `) VA
 
 // PutSignature implements ledger.Tx; the signature is stored as base64.
 func (t *tx) PutSignature(ctx context.Context, h *ledger.HeadSignature) error {
+	if err := t.lockRun(ctx, h.RunID); err != nil {
+		return err
+	}
 	_, err := t.exec(ctx, putSignatureSQL, string(h.RunID), h.Seq, h.Hash, micros(h.SignedAt), h.KeyID,
 		base64.StdEncoding.EncodeToString(h.Signature))
 	return wrapErr("put signature", err)

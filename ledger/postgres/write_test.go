@@ -53,11 +53,31 @@ func leaseFixture(t *testing.T, cfg postgres.Config) *fixture {
 	return f
 }
 
+// waitForLockWaiter waits, at most 10 s, until a session of the
+// database waits for a lock.
+func waitForLockWaiter(ctx context.Context, raw *sql.DB) error {
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		var n int
+		if err := raw.QueryRowContext(ctx, `SELECT COUNT(*) FROM pg_stat_activity
+			WHERE datname = current_database() AND wait_event_type = 'Lock'`).Scan(&n); err != nil {
+			return err
+		}
+		if n > 0 {
+			return nil
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	return errors.New("no write ever waited for a lock")
+}
+
 // heartbeat is a read-then-write with a blind write: it reads the lease's
 // heartbeats, then writes them plus one, and records an observation of
-// its own. Both writers read before either writes (at their first run),
-// so under READ COMMITTED one heartbeat would be lost.
-func heartbeat(ctx context.Context, d *postgres.Driver, who string, b *barrier, runs *atomic.Int32) error {
+// its own. Under READ COMMITTED alone, two of them reading before either
+// writes would lose one heartbeat; the run's lock, taken by the read,
+// makes the second read wait for the first write's commit. before runs
+// in the first run of fn, between the read and the writes.
+func heartbeat(ctx context.Context, d *postgres.Driver, who string, runs *atomic.Int32, before func() error) error {
 	first := true
 	return d.Write(ctx, func(tx ledger.Tx) error {
 		runs.Add(1)
@@ -65,14 +85,12 @@ func heartbeat(ctx context.Context, d *postgres.Driver, who string, b *barrier, 
 		if err != nil {
 			return err
 		}
-		if first {
+		if first && before != nil {
 			first = false
-			if err := b.arrive(); err != nil {
+			if err := before(); err != nil {
 				return err
 			}
 		}
-		// Run again from the start in a new transaction, the first run's
-		// insert is gone: the same id inserts again.
 		if err := tx.InsertObservation(ctx, &ledger.Observation{ID: ledger.ObservationID("obs_" + who), RunID: "run_1",
 			ActionID: "act_1", Source: ledger.ObservedPerson, Effect: ledger.EffectUnknown, ObservedAt: t0}); err != nil {
 			return err
@@ -82,36 +100,108 @@ func heartbeat(ctx context.Context, d *postgres.Driver, who string, b *barrier, 
 	})
 }
 
-func TestWriteRetriesASerialisationFailureWithoutLosingAnUpdate(t *testing.T) {
+func TestWritesOfOneRunWaitForEachOtherAndLoseNoUpdate(t *testing.T) {
 	f := leaseFixture(t, postgres.Config{})
 	ctx := context.Background()
-	b := newBarrier(2)
 	var runs atomic.Int32
+	aRead := make(chan struct{})
 	errs := make([]error, 2)
 	var wg sync.WaitGroup
-	for i, who := range []string{"a", "b"} {
-		wg.Go(func() { errs[i] = heartbeat(ctx, f.d, who, b, &runs) })
-	}
+	wg.Go(func() {
+		// a has read (and so locked run_1): it writes only once b waits.
+		errs[0] = heartbeat(ctx, f.d, "a", &runs, func() error {
+			close(aRead)
+			return waitForLockWaiter(ctx, f.raw)
+		})
+	})
+	wg.Go(func() {
+		<-aRead
+		errs[1] = heartbeat(ctx, f.d, "b", &runs, nil)
+	})
 	wg.Wait()
 	require.NoError(t, errs[0])
 	require.NoError(t, errs[1])
 	l, err := f.d.Reader().GetAttemptLease(ctx, "att_1")
 	require.NoError(t, err)
 	require.Equal(t, int64(2), l.Heartbeats, "both writes counted: no lost update")
-	require.GreaterOrEqual(t, runs.Load(), int32(3), "one write ran again after its serialisation failure")
+	require.Equal(t, int32(2), runs.Load(), "b waited for a instead of failing and running again")
 	require.Equal(t, 2, f.count(t, "observations"))
 }
 
-func TestWriteGivesUpWithConflictAfterItsLastAttempt(t *testing.T) {
-	f := leaseFixture(t, postgres.Config{WriteAttempts: 1})
+// crossWrite reads two runs in the order given, meeting the other writer
+// between the two reads at its first run, then counts an attempt on each:
+// two of them in opposite orders deadlock.
+func crossWrite(ctx context.Context, d *postgres.Driver, first, second ledger.RunID, b *barrier, runs *atomic.Int32) error {
+	met := false
+	return d.Write(ctx, func(tx ledger.Tx) error {
+		runs.Add(1)
+		if _, err := tx.GetRun(ctx, first); err != nil {
+			return err
+		}
+		if !met {
+			met = true
+			if err := b.arrive(); err != nil {
+				return err
+			}
+		}
+		if _, err := tx.GetRun(ctx, second); err != nil {
+			return err
+		}
+		if err := tx.CountAttempt(ctx, first); err != nil {
+			return err
+		}
+		return tx.CountAttempt(ctx, second)
+	})
+}
+
+// twoRunsFixture is a database with run_1 and run_2, one attempt used
+// on each.
+func twoRunsFixture(t *testing.T, cfg postgres.Config) *fixture {
+	t.Helper()
+	f := open(t, cfg)
+	f.seed(t)
+	f.write(t, func(tx ledger.Tx) error {
+		r := newRun("run_2")
+		r.IdempotencyKey = "k2"
+		return tx.InsertRun(context.Background(), r)
+	})
+	return f
+}
+
+// attemptsUsed is the attempts a run's budget counts.
+func (f *fixture) attemptsUsed(t *testing.T, run string) int64 {
+	t.Helper()
+	var n int64
+	require.NoError(t, f.raw.QueryRow(`SELECT attempts_used FROM budgets WHERE run_id = $1`, run).Scan(&n))
+	return n
+}
+
+func TestWriteRunsADeadlockAgain(t *testing.T) {
+	f := twoRunsFixture(t, postgres.Config{})
 	ctx := context.Background()
 	b := newBarrier(2)
 	var runs atomic.Int32
 	errs := make([]error, 2)
 	var wg sync.WaitGroup
-	for i, who := range []string{"a", "b"} {
-		wg.Go(func() { errs[i] = heartbeat(ctx, f.d, who, b, &runs) })
-	}
+	wg.Go(func() { errs[0] = crossWrite(ctx, f.d, "run_1", "run_2", b, &runs) })
+	wg.Go(func() { errs[1] = crossWrite(ctx, f.d, "run_2", "run_1", b, &runs) })
+	wg.Wait()
+	require.NoError(t, errs[0])
+	require.NoError(t, errs[1])
+	require.Equal(t, int32(3), runs.Load(), "the deadlock's victim ran again, once")
+	require.Equal(t, int64(3), f.attemptsUsed(t, "run_1"), "both writes counted")
+	require.Equal(t, int64(3), f.attemptsUsed(t, "run_2"), "both writes counted")
+}
+
+func TestWriteGivesUpWithConflictAfterItsLastAttempt(t *testing.T) {
+	f := twoRunsFixture(t, postgres.Config{WriteAttempts: 1})
+	ctx := context.Background()
+	b := newBarrier(2)
+	var runs atomic.Int32
+	errs := make([]error, 2)
+	var wg sync.WaitGroup
+	wg.Go(func() { errs[0] = crossWrite(ctx, f.d, "run_1", "run_2", b, &runs) })
+	wg.Go(func() { errs[1] = crossWrite(ctx, f.d, "run_2", "run_1", b, &runs) })
 	wg.Wait()
 	var failed []error
 	for _, err := range errs {
@@ -121,12 +211,10 @@ func TestWriteGivesUpWithConflictAfterItsLastAttempt(t *testing.T) {
 	}
 	require.Len(t, failed, 1, "one committed, one lost: %v", errs)
 	requireCode(t, ledger.CodeConflict, failed[0])
-	require.Equal(t, "40001", sqlstate(t, failed[0]))
+	require.Equal(t, "40P01", sqlstate(t, failed[0]))
 	require.Equal(t, int32(2), runs.Load(), "no run beyond the one attempt each")
-	l, err := f.d.Reader().GetAttemptLease(ctx, "att_1")
-	require.NoError(t, err)
-	require.Equal(t, int64(1), l.Heartbeats, "the committed write alone, and not lost")
-	require.Equal(t, 1, f.count(t, "observations"))
+	require.Equal(t, int64(2), f.attemptsUsed(t, "run_1"), "the committed write alone")
+	require.Equal(t, int64(2), f.attemptsUsed(t, "run_2"), "the committed write alone")
 }
 
 func TestWriteNeverCommitsAfterAFailedStatement(t *testing.T) {
@@ -263,7 +351,7 @@ func ids(runs []*ledger.Run) []ledger.RunID {
 
 func TestConcurrentWritesOfOneRowAllCommit(t *testing.T) {
 	// Many writers moving one run's chain head, each read then guarded
-	// write: SERIALIZABLE with retries commits every one, in some order.
+	// write: the run's lock queues them, and every one commits.
 	f := open(t, postgres.Config{WriteAttempts: 50})
 	ctx := context.Background()
 	f.seed(t)

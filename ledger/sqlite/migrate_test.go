@@ -4,7 +4,9 @@ import (
 	"context"
 	"database/sql"
 	"path/filepath"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/actionledger/ledger/ledger"
 	"github.com/actionledger/ledger/ledger/ledgertest"
@@ -69,6 +71,36 @@ func TestMigrations(t *testing.T) {
 		var maxV int
 		require.NoError(t, db.QueryRow(`SELECT MAX(version) FROM schema_migrations`).Scan(&maxV))
 		require.Equal(t, newer, maxV)
+	})
+
+	t.Run("OK several processes migrating one new file at once", func(t *testing.T) {
+		// Each Open is what a process starting `ledger migrate` or `serve`
+		// does; they race to apply the same migrations, and each must find
+		// the schema complete, applied once.
+		path := filepath.Join(t.TempDir(), "ledger.db")
+		const n = 6
+		errs := make([]error, n)
+		var wg sync.WaitGroup
+		for i := range n {
+			wg.Go(func() {
+				s, err := sqlite.OpenStore(ctx, sqlite.Config{Path: path, BusyTimeout: 30 * time.Second})
+				if err == nil {
+					err = s.Close()
+				}
+				errs[i] = err
+			})
+		}
+		wg.Wait()
+		for _, err := range errs {
+			require.NoError(t, err)
+		}
+		db, err := sql.Open("sqlite3", path)
+		require.NoError(t, err)
+		defer db.Close()
+		var applied, distinct int
+		require.NoError(t, db.QueryRow(`SELECT COUNT(*), COUNT(DISTINCT version) FROM schema_migrations`).Scan(&applied, &distinct))
+		require.Equal(t, sqlite.SchemaVersion(), applied, "each migration recorded once")
+		require.Equal(t, applied, distinct)
 	})
 
 	t.Run("bad config", func(t *testing.T) {

@@ -385,7 +385,9 @@ func (s *Driver) migrate(ctx context.Context) error {
 
 // applyMigration applies m in one transaction together with its row in
 // schema_migrations, on one connection of db (the writer's only one), with
-// foreign keys off around the transaction if m asks for it.
+// foreign keys off around the transaction if m asks for it; if another
+// process applied m meanwhile, it does nothing, so that several processes
+// may open (and migrate) one database at once.
 func applyMigration(ctx context.Context, db *sql.DB, m migration, now time.Time) (err error) {
 	conn, err := db.Conn(ctx)
 	if err != nil {
@@ -409,6 +411,16 @@ func applyMigration(ctx context.Context, db *sql.DB, m migration, now time.Time)
 		return err
 	}
 	defer func() { _ = tx.Rollback() }()
+	// Another process may have applied m since this one read the schema
+	// version: the transaction is IMMEDIATE, so what it reads now stays
+	// true until it commits.
+	var applied int
+	if err := tx.QueryRowContext(ctx, `SELECT COUNT(*) FROM schema_migrations WHERE version = ?`, m.version).Scan(&applied); err != nil {
+		return err
+	}
+	if applied > 0 {
+		return nil
+	}
 	if _, err := tx.ExecContext(ctx, m.sql); err != nil {
 		return err
 	}

@@ -116,6 +116,7 @@ var tests = []test{
 	{"CountByState", testCountByState},
 	{"Regressions", testRegressions},
 	{"SettleReviewIsOneTransaction", testSettleReviewIsOneTransaction},
+	{"RunLeases", testRunLeases},
 	{"InvariantsProperty", testInvariantsProperty},
 }
 

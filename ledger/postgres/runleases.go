@@ -1,0 +1,140 @@
+package postgres
+
+import (
+	"context"
+	"database/sql"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/actionledger/ledger/ledger"
+)
+
+// Run leases (ledger/runleases.go) live on the runs row: lease_owner (NULL
+// when free), lease_token and lease_until (unix microseconds, 0 when free),
+// migration 0002.
+//
+// Every lease time is the database's clock (clock_timestamp()), never the
+// process's: the now the ledger passes is ignored, so that processes on
+// hosts whose clocks disagree still agree on when a lease lapses. A claim
+// locks the runs it takes with FOR NO KEY UPDATE SKIP LOCKED, so two
+// processes claiming at once never wait on each other, and never both get
+// a run: a row one claim holds is skipped by the other, and one it has
+// just claimed no longer matches "free or lapsed" when the other reads it
+// (READ COMMITTED re-checks a locked row's newest version). A run a write
+// is busy with (it holds the run's lock, locks.go) is skipped as well, and
+// claimed by the next claim after that write.
+
+// dbNowUs is the database's clock in unix microseconds.
+const dbNowUs = `(floor(extract(epoch FROM clock_timestamp()) * 1000000)::BIGINT)`
+
+const selectRunLeaseSQL = `SELECT id, COALESCE(lease_owner, ''), lease_token, lease_until FROM runs WHERE id = ?`
+
+// runLeaseOf is the lease of a runs row's lease columns.
+func runLeaseOf(id, owner string, token, until int64) ledger.RunLease {
+	l := ledger.RunLease{Run: ledger.RunID(id), Owner: owner, Token: token}
+	if owner != "" {
+		l.Until = fromMicros(until)
+	}
+	return l
+}
+
+func scanRunLease(rows *sql.Rows) (ledger.RunLease, error) {
+	var (
+		id, owner    string
+		token, until int64
+	)
+	err := rows.Scan(&id, &owner, &token, &until)
+	return runLeaseOf(id, owner, token, until), err
+}
+
+// GetRunLease implements ledger.Reader.
+func (r *reader) GetRunLease(ctx context.Context, run ledger.RunID) (*ledger.RunLease, error) {
+	var (
+		id, owner    string
+		token, until int64
+	)
+	if err := r.get(ctx, "run "+string(run), selectRunLeaseSQL, []any{string(run)}, &id, &owner, &token, &until); err != nil {
+		return nil, wrapErr("get run lease", err)
+	}
+	l := runLeaseOf(id, owner, token, until)
+	return &l, nil
+}
+
+// ClaimRuns implements ledger.Tx, in one statement on the database's
+// clock; now is ignored.
+func (t *tx) ClaimRuns(ctx context.Context, p ledger.ClaimRunsParams, _ time.Time) ([]ledger.RunLease, error) {
+	var w where
+	states := make([]string, len(p.States))
+	for i, st := range p.States {
+		states[i] = string(st)
+	}
+	w.add("state IN ?", states)
+	w.add("lease_until <= (SELECT us FROM now)")
+	if len(p.NotAgents) > 0 {
+		w.add("agent NOT IN ?", p.NotAgents)
+	}
+	if len(p.Runs) > 0 {
+		ids := make([]string, len(p.Runs))
+		for i, id := range p.Runs {
+			ids[i] = string(id)
+		}
+		w.add("id IN ?", ids)
+	}
+	// The index runs_claim (state, lease_until, id, agent) finds the free
+	// or lapsed runs of each state.
+	pick := w.query(`SELECT id FROM runs`, "id", p.Limit)
+	q := `WITH now AS (SELECT ` + dbNowUs + ` AS us),
+	picked AS (` + pick + ` FOR NO KEY UPDATE SKIP LOCKED)
+	UPDATE runs r SET lease_owner = ?, lease_token = r.lease_token + 1, lease_until = (SELECT us FROM now) + ?
+	FROM picked WHERE r.id = picked.id
+	RETURNING r.id, r.lease_owner, r.lease_token, r.lease_until`
+	args := append(w.args, p.Owner, p.TTL.Microseconds())
+	out, err := all(ctx, &t.reader, q, args, scanRunLease)
+	if err != nil {
+		return nil, wrapErr("claim runs", err)
+	}
+	// RETURNING keeps no order.
+	slices.SortFunc(out, func(a, b ledger.RunLease) int { return strings.Compare(string(a.Run), string(b.Run)) })
+	return out, nil
+}
+
+const renewRunLeaseSQL = `UPDATE runs SET lease_until = GREATEST(lease_until, ` + dbNowUs + ` + ?)
+	WHERE id = ? AND lease_owner = ? AND lease_token = ? RETURNING lease_until`
+
+// RenewRunLeases implements ledger.Tx on the database's clock; now is
+// ignored.
+func (t *tx) RenewRunLeases(ctx context.Context, leases []ledger.RunLease, _ time.Time, ttl time.Duration) ([]ledger.RunLease, error) {
+	var out []ledger.RunLease
+	for _, l := range leases {
+		var until int64
+		ok, err := t.one(ctx, renewRunLeaseSQL, []any{ttl.Microseconds(), string(l.Run), l.Owner, l.Token}, &until)
+		if err != nil {
+			return nil, wrapErr("renew run lease", err)
+		}
+		if ok {
+			l.Until = fromMicros(until)
+			out = append(out, l)
+		}
+	}
+	return out, nil
+}
+
+// ReleaseRunLease implements ledger.Tx.
+func (t *tx) ReleaseRunLease(ctx context.Context, l ledger.RunLease) (bool, error) {
+	n, err := t.exec(ctx, `UPDATE runs SET lease_owner = NULL, lease_until = 0 WHERE id = ? AND lease_owner = ? AND lease_token = ?`,
+		string(l.Run), l.Owner, l.Token)
+	return n > 0, wrapErr("release run lease", err)
+}
+
+// MoveChainHeadFenced implements ledger.Tx: one UPDATE guarded on the head
+// and on the lease token. The write holds the run's lock from its first
+// read of the run, so no claim can raise the token in between.
+func (t *tx) MoveChainHeadFenced(ctx context.Context, run ledger.RunID, fromSeq, seq int64, hash string, token int64) (bool, error) {
+	if err := t.lockRun(ctx, run); err != nil {
+		return false, err
+	}
+	n, err := t.exec(ctx, `UPDATE runs SET event_seq = ?, event_hash = ? WHERE id = ? AND event_seq = ? AND lease_token = ?`,
+		seq, hash, string(run), fromSeq, token)
+	return n > 0, wrapErr("move chain head", err)
+}
