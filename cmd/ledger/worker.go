@@ -31,28 +31,12 @@ Exits with status 7 if another ledger process holds the database (<db>.lock).`,
 			}
 			advanced := 0
 			for {
-				ids, err := svc.engine.Runnable(ctx)
+				n, err := svc.engine.AdvanceRunnable(ctx)
 				if err != nil {
 					return err
 				}
-				progressed := false
-				for _, id := range ids {
-					before, err := svc.store.FindRunByID(ctx, id)
-					if err != nil {
-						return err
-					}
-					if err := svc.engine.Advance(ctx, id); err != nil {
-						return err
-					}
-					after, err := svc.store.FindRunByID(ctx, id)
-					if err != nil {
-						return err
-					}
-					if after.EventSeq != before.EventSeq {
-						progressed, advanced = true, advanced+1
-					}
-				}
-				if !progressed {
+				advanced += n
+				if n == 0 {
 					if untilIdle {
 						fmt.Fprintf(cmd.OutOrStdout(), "idle after %d advances\n", advanced)
 						return nil
