@@ -922,7 +922,7 @@ func (e *Engine) staleOutcome(ctx context.Context, tool registeredTool, att *led
 	}
 	// Unfenced (the lease is lost) and written even though the worker's
 	// context is cancelled.
-	wctx, cancel := context.WithTimeout(ledger.WithoutRunLease(context.WithoutCancel(ctx)), e.leases.ttl)
+	wctx, cancel := e.leases.lateWrite(ctx)
 	defer cancel()
 	p := ledger.RecordObservationParams{AttemptID: att.ID, Source: ledger.ObservedStaleHolder, Effect: effect, Detail: body, Actor: "engine"}
 	_, _, err = e.store.RecordObservation(wctx, p)

@@ -317,7 +317,11 @@ func (e *Engine) AdvanceRunnable(ctx context.Context) (int, error) {
 	stop := e.leases.keep(ctx)
 	defer stop()
 	claimed, err := e.claimRunnable(ctx, 256)
-	defer e.leases.releaseIdle(ctx)
+	defer func() {
+		for _, l := range claimed {
+			e.leases.releaseToken(ctx, l.Run, l.Token) // those not advanced; the others are released already
+		}
+	}()
 	if err != nil {
 		return 0, err
 	}
@@ -338,7 +342,7 @@ func (e *Engine) AdvanceRunnable(ctx context.Context) (int, error) {
 // advanceHeld advances a run the engine holds the lease of, releases it,
 // and says whether its chain grew.
 func (e *Engine) advanceHeld(ctx context.Context, l ledger.RunLease) (int, error) {
-	defer e.leases.release(ctx, l.Run)
+	defer e.leases.releaseToken(ctx, l.Run, l.Token)
 	wctx, end, ok := e.leases.work(ctx, l.Run)
 	if !ok {
 		return 0, nil

@@ -64,15 +64,14 @@ type heldLease struct {
 // LeaseStatus is what the lease loop last did, for /readyz.
 type LeaseStatus struct {
 	// Owner is this process's name as a lease owner.
-	Owner string `json:"owner"`
+	Owner string
 	// Held is how many run leases the process holds now.
-	Held int `json:"held"`
+	Held int
 	// LastClaim and LastRenew are when a claim, and a renewal, last
-	// succeeded; zero if none has yet.
-	LastClaim time.Time `json:"last_claim,omitzero"`
-	LastRenew time.Time `json:"last_renew,omitzero"`
+	// succeeded, on the engine's clock; zero if none has yet.
+	LastClaim, LastRenew time.Time
 	// Err is the last claim's or renewal's error, until one succeeds.
-	Err error `json:"-"`
+	Err error
 }
 
 func newRunLeases(e *Engine, owner string, ttl time.Duration) *runLeases {
@@ -167,13 +166,6 @@ func (r *runLeases) deadOwners(ctx context.Context) []string {
 	return dead
 }
 
-// holds reports whether the engine holds run's lease.
-func (r *runLeases) holds(run ledger.RunID) bool {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.held[run] != nil
-}
-
 // idle lists the runs the engine holds that nobody works on, oldest
 // first.
 func (r *runLeases) idle() []ledger.RunID {
@@ -214,10 +206,18 @@ func (r *runLeases) work(ctx context.Context, run ledger.RunID) (context.Context
 // release gives up run's lease, in the store too, so that any process may
 // claim the run at once. It is written even when ctx is done (the pool
 // stopping): the run is then at once another's to take.
-func (r *runLeases) release(ctx context.Context, run ledger.RunID) {
+func (r *runLeases) release(ctx context.Context, run ledger.RunID) { r.releaseToken(ctx, run, 0) }
+
+// releaseToken is release, of the lease with token only (any, if 0).
+func (r *runLeases) releaseToken(ctx context.Context, run ledger.RunID, token int64) {
 	r.mu.Lock()
 	h := r.held[run]
-	delete(r.held, run)
+	if h != nil && token != 0 && h.lease.Token != token {
+		h = nil
+	}
+	if h != nil {
+		delete(r.held, run)
+	}
 	var (
 		l    ledger.RunLease
 		stop context.CancelCauseFunc
@@ -232,7 +232,7 @@ func (r *runLeases) release(ctx context.Context, run ledger.RunID) {
 	if stop != nil {
 		stop(nil)
 	}
-	wctx, cancel := context.WithTimeout(ledger.WithoutRunLease(context.WithoutCancel(ctx)), r.ttl)
+	wctx, cancel := r.lateWrite(ctx)
 	defer cancel()
 	if err := r.e.store.ReleaseRunLease(wctx, l); err != nil {
 		// It lapses on its own.
@@ -240,11 +240,21 @@ func (r *runLeases) release(ctx context.Context, run ledger.RunID) {
 	}
 }
 
-// releaseIdle releases every lease nobody works on.
+// releaseIdle releases every lease nobody works on, at once (the store
+// commits them together).
 func (r *runLeases) releaseIdle(ctx context.Context) {
+	var wg sync.WaitGroup
 	for _, id := range r.idle() {
-		r.release(ctx, id)
+		wg.Go(func() { r.release(ctx, id) })
 	}
+	wg.Wait()
+}
+
+// lateWrite is the context of a write made after ctx may have ended (a
+// release, a stale holder's evidence): not cancelled with it, without a
+// lease, and bounded.
+func (r *runLeases) lateWrite(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(ledger.WithoutRunLease(context.WithoutCancel(ctx)), max(r.ttl, 10*time.Second))
 }
 
 // lose forgets run's lease, the engine having lost it, and cancels the

@@ -102,9 +102,23 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 	require.Eventually(t, cond, 20*time.Second, 5*time.Millisecond, what)
 }
 
+// pausedRenewals fails the renewals of run leases while paused is set, as
+// for a process paused or cut off from its database.
+type pausedRenewals struct {
+	ledger.Store
+	paused *atomic.Bool
+}
+
+func (s pausedRenewals) RenewRunLeases(ctx context.Context, owner string, leases []ledger.RunLease, ttl time.Duration) ([]ledger.RunLease, error) {
+	if s.paused.Load() {
+		return nil, ledger.Errorf(ledger.CodeInternal, "renew run leases: the process is paused")
+	}
+	return s.Store.RenewRunLeases(ctx, owner, leases, ttl)
+}
+
 // TestStaleHolder: a worker whose run is claimed by another process while
-// its call is out (its lease lapsed: here the store's clock jumps an
-// hour) learns it at its next renewal, cancels the call, and records the
+// its call is out (its renewals stopped and its lease lapsed: here the
+// clock jumps an hour) gives the run up, cancels the call, and records the
 // outcome that still reaches it as a stale_holder observation instead of
 // finishing the attempt. The new holder recovers the attempt from that
 // evidence: the effect happened once, and the run completes.
@@ -113,17 +127,22 @@ func TestStaleHolder(t *testing.T) {
 	clock := ledgertest.NewClock()
 	path := filepath.Join(t.TempDir(), "ledger.db")
 	tool := newHeldTool("ext.write", true)
-	a, engA := leasedEngine(t, path, clock, tool, "a", nil)
+	paused := &atomic.Bool{}
+	a, engA := leasedEngine(t, path, clock, tool, "a", func(c *engine.Config) { c.Store = pausedRenewals{c.Store, paused} })
 	run := submitWriter(t, a.Store, "k")
 
 	engA.Start(ctx)
-	defer engA.Stop()
+	t.Cleanup(engA.Stop)
+	var answered sync.Once
+	answer := func() { answered.Do(func() { close(tool.release) }) }
+	t.Cleanup(answer) // before Stop, whatever happened: the call ignores its context
 	<-tool.started
 	first, err := a.Store.FindRunLease(ctx, run)
 	require.NoError(t, err)
 	require.Equal(t, "a", first.Owner)
 
 	// Another process claims the run once the lease has lapsed.
+	paused.Store(true)
 	other := ledgertest.OpenStoreAt(t, path, clock)
 	clock.Advance(time.Hour)
 	taken, err := other.Store.ClaimRuns(ctx, ledger.ClaimRunsParams{Owner: "b", TTL: time.Hour, Limit: 1,
@@ -131,10 +150,11 @@ func TestStaleHolder(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, taken, 1)
 	require.Equal(t, first.Token+1, taken[0].Token)
+	paused.Store(false)
 
 	var staleObs *ledger.Observation
 	waitFor(t, "engine a gives up the run", func() bool { return engA.Leases().Held == 0 })
-	close(tool.release) // the call answers after all, too late
+	answer() // the call answers after all, too late
 	waitFor(t, "the late outcome kept as stale_holder", func() bool {
 		obs, err := a.Store.FindObservations(ctx, ledger.ObservationFilter{RunID: &run})
 		require.NoError(t, err)
