@@ -3,7 +3,6 @@ package main
 import (
 	"encoding/json"
 	"fmt"
-	"log/slog"
 
 	"github.com/actionledger/ledger/ledger/sqlite"
 	"github.com/spf13/cobra"
@@ -18,17 +17,13 @@ func newMigrateCmd() *cobra.Command {
 		Use:   "migrate",
 		Short: "Create or upgrade the ledger database and print its schema version",
 		Long: `Create the SQLite database if it does not exist and apply pending migrations.
-A database written by a newer ledger is refused (exit status 3) and left untouched; so is
-one another ledger process holds (exit status 7: stop the server first).`,
+A database written by a newer ledger is refused (exit status 3) and left untouched. Several
+processes may migrate one database at once, and a server may run beside: each migration is
+applied once, in its own transaction. A server of an older build then reports not ready
+(/readyz: the schema is newer than it writes) until it is upgraded.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx := cmd.Context()
-			// migrate writes the schema: not under a running server.
-			lock, err := lockDatabase(dbPath, "migrate", slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), nil)))
-			if err != nil {
-				return err
-			}
-			defer lock.Release()
 			s, err := sqlite.OpenStore(ctx, sqlite.Config{Path: dbPath})
 			if err != nil {
 				return err
