@@ -112,6 +112,14 @@ type Config struct {
 	// LogInterval is how often a failure that repeats is logged: once at
 	// first, then once per interval with a count. 0 means 10s.
 	LogInterval time.Duration
+	// Owner names this process as the holder of run leases; "" means
+	// DefaultOwner() (host, pid and a random part). Two processes on one
+	// database must not share an owner.
+	Owner string
+	// LeaseTTL is how long a run lease holds unless renewed; the engine
+	// renews its leases every third of it, and another process may take a
+	// run over that long after this one stopped renewing. 0 means 15s.
+	LeaseTTL time.Duration
 	// AttemptTokenKey derives the secret tokens of attempts clients begin
 	// (the agent protocol), so that a replayed begin gets its token again
 	// while only its hash is stored. Keep it across restarts (cmd/ledger
@@ -162,6 +170,8 @@ type Engine struct {
 	tokenKey []byte
 	// clientAgents names the agents a client drives, in name order.
 	clientAgents []string
+	// leases are the run leases the engine holds (runleases.go).
+	leases *runLeases
 }
 
 type registeredAgent struct {
@@ -211,6 +221,12 @@ func New(cfg Config) (*Engine, error) {
 	if cfg.LogInterval <= 0 {
 		cfg.LogInterval = defaultLogInterval
 	}
+	if cfg.Owner == "" {
+		cfg.Owner = DefaultOwner()
+	}
+	if cfg.LeaseTTL <= 0 {
+		cfg.LeaseTTL = defaultLeaseTTL
+	}
 	if cfg.Health == nil {
 		cfg.Health = NewStoreHealth(StoreHealthConfig{Now: cfg.Now, Logger: cfg.Logger, LogInterval: cfg.LogInterval})
 	}
@@ -237,6 +253,7 @@ func New(cfg Config) (*Engine, error) {
 		notBefore: map[ledger.RunID]time.Time{}, failures: map[ledger.RunID]int{}, policy: cfg.Policy.WithDefaults(),
 		health: cfg.Health, backoff: backoff{min: cfg.RetryMin, max: cfg.RetryMax},
 		failLogs: newFailureLog(cfg.Logger, cfg.Now, cfg.LogInterval)}
+	e.leases = newRunLeases(e, cfg.Owner, cfg.LeaseTTL)
 	for _, a := range cfg.Agents {
 		switch a.Driver {
 		case "":
@@ -273,7 +290,7 @@ func New(cfg Config) (*Engine, error) {
 	}
 	slices.Sort(e.clientAgents)
 	e.recoverer = recovery.New(recovery.Config{Store: cfg.Store, Probes: e.probe, Retry: e.retryVerdict, Now: cfg.Now,
-		OnDecision: cfg.OnDecision})
+		OnDecision: cfg.OnDecision, Lease: e.scanLease, Done: e.scanDone, Guard: e.probeGuard})
 	return e, nil
 }
 
@@ -330,11 +347,56 @@ func (e *Engine) retryVerdict(run *ledger.Run, a *ledger.Action, now time.Time) 
 }
 
 // Recover runs the recovery scan: every approved, running or uncertain
-// action of a live run gets its decision, recorded with its rationale, and
-// acted on. Call it at start-up, before Start, while nothing is in flight.
+// action of a live run whose lease this process can claim gets its
+// decision, recorded with its rationale, and acted on; a run another
+// process holds is that process's to recover (ScanReport.Held). Call it at
+// start-up, before Start.
 func (e *Engine) Recover(ctx context.Context) (recovery.ScanReport, error) {
+	stop := e.leases.keep(ctx)
+	defer stop()
 	return e.recoverer.Scan(ctx)
 }
+
+// scanLease claims the runs of a page of the recovery scan and returns the
+// context to recover each one it got with, under its lease.
+func (e *Engine) scanLease(ctx context.Context, runs []ledger.RunID) (map[ledger.RunID]context.Context, error) {
+	var live []ledger.RunState
+	for _, st := range ledger.RunStates() {
+		if !st.Terminal() {
+			live = append(live, st)
+		}
+	}
+	got, err := e.leases.claim(ctx, ledger.ClaimRunsParams{Limit: len(runs), States: live, Runs: runs})
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[ledger.RunID]context.Context, len(got))
+	for _, l := range got {
+		if wctx, _, ok := e.leases.work(ctx, l.Run); ok {
+			out[l.Run] = wctx // its work ends with the release (scanDone)
+		}
+	}
+	return out, nil
+}
+
+// scanDone releases a run the recovery scan recovered.
+func (e *Engine) scanDone(ctx context.Context, run ledger.RunID) { e.leases.release(ctx, run) }
+
+// probeGuard lets recovery query or cancel a tool only while the lease of
+// the run it recovers outlasts the probe by the margin.
+func (e *Engine) probeGuard(ctx context.Context, timeout time.Duration) error {
+	ok, err := e.leases.outlasts(ctx, timeout+e.leases.margin())
+	if err == nil && !ok {
+		err = fmt.Errorf("%w: the run's lease cannot be made to outlast the probe", ledger.ErrLeaseLost)
+	}
+	return err
+}
+
+// Leases is what the engine's lease loop last did (for /readyz).
+func (e *Engine) Leases() LeaseStatus { return e.leases.Status() }
+
+// Owner is this process's name as the holder of run leases.
+func (e *Engine) Owner() string { return e.leases.owner }
 
 // Health is the StoreHealth watching the engine's store.
 func (e *Engine) Health() *StoreHealth { return e.health }
@@ -428,7 +490,7 @@ func (e *Engine) Advance(ctx context.Context, id ledger.RunID) error {
 		}
 		v.at(run)
 		more, err := e.step(ctx, run, &v)
-		if errors.Is(err, ledger.ErrConflict) && conflicts < 3 {
+		if errors.Is(err, ledger.ErrConflict) && !errors.Is(err, ledger.ErrLeaseLost) && conflicts < 3 {
 			// Someone moved the run underneath (a cancel, an approval, a
 			// person's resolution): read it again and go on from there.
 			conflicts++
@@ -656,8 +718,10 @@ func (e *Engine) modelStep(ctx context.Context, run *ledger.Run, agent *register
 		}
 		// An action the rules approve starts its attempt in the same
 		// commit: everything that must be durable before the call, at once.
+		// Not if the run's lease cannot be made to outlast the call: the
+		// action is recorded approved, and the next step starts it.
 		if gate.Gate == ledger.ActionApproved {
-			if reason, _ := e.retryVerdict(run, &ledger.Action{RunID: run.ID}, e.now()); reason == "" {
+			if reason, _ := e.retryVerdict(run, &ledger.Action{RunID: run.ID}, e.now()); reason == "" && e.leaseForCall(ctx, tool) == nil {
 				p.StartAttempt = true
 				e.fault(FaultBeforeAttemptRecorded)
 			}
@@ -718,6 +782,9 @@ func (e *Engine) attempt(ctx context.Context, run *ledger.Run, agent *registered
 	if reason, why := e.retryVerdict(run, a, e.now()); reason != "" {
 		return false, e.finish(ctx, run, reason, map[string]any{"action_id": a.ID, "rationale": why})
 	}
+	if err := e.leaseForCall(ctx, tool); err != nil {
+		return false, err
+	}
 	e.fault(FaultBeforeAttemptRecorded)
 	var early *Result // only a broken test build calls the tool before recording the attempt
 	var earlyErr error
@@ -731,6 +798,8 @@ func (e *Engine) attempt(ctx context.Context, run *ledger.Run, agent *registered
 	case errors.Is(err, ledger.ErrBudgetExceeded):
 		// The store's own guard: another process spent the budget first.
 		return false, e.finish(ctx, run, ledger.StopRetryBudgetExhausted, map[string]any{"action_id": a.ID, "error": err.Error()})
+	case errors.Is(err, ledger.ErrLeaseLost):
+		return false, err
 	case errors.Is(err, ledger.ErrConflict):
 		return true, nil // a cancel was accepted meanwhile: the next step handles it
 	case err != nil:
@@ -744,14 +813,37 @@ func (e *Engine) attempt(ctx context.Context, run *ledger.Run, agent *registered
 	return e.callTool(ctx, run, tool, a, att, v)
 }
 
+// callTimeout is how long a call of tool may take.
+func (e *Engine) callTimeout(tool registeredTool) time.Duration {
+	if t := tool.desc.Timeout(); t > 0 {
+		return t
+	}
+	return e.cfg.DefaultToolTimeout
+}
+
+// leaseForCall makes sure the lease of the run ctx works on outlasts a
+// call of tool by the margin, extending it if need be, so that no other
+// process can claim the run (and recover the attempt) while the call may
+// still be running. Nil if ctx carries no lease.
+func (e *Engine) leaseForCall(ctx context.Context, tool registeredTool) error {
+	ok, err := e.leases.outlasts(ctx, e.callTimeout(tool)+e.leases.margin())
+	if err == nil && !ok {
+		err = fmt.Errorf("call %s: the run's lease cannot be made to outlast the call", tool.desc.Name)
+	}
+	return err
+}
+
 // callTool calls the tool for an attempt recorded durably, then records
-// the outcome and the tool's observation; v follows the write.
+// the outcome and the tool's observation; v follows the write. It does
+// not call the tool if the run's lease cannot be made to outlast the call:
+// the attempt, recorded and never called, is then recovered by whoever
+// holds the run next, as after a crash at that point.
 func (e *Engine) callTool(ctx context.Context, run *ledger.Run, tool registeredTool, a *ledger.Action, att *ledger.Attempt, v *runView) (bool, error) {
 	e.fault(FaultAfterAttemptRecorded)
-	timeout := tool.desc.Timeout()
-	if timeout <= 0 {
-		timeout = e.cfg.DefaultToolTimeout
+	if err := e.leaseForCall(ctx, tool); err != nil {
+		return false, err
 	}
+	timeout := e.callTimeout(tool)
 	callCtx, cancelTimeout := context.WithTimeout(ctx, timeout)
 	callCtx, cancelCall := context.WithCancelCause(callCtx)
 	untrack := e.trackCall(run.ID, func() { cancelCall(errRunCancelled) })
@@ -777,14 +869,24 @@ func (e *Engine) toolCalled(tool string, status ledger.AttemptStatus, took time.
 // took; v follows the write.
 func (e *Engine) finishCall(ctx context.Context, run *ledger.Run, tool registeredTool, a *ledger.Action, att *ledger.Attempt,
 	res Result, callErr error, cancelledByRun bool, took time.Duration, v *runView) (bool, error) {
+	if leaseLost(ctx) {
+		// Another process may hold the run now: what the call answered is
+		// evidence for its recovery, not this worker's to record.
+		fin := outcome(tool.desc, e.redactResult(res), e.redactErr(callErr))
+		if errors.Is(callErr, context.Canceled) {
+			fin = ledger.FinishAttemptParams{Status: ledger.AttemptCancelled,
+				Error:       &ledger.AttemptError{Code: "lease_lost", Message: "the worker lost the run's lease and cancelled the call"},
+				Observation: &ledger.ObservationInput{Source: ledger.ObservedResult, Effect: ledger.EffectUnknown}}
+		}
+		return false, e.staleOutcome(ctx, tool, att, fin)
+	}
 	if callErr != nil && ctx.Err() != nil {
 		// We are shutting down, not the tool failing: leave the attempt
 		// started; recovery finds it and decides with the tool's guarantees.
 		e.toolCalled(tool.desc.Name, ledger.AttemptStarted, took)
 		return false, ctx.Err()
 	}
-	res.Output = e.redactJSON(res.Output)
-	fin := outcome(tool.desc, res, e.redactErr(callErr))
+	fin := outcome(tool.desc, e.redactResult(res), e.redactErr(callErr))
 	if callErr != nil && cancelledByRun {
 		fin = ledger.FinishAttemptParams{Status: ledger.AttemptCancelled, ActionState: ledger.ActionUncertain,
 			Error:       &ledger.AttemptError{Code: "cancelled", Message: "the run was cancelled during the call"},
@@ -794,6 +896,9 @@ func (e *Engine) finishCall(ctx context.Context, run *ledger.Run, tool registere
 	e.toolCalled(tool.desc.Name, fin.Status, took)
 	done, err := e.store.FinishAttempt(ctx, fin)
 	if err != nil {
+		if errors.Is(err, ledger.ErrLeaseLost) {
+			return false, e.staleOutcome(ctx, tool, att, fin)
+		}
 		return false, err
 	}
 	v.finished(done)
@@ -807,6 +912,54 @@ func (e *Engine) finishCall(ctx context.Context, run *ledger.Run, tool registere
 	default: // succeeded: the next model step; uncertain: recovery decides
 		return true, nil
 	}
+}
+
+// redactResult is res with its output redacted, as it is stored.
+func (e *Engine) redactResult(res Result) Result {
+	res.Output = e.redactJSON(res.Output)
+	return res
+}
+
+// staleOutcome records the outcome of a call that reached this worker
+// after it lost the run's lease, as an observation with source
+// stale_holder (an effect it establishes is written on the attempt),
+// instead of finishing the attempt: the run's new holder recovers the
+// attempt and finds it there. It returns the lost lease as the error.
+func (e *Engine) staleOutcome(ctx context.Context, tool registeredTool, att *ledger.Attempt, fin ledger.FinishAttemptParams) error {
+	lost := fmt.Errorf("attempt %s of %s: %w", att.ID, tool.desc.Name, errLeaseLost)
+	detail := map[string]any{"status": fin.Status}
+	if len(fin.Result) > 0 {
+		detail["result"] = fin.Result
+	}
+	if fin.Error != nil {
+		detail["error"] = fin.Error
+	}
+	body, err := json.Marshal(detail)
+	if err != nil {
+		return errors.Join(lost, err)
+	}
+	effect := ledger.EffectUnknown
+	if fin.Observation != nil {
+		effect = fin.Observation.Effect
+	}
+	// Unfenced (the lease is lost) and written even though the worker's
+	// context is cancelled.
+	wctx, cancel := e.leases.lateWrite(ctx)
+	defer cancel()
+	p := ledger.RecordObservationParams{AttemptID: att.ID, Source: ledger.ObservedStaleHolder, Effect: effect, Detail: body, Actor: "engine"}
+	_, _, err = e.store.RecordObservation(wctx, p)
+	if ledger.Code(err) == ledger.CodeConflict && effect != ledger.EffectUnknown {
+		// The new holder established the effect otherwise: the evidence is
+		// kept, the established fact stands.
+		p.Effect = ledger.EffectUnknown
+		_, _, err = e.store.RecordObservation(wctx, p)
+	}
+	if err != nil {
+		return errors.Join(lost, fmt.Errorf("record the outcome as stale_holder: %w", err))
+	}
+	e.log.WarnContext(ctx, "a call's outcome reached this worker after it lost the run's lease: kept as a stale_holder observation",
+		"attempt", att.ID, "tool", tool.desc.Name, "status", fin.Status, "effect", effect)
+	return lost
 }
 
 func (e *Engine) fault(p FaultPoint) {

@@ -20,7 +20,7 @@ func NewDispatcher(e *Engine, work chan<- ledger.RunID) *Dispatcher { return new
 func (d *dispatcher) RunOnce(ctx context.Context) (time.Duration, bool) { return d.runOnce(ctx) }
 
 // Done marks a run handed out as finished by its worker.
-func (d *dispatcher) Done(id ledger.RunID) { d.done(id) }
+func (d *dispatcher) Done(id ledger.RunID) { d.done(context.Background(), id) }
 
 // Work is one worker's turn on a run.
 func (e *Engine) Work(ctx context.Context, id ledger.RunID) { e.work(ctx, id) }
@@ -31,3 +31,9 @@ func (e *Engine) Failures(id ledger.RunID) int {
 	defer e.callsMu.Unlock()
 	return e.failures[id]
 }
+
+// OwnerGone is ownerGone, LocalOwnerPrefix localOwnerPrefix.
+var (
+	OwnerGone        = ownerGone
+	LocalOwnerPrefix = localOwnerPrefix
+)

@@ -96,7 +96,7 @@ var (
 	storeReads = [...]string{"find_run_by_id", "find_runs", "find_action_by_id", "find_actions", "find_attempts",
 		"find_observations", "find_approvals", "find_cancellation", "find_recovery_facts", "find_events", "verify_chain",
 		"find_chain", "count_by_state", "find_attempt_lease", "find_lapsed_leases", "find_agent_decision",
-		"find_run_lease"}
+		"find_run_lease", "find_run_lease_owners"}
 )
 
 // StoreOps lists the operations StoreHealth counts, writes first.
@@ -353,6 +353,12 @@ func (s *watchedStore) ReleaseRunLease(ctx context.Context, l ledger.RunLease) e
 }
 
 // The reads.
+
+func (s *watchedStore) FindRunLeaseOwners(ctx context.Context) ([]string, error) {
+	r, err := s.store.FindRunLeaseOwners(ctx)
+	s.h.read("find_run_lease_owners", err)
+	return r, err
+}
 
 func (s *watchedStore) FindRunLease(ctx context.Context, run ledger.RunID) (ledger.RunLease, error) {
 	r, err := s.store.FindRunLease(ctx, run)

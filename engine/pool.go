@@ -9,9 +9,9 @@ import (
 	"github.com/actionledger/ledger/ledger"
 )
 
-// pool is the running worker pool: a dispatcher that finds runnable runs
+// pool is the running worker pool: a dispatcher that claims runnable runs
 // (on a tick, or at once when notified) and hands each to one worker at a
-// time.
+// time, under the run's lease.
 type pool struct {
 	cancel context.CancelFunc
 	done   chan struct{}
@@ -19,10 +19,11 @@ type pool struct {
 }
 
 // Start launches the worker pool; it runs until ctx is done or Stop is
-// called. A run is advanced by at most one worker of this process at a time.
-// Several processes on one database would each advance the same run: the
-// CLI takes an exclusive lock per database (cmd/ledger/lock.go) until runs
-// are leased in the store.
+// called. A run is advanced only under its lease (runleases.go): the pool
+// claims the runnable runs whose lease is free or lapsed, renews the
+// leases it holds while it works, and releases a run when its worker
+// returns it, so several processes on one database never advance the
+// same run at once.
 func (e *Engine) Start(ctx context.Context) {
 	ctx, cancel := context.WithCancel(ctx)
 	p := &pool{cancel: cancel, done: make(chan struct{}), wake: make(chan struct{}, 1)}
@@ -33,8 +34,10 @@ func (e *Engine) Start(ctx context.Context) {
 	}()
 }
 
-// Stop stops taking runs and waits for the workers to return. A worker
-// stopped mid-attempt leaves the attempt started; recovery settles it.
+// Stop stops taking runs and waits for the workers to return, then
+// releases the leases the pool held, so another process may take the runs
+// at once. A worker stopped mid-attempt leaves the attempt started;
+// recovery, by whoever claims the run next, settles it.
 func (e *Engine) Stop() {
 	p := e.pool.Swap(nil)
 	if p == nil {
@@ -56,6 +59,7 @@ func (e *Engine) Notify() {
 }
 
 func (e *Engine) dispatch(ctx context.Context, p *pool) {
+	stopRenewing := e.leases.keep(ctx)
 	work := make(chan ledger.RunID)
 	d := newDispatcher(e, work)
 	var wg sync.WaitGroup
@@ -63,7 +67,7 @@ func (e *Engine) dispatch(ctx context.Context, p *pool) {
 		wg.Go(func() {
 			for id := range work {
 				e.work(ctx, id)
-				d.done(id)
+				d.done(ctx, id)
 				select { // the run may be runnable again: look now, not at the next tick
 				case p.wake <- struct{}{}:
 				default:
@@ -74,6 +78,8 @@ func (e *Engine) dispatch(ctx context.Context, p *pool) {
 	defer func() {
 		close(work)
 		wg.Wait()
+		e.leases.releaseIdle(ctx)
+		stopRenewing()
 	}()
 	for {
 		wait, wakeable := d.runOnce(ctx)
@@ -118,11 +124,12 @@ func newDispatcher(e *Engine, work chan<- ledger.RunID) *dispatcher {
 	return &dispatcher{e: e, work: work, busy: map[ledger.RunID]bool{}}
 }
 
-// runOnce makes one pass: expire due approvals, find the runnable runs and
-// hand each one no worker holds to a worker (waiting for one to be free).
-// It returns how long to wait before the next pass, and whether a wake-up
-// may end that wait early: the poll interval after a good pass, the
-// backoff, not to be cut short, after a pass the store failed.
+// runOnce makes one pass: expire due approvals, then hand each free worker
+// a run: first the runs this process holds that no worker has and that
+// are due (recovery or a failure told them to wait), then runnable runs
+// it claims. It returns how long to wait before the next pass, and whether
+// a wake-up may end that wait early: the poll interval after a good pass,
+// the backoff, not to be cut short, after a pass the store failed.
 func (d *dispatcher) runOnce(ctx context.Context) (time.Duration, bool) {
 	e := d.e
 	e.health.flush(ctx)
@@ -136,10 +143,30 @@ func (d *dispatcher) runOnce(ctx context.Context) (time.Duration, bool) {
 		failed = true
 		e.logFailure(ctx, "sweep lapsed leases", err)
 	}
-	ids, err := e.Runnable(ctx)
-	if err != nil && ctx.Err() == nil {
-		failed = true
-		e.logFailure(ctx, "find runnable runs", err)
+	d.mu.Lock()
+	free := e.cfg.Workers - len(d.busy)
+	d.mu.Unlock()
+	var ids []ledger.RunID
+	for _, id := range e.leases.idle() {
+		if len(ids) == free {
+			break
+		}
+		d.mu.Lock()
+		busy := d.busy[id]
+		d.mu.Unlock()
+		if !busy && !e.deferred(id) {
+			ids = append(ids, id)
+		}
+	}
+	if n := free - len(ids); n > 0 {
+		claimed, err := e.claimRunnable(ctx, n)
+		if err != nil && ctx.Err() == nil {
+			failed = true
+			e.logFailure(ctx, "claim runnable runs", err)
+		}
+		for _, l := range claimed {
+			ids = append(ids, l.Run)
+		}
 	}
 	for _, id := range ids {
 		d.mu.Lock()
@@ -152,7 +179,7 @@ func (d *dispatcher) runOnce(ctx context.Context) (time.Duration, bool) {
 		select {
 		case d.work <- id:
 		case <-ctx.Done():
-			d.done(id)
+			d.done(ctx, id)
 			return 0, false
 		}
 	}
@@ -177,25 +204,58 @@ func (d *dispatcher) resetBackoff() {
 	e.callsMu.Unlock()
 }
 
-// done marks a run handed out by runOnce as no longer held by a worker.
-func (d *dispatcher) done(id ledger.RunID) {
+// done marks a run handed out by runOnce as no longer held by a worker,
+// and releases its lease unless the run was told to wait: the pool keeps
+// that one until it is due, so that the oldest runs, waiting, do not take
+// every claim.
+func (d *dispatcher) done(ctx context.Context, id ledger.RunID) {
 	d.mu.Lock()
 	delete(d.busy, id)
 	d.mu.Unlock()
+	if ctx.Err() == nil && d.e.deferred(id) {
+		return
+	}
+	d.e.leases.release(ctx, id)
 }
 
-// work advances one run for the pool. A run whose Advance fails waits out
-// its backoff before the pool hands it out again, so a failing store (a
-// full disk) is not retried as fast as it fails; a success starts its
-// backoff over. A lost race (CodeConflict, after Advance's own retries) is
-// normal: the run is looked at again on the next pass.
+// claimRunnable claims up to limit runs the engine can advance without a
+// person: queued, running and stopping ones, oldest first. A running run
+// of a client-driven agent is its client's to advance, so it is not
+// claimed (nor counted against the limit).
+func (e *Engine) claimRunnable(ctx context.Context, limit int) ([]ledger.RunLease, error) {
+	if len(e.clientAgents) == 0 {
+		return e.leases.claim(ctx, ledger.ClaimRunsParams{Limit: limit,
+			States: []ledger.RunState{ledger.RunQueued, ledger.RunRunning, ledger.RunStopping}})
+	}
+	got, err := e.leases.claim(ctx, ledger.ClaimRunsParams{Limit: limit, States: []ledger.RunState{ledger.RunQueued, ledger.RunStopping}})
+	if err != nil || len(got) == limit {
+		return got, err
+	}
+	more, err := e.leases.claim(ctx, ledger.ClaimRunsParams{Limit: limit - len(got), States: []ledger.RunState{ledger.RunRunning},
+		NotAgents: e.clientAgents})
+	return append(got, more...), err
+}
+
+// work advances one run for the pool, under its lease. A run whose
+// Advance fails waits out its backoff before the pool hands it out again,
+// so a failing store (a full disk) is not retried as fast as it fails; a
+// success starts its backoff over. A lost race (CodeConflict, after
+// Advance's own retries) is normal: the run is looked at again on the next
+// pass. So is a lost lease: the run is another process's now.
 func (e *Engine) work(ctx context.Context, id ledger.RunID) {
-	err := e.Advance(ctx, id)
+	wctx, end, ok := e.leases.work(ctx, id)
+	if !ok {
+		return // lost its lease since it was handed out
+	}
+	defer end()
+	err := e.Advance(wctx, id)
 	switch {
 	case err == nil:
 		e.callsMu.Lock()
 		delete(e.failures, id)
 		e.callsMu.Unlock()
+	case errors.Is(err, ledger.ErrLeaseLost) || leaseLost(wctx):
+		e.log.InfoContext(ctx, "advance run: lost its lease, another process goes on", "run", id, "err", err)
 	case ctx.Err() != nil:
 		// Stopping: recovery settles whatever was in flight.
 	case errors.Is(err, ledger.ErrConflict):
@@ -226,7 +286,9 @@ func (e *Engine) logFailure(ctx context.Context, msg string, err error, attrs ..
 // running and stopping ones, oldest first, less those recovery told to
 // wait a while. A running run of a client-driven agent is its client's
 // to advance, so it is not listed (nor counted against the page, so that
-// long-lived client runs cannot crowd out the engine's own).
+// long-lived client runs cannot crowd out the engine's own). It lists
+// them whoever holds their leases: the pool and AdvanceRunnable claim
+// instead.
 func (e *Engine) Runnable(ctx context.Context) ([]ledger.RunID, error) {
 	var ids []ledger.RunID
 	for _, st := range []ledger.RunState{ledger.RunQueued, ledger.RunRunning, ledger.RunStopping} {
@@ -245,4 +307,61 @@ func (e *Engine) Runnable(ctx context.Context) ([]ledger.RunID, error) {
 		}
 	}
 	return ids, nil
+}
+
+// AdvanceRunnable claims the runs the pool would take, advances each in
+// turn under its lease (Advance) and releases it, and returns how many of
+// them moved (their chain grew). A run whose lease it loses meanwhile is
+// left to its new holder; another error stops it.
+func (e *Engine) AdvanceRunnable(ctx context.Context) (int, error) {
+	stop := e.leases.keep(ctx)
+	defer stop()
+	claimed, err := e.claimRunnable(ctx, 256)
+	defer func() {
+		for _, l := range claimed {
+			e.leases.releaseToken(ctx, l.Run, l.Token) // those not advanced; the others are released already
+		}
+	}()
+	if err != nil {
+		return 0, err
+	}
+	moved := 0
+	for _, l := range claimed {
+		if e.deferred(l.Run) {
+			continue
+		}
+		n, err := e.advanceHeld(ctx, l)
+		moved += n
+		if err != nil {
+			return moved, err
+		}
+	}
+	return moved, nil
+}
+
+// advanceHeld advances a run the engine holds the lease of, releases it,
+// and says whether its chain grew.
+func (e *Engine) advanceHeld(ctx context.Context, l ledger.RunLease) (int, error) {
+	defer e.leases.releaseToken(ctx, l.Run, l.Token)
+	wctx, end, ok := e.leases.work(ctx, l.Run)
+	if !ok {
+		return 0, nil
+	}
+	defer end()
+	before, err := e.store.FindRunByID(ctx, l.Run)
+	if err != nil {
+		return 0, err
+	}
+	err = e.Advance(wctx, l.Run)
+	if errors.Is(err, ledger.ErrLeaseLost) || leaseLost(wctx) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, err
+	}
+	after, err := e.store.FindRunByID(ctx, l.Run)
+	if err != nil || after.EventSeq == before.EventSeq {
+		return 0, err
+	}
+	return 1, nil
 }

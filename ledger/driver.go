@@ -127,6 +127,8 @@ type Reader interface {
 	CountByState(ctx context.Context) (*Counts, error)
 	// GetRunLease returns a run's lease (Store.FindRunLease).
 	GetRunLease(ctx context.Context, run RunID) (*RunLease, error)
+	// ListRunLeaseOwners is Store.FindRunLeaseOwners.
+	ListRunLeaseOwners(ctx context.Context) ([]string, error)
 }
 
 // Tx is one write transaction: it reads what the transaction has written.
@@ -221,8 +223,8 @@ type Tx interface {
 	// ClaimRuns is Store.ClaimRuns: in one statement (or under locks that
 	// make it one), it sets owner, token + 1 and until now + p.TTL on up
 	// to p.Limit runs in p.States (less p.NotAgents; among p.Runs if set)
-	// whose lease is free or lapsed (until ≤ now), lowest id first, and
-	// returns their leases in id order.
+	// whose lease is free or lapsed (until ≤ now) or held by one of
+	// p.TakeOver, lowest id first, and returns their leases in id order.
 	ClaimRuns(ctx context.Context, p ClaimRunsParams, now time.Time) ([]RunLease, error)
 	// RenewRunLeases sets the until of each lease whose run still has its
 	// owner and token to the later of its until and now + ttl, and returns

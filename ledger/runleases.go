@@ -68,8 +68,13 @@ type ClaimRunsParams struct {
 	// NotAgents leaves out runs of these agents.
 	NotAgents []string
 	// Runs, if set, claims only among these runs (the recovery scan claims
-	// the run it is about to recover).
+	// the runs it is about to recover).
 	Runs []RunID
+	// TakeOver names owners whose leases may be claimed before they lapse:
+	// holders the caller knows to be dead (a process of its own host that
+	// no longer exists, engine.Config.Owner). Their tokens are raised as
+	// at any claim, so should one still be alive it could not write.
+	TakeOver []string
 }
 
 // RunLeaseStore is the part of Store that leases runs to processes.
@@ -93,6 +98,9 @@ type RunLeaseStore interface {
 	// when nobody holds it, Token the last claim's. CodeNotFound if the
 	// run is unknown.
 	FindRunLease(ctx context.Context, run RunID) (RunLease, error)
+	// FindRunLeaseOwners lists, sorted, the owners that hold the lease of
+	// at least one run, lapsed or not.
+	FindRunLeaseOwners(ctx context.Context) ([]string, error)
 }
 
 // runLeaseKey is the context key of WithRunLease.
@@ -103,6 +111,14 @@ type runLeaseKey struct{}
 // refused with ErrLeaseLost unless l.Token is still the run's token.
 func WithRunLease(ctx context.Context, l RunLease) context.Context {
 	return context.WithValue(ctx, runLeaseKey{}, l)
+}
+
+// WithoutRunLease returns ctx without the lease it was marked with: its
+// writes are not fenced. A holder that lost its lease records what it
+// still has to say (a late tool outcome, as evidence for the new holder)
+// with it.
+func WithoutRunLease(ctx context.Context) context.Context {
+	return context.WithValue(ctx, runLeaseKey{}, nil)
 }
 
 // RunLeaseFrom returns the lease ctx was marked with, if any.
@@ -130,6 +146,11 @@ func (s *DB) ClaimRuns(ctx context.Context, p ClaimRunsParams) ([]RunLease, erro
 	for _, st := range p.States {
 		if !st.Valid() || st.Terminal() {
 			return nil, Errorf(CodeInvalid, "claim runs: %q is not a live run state", st)
+		}
+	}
+	for _, o := range p.TakeOver {
+		if err := checkOwner(o); err != nil {
+			return nil, wrapErr("claim runs: take over", err)
 		}
 	}
 	var out []RunLease
@@ -190,6 +211,15 @@ func (s *DB) FindRunLease(ctx context.Context, run RunID) (RunLease, error) {
 		return RunLease{}, wrapErr("find run lease", err)
 	}
 	return *l, nil
+}
+
+// FindRunLeaseOwners implements Store.
+func (s *DB) FindRunLeaseOwners(ctx context.Context) ([]string, error) {
+	out, err := s.reader().ListRunLeaseOwners(ctx)
+	if err != nil {
+		return nil, wrapErr("find run lease owners", err)
+	}
+	return out, nil
 }
 
 // leaseLost is the error of a write refused by its fence: the run's token

@@ -55,6 +55,19 @@ type Config struct {
 	ScanWorkers int
 	// ScanPage is how many runs' facts Scan reads at once; 0 means 1000.
 	ScanPage int
+	// Lease, if set, makes Scan recover only the runs this process can
+	// claim: it is called with the runs of each page before they are
+	// recovered, claims what it can and returns, for each run it claimed,
+	// the context to recover it with (marked with the run's lease,
+	// ledger.WithRunLease). Scan leaves the other runs to the processes
+	// that hold them (ScanReport.Held) and calls Done with each run it
+	// claimed once its actions are recovered.
+	Lease func(ctx context.Context, runs []ledger.RunID) (map[ledger.RunID]context.Context, error)
+	Done  func(ctx context.Context, run ledger.RunID)
+	// Guard, if set, is asked before each query or cancel of a tool,
+	// with the probe's timeout, and the pass stops with its error: the
+	// engine lets a probe run only while the run's lease outlasts it.
+	Guard func(ctx context.Context, timeout time.Duration) error
 }
 
 // Recoverer applies the decision table to actions and acts on it.
@@ -159,6 +172,11 @@ func (r *Recoverer) pass(ctx context.Context, lf *ledger.RecoveryFacts) (d Decis
 			return d, stale, write(nil)
 		}
 		p.decide(f, d)
+		if r.cfg.Guard != nil && (d.Kind == Query || d.Kind == Cancel) {
+			if err := r.cfg.Guard(ctx, r.cfg.ProbeTimeout); err != nil {
+				return d, stale, fmt.Errorf("recover %s: %s: %w", f.Action.ID, d.Kind, err)
+			}
+		}
 		switch d.Kind {
 		case Query:
 			f.Query = r.query(ctx, f, probe, &p)
@@ -449,7 +467,10 @@ type ScanReport struct {
 	// (Store.SettleCancellations): too_late on a run that had ended,
 	// accepted on a live one.
 	Cancellations []*ledger.Cancellation `json:"cancellations,omitempty"`
-	Errors        []string               `json:"errors,omitempty"`
+	// Held counts the runs with actions to recover whose lease another
+	// process holds (Config.Lease): that process recovers them.
+	Held   int      `json:"held,omitempty"`
+	Errors []string `json:"errors,omitempty"`
 }
 
 // Scan recovers every action of a non-terminal run that is approved,
@@ -474,7 +495,7 @@ func (r *Recoverer) Scan(ctx context.Context) (ScanReport, error) {
 	var (
 		mu   sync.Mutex
 		wg   sync.WaitGroup
-		next = make(chan []*ledger.RecoveryFacts)
+		next = make(chan scanRun)
 	)
 	note := func(d Decision, err error) {
 		mu.Lock()
@@ -486,32 +507,19 @@ func (r *Recoverer) Scan(ctx context.Context) (ScanReport, error) {
 		}
 		rep.Decisions[d.Kind]++
 	}
+	held := func(n int) {
+		mu.Lock()
+		rep.Held += n
+		mu.Unlock()
+	}
 	for range r.cfg.ScanWorkers {
 		wg.Go(func() {
 			for run := range next {
-				for i, lf := range run {
-					if ctx.Err() != nil {
-						return
-					}
-					if i > 0 {
-						// The run's earlier action may have moved the run
-						// (stop, review): read this one's facts afresh.
-						fresh, err := r.cfg.Store.FindRecoveryFacts(ctx, ledger.RecoveryFilter{ActionID: &lf.Action.ID})
-						if err != nil {
-							note(Decision{}, fmt.Errorf("recovery scan: %w", err))
-							break
-						}
-						lf = fresh[0]
-					}
-					if lf.Run.State.Terminal() {
-						break
-					}
-					note(r.recover(ctx, lf))
-				}
+				r.scanRun(run, note)
 			}
 		})
 	}
-	err = r.dispatch(ctx, next)
+	err = r.dispatch(ctx, next, held)
 	close(next)
 	wg.Wait()
 	if cerr := ctx.Err(); cerr != nil {
@@ -520,11 +528,51 @@ func (r *Recoverer) Scan(ctx context.Context) (ScanReport, error) {
 	return rep, err
 }
 
+// scanRun is one run's actions for a worker of the scan, with the
+// context to recover them with (under the run's lease, with Config.Lease)
+// and whether the facts were read before the run was claimed.
+type scanRun struct {
+	ctx     context.Context
+	facts   []*ledger.RecoveryFacts
+	claimed bool
+}
+
+// scanRun recovers one run's actions, one after another, and hands the
+// run back (Config.Done) if it was claimed for the scan.
+func (r *Recoverer) scanRun(run scanRun, note func(Decision, error)) {
+	ctx := run.ctx
+	if run.claimed && r.cfg.Done != nil {
+		defer r.cfg.Done(ctx, run.facts[0].Run.ID)
+	}
+	for i, lf := range run.facts {
+		if ctx.Err() != nil {
+			return
+		}
+		if i > 0 || run.claimed {
+			// The run's earlier action may have moved the run (stop,
+			// review), and the page was read before the run was claimed,
+			// when another process may have held it: read this action's
+			// facts afresh.
+			fresh, err := r.cfg.Store.FindRecoveryFacts(ctx, ledger.RecoveryFilter{ActionID: &lf.Action.ID})
+			if err != nil {
+				note(Decision{}, fmt.Errorf("recovery scan: %w", err))
+				return
+			}
+			lf = fresh[0]
+		}
+		if lf.Run.State.Terminal() {
+			return
+		}
+		note(r.recover(ctx, lf))
+	}
+}
+
 // dispatch hands the workers the actions of one run at a time, page after
 // page. The pages go by run id, so an action that recovery moves (running
 // → approved) is not met again in a later page: each is decided once per
-// scan.
-func (r *Recoverer) dispatch(ctx context.Context, next chan<- []*ledger.RecoveryFacts) error {
+// scan. With Config.Lease, each page's runs are claimed first, and a run
+// another process holds is counted with held and left to it.
+func (r *Recoverer) dispatch(ctx context.Context, next chan<- scanRun, held func(int)) error {
 	var after *ledger.RunID
 	for {
 		page, err := r.cfg.Store.FindRecoveryFacts(ctx, ledger.RecoveryFilter{AfterRun: after, Runs: r.cfg.ScanPage})
@@ -534,17 +582,45 @@ func (r *Recoverer) dispatch(ctx context.Context, next chan<- []*ledger.Recovery
 		if len(page) == 0 {
 			return nil
 		}
+		var leased map[ledger.RunID]context.Context
+		if r.cfg.Lease != nil {
+			var ids []ledger.RunID
+			for _, lf := range page {
+				if len(ids) == 0 || ids[len(ids)-1] != lf.Run.ID {
+					ids = append(ids, lf.Run.ID)
+				}
+			}
+			if leased, err = r.cfg.Lease(ctx, ids); err != nil {
+				return fmt.Errorf("recovery scan: claim runs: %w", err)
+			}
+			held(len(ids) - len(leased))
+		}
+		var runs []scanRun
 		for start := 0; start < len(page); {
 			end := start + 1
 			for end < len(page) && page[end].Run.ID == page[start].Run.ID {
 				end++
 			}
-			select {
-			case next <- page[start:end]:
-			case <-ctx.Done():
-				return ctx.Err()
+			run := scanRun{ctx: ctx, facts: page[start:end]}
+			if r.cfg.Lease != nil {
+				run.ctx, run.claimed = leased[page[start].Run.ID], true
+			}
+			if run.ctx != nil { // else another process holds it
+				runs = append(runs, run)
 			}
 			start = end
+		}
+		for i, run := range runs {
+			select {
+			case next <- run:
+			case <-ctx.Done():
+				for _, left := range runs[i:] {
+					if left.claimed && r.cfg.Done != nil {
+						r.cfg.Done(ctx, left.facts[0].Run.ID)
+					}
+				}
+				return ctx.Err()
+			}
 		}
 		last := page[len(page)-1].Run.ID
 		after = &last

@@ -343,6 +343,20 @@ type Timeline struct {
 type Status struct {
 	// Status is ok (healthz) or ready (readyz).
 	Status string `json:"status" jsonschema:"enum=ok,enum=ready"`
+	// Leases, on /readyz, is what the engine's run lease loop last did.
+	Leases *LeaseLoop `json:"leases,omitempty"`
+}
+
+// LeaseLoop is the state of the engine's run leases (docs/operations.md,
+// "Several processes on one database"): /readyz is not ready while the
+// last claim or renewal failed.
+type LeaseLoop struct {
+	// Held is how many runs' leases this process holds now.
+	Held int `json:"held"`
+	// LastClaim and LastRenew are when a claim of runs, and a renewal of
+	// the leases held, last succeeded; absent if none has yet.
+	LastClaim *time.Time `json:"last_claim,omitempty"`
+	LastRenew *time.Time `json:"last_renew,omitempty"`
 }
 
 // The agent protocol's wire types (docs/agent-protocol.md).

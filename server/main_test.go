@@ -71,6 +71,8 @@ type options struct {
 	// client adds the client-driven agent my-agent (clientAgent) and its
 	// tools, for the agent protocol's tests (newProtocolEnv).
 	client bool
+	// engineStore, if set, wraps the store the engine uses.
+	engineStore func(ledger.Store) ledger.Store
 }
 
 // testRedactionKey is the one redaction key of an env, as a process has
@@ -137,6 +139,9 @@ func newEnv(t testing.TB, o options) *env {
 	}, approval.Options{RelaxSeparationOfDuties: o.dev})
 	ecfg := engine.Config{Store: lb.Store, Approvals: svc, Agents: agents,
 		Now: lb.Clock.Now, PollInterval: 10 * time.Millisecond, FaultFunc: o.fault, Redactor: redactor}
+	if o.engineStore != nil {
+		ecfg.Store = o.engineStore(ecfg.Store)
+	}
 	if o.hooks {
 		ecfg.OnToolCall = func(c engine.ToolCallStats) {
 			if m := metrics.Load(); m != nil {

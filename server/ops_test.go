@@ -7,12 +7,14 @@ import (
 	"net/http"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
 
 	"github.com/actionledger/ledger/contracts"
+	"github.com/actionledger/ledger/ledger"
 	"github.com/actionledger/ledger/redact"
 	"github.com/actionledger/ledger/server"
 	"github.com/actionledger/ledger/server/servertest"
@@ -29,6 +31,27 @@ func TestHealth(t *testing.T) {
 		e := newEnv(t, options{})
 		res := e.get(t, "", "/readyz")
 		require.Equal(t, http.StatusOK, res.Status, string(res.Body))
+		require.JSONEq(t, `{"status":"ready","leases":{"held":0}}`, string(res.Body), "no claim made yet")
+		_, err := e.engine.AdvanceRunnable(t.Context())
+		require.NoError(t, err)
+		var st server.Status
+		require.NoError(t, json.Unmarshal(e.get(t, "", "/readyz").Body, &st))
+		require.NotNil(t, st.Leases)
+		require.NotNil(t, st.Leases.LastClaim, "the claim is reported")
+	})
+	t.Run("ErrLeaseLoop", func(t *testing.T) {
+		full := &failingClaims{}
+		e := newEnv(t, options{engineStore: func(s ledger.Store) ledger.Store { full.Store = s; return full }})
+		full.fail.Store(true)
+		_, err := e.engine.AdvanceRunnable(t.Context())
+		require.Error(t, err)
+		p := requireProblem(t, e.get(t, "", "/readyz"), http.StatusServiceUnavailable, server.CodeNotReady)
+		require.NotContains(t, p.Detail, "disk", "causes go to the log")
+		full.fail.Store(false)
+		_, err = e.engine.AdvanceRunnable(t.Context())
+		require.NoError(t, err)
+		res := e.get(t, "", "/readyz")
+		require.Equal(t, http.StatusOK, res.Status, "ready again once a claim succeeds: %s", res.Body)
 	})
 	t.Run("ErrNotReady", func(t *testing.T) {
 		e := newEnv(t, options{config: func(c *server.Config) {
@@ -45,6 +68,21 @@ func TestHealth(t *testing.T) {
 		p := requireProblem(t, e.get(t, "bob", "/v1/runs"), http.StatusInternalServerError, "internal")
 		require.Equal(t, "internal error", p.Detail)
 	})
+}
+
+// failingClaims fails the engine's claims of runs while fail is set, with
+// a code the store's health does not count as a failure, so that only the
+// lease loop can say not ready.
+type failingClaims struct {
+	ledger.Store
+	fail atomic.Bool
+}
+
+func (s *failingClaims) ClaimRuns(ctx context.Context, p ledger.ClaimRunsParams) ([]ledger.RunLease, error) {
+	if s.fail.Load() {
+		return nil, ledger.Errorf(ledger.CodeConflict, "claim runs: disk on fire")
+	}
+	return s.Store.ClaimRuns(ctx, p)
 }
 
 func TestMetrics(t *testing.T) {

@@ -86,7 +86,8 @@ type Config struct {
 	// one-row FindRuns and, if the store can say (CurrentSchemaVersion),
 	// a schema version equal to the one its driver writes (LatestSchemaVersion). Either way /readyz
 	// is also not ready while the store's writes fail (the engine's
-	// StoreHealth, which also watches Store for the handlers).
+	// StoreHealth, which also watches Store for the handlers), nor while
+	// the engine's last claim or renewal of run leases failed.
 	ReadyFunc func(ctx context.Context) error
 	// Redaction is the keyed redactor of evidence reports and of the
 	// default Redactor; nil means one with a random key of this process
@@ -407,9 +408,13 @@ func (s *Server) healthz(c echo.Context) error {
 }
 
 func (s *Server) readyz(c echo.Context) error {
+	leases := s.engine.Leases()
 	err := s.health.Err()
 	if err == nil {
 		err = s.ready(c.Request().Context())
+	}
+	if err == nil && leases.Err != nil {
+		err = fmt.Errorf("run leases: %w", leases.Err)
 	}
 	if err != nil {
 		// The cause may name files and hosts: it goes to the log, not to
@@ -417,7 +422,14 @@ func (s *Server) readyz(c echo.Context) error {
 		s.log.WarnContext(c.Request().Context(), "not ready", "err", err)
 		return problemf(CodeNotReady, "the service is not ready")
 	}
-	return sendJSON(c, http.StatusOK, Status{Status: "ready"})
+	loop := &LeaseLoop{Held: leases.Held}
+	if !leases.LastClaim.IsZero() {
+		loop.LastClaim = &leases.LastClaim
+	}
+	if !leases.LastRenew.IsZero() {
+		loop.LastRenew = &leases.LastRenew
+	}
+	return sendJSON(c, http.StatusOK, Status{Status: "ready", Leases: loop})
 }
 
 // schemaVersioner is implemented by stores that can say which schema

@@ -32,14 +32,12 @@ import (
 //	4  authentication or authorization: 401 (missing or bad token), 403 (role, separation of duties)
 //	5  not found: 404 (unknown id, or another tenant's)
 //	6  conflict: 409 (stale digest, not pending, key in progress) or 422 (key reused with another body)
-//	7  the database is in use by another ledger process (serve, worker, recover, demo, migrate; lock.go)
 const (
 	exitOther    = 1
 	exitUsage    = 2
 	exitAuth     = 4
 	exitNotFound = 5
 	exitConflict = 6
-	exitInUse    = 7
 )
 
 // Environment variables the client commands read when a flag is not given.

@@ -228,7 +228,7 @@ func TestLocalCommandsTakeTheConfig(t *testing.T) {
 	cfgPath := writeFile(t, dir, "ledger.yaml", testConfig)
 	cfg, err := config.Load(cfgPath, builtins())
 	require.NoError(t, err)
-	svc, err := openService(t.Context(), serviceConfig{Command: "test", DBPath: db, Config: cfg, Rules: cfg.Rules, Logger: discardLogger()})
+	svc, err := openService(t.Context(), serviceConfig{DBPath: db, Config: cfg, Rules: cfg.Rules, Logger: discardLogger()})
 	require.NoError(t, err)
 	res, err := svc.store.SubmitRun(t.Context(), ledger.SubmitRunParams{Tenant: "acme", Principal: "bot", IdempotencyKey: "k",
 		Agent: "payer", Input: json.RawMessage(`{}`), Start: svc.engine.ClientDriven("payer")})

@@ -26,8 +26,7 @@ func newDemoCmd() *cobra.Command {
 		Long: `Submit a practice-cards run from a shipped Markdown document, show the pending
 write action and its digest, approve it as a second principal, execute it, and print
 the run, its stop reason and the effect count read from the simulator's own store.
-Exits non-zero unless exactly one effect was recorded; with --keep, status 7 if another
-ledger process holds that directory's database.`,
+Exits non-zero unless exactly one effect was recorded.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			dir := keep
@@ -58,7 +57,7 @@ ledger process holds that directory's database.`,
 func runDemo(cmd *cobra.Command, dir string, signingKey ed25519.PrivateKey) error {
 	ctx := cmd.Context()
 	out := cmd.OutOrStdout()
-	rt, err := openService(ctx, serviceConfig{Command: "demo", DBPath: filepath.Join(dir, "ledger.db"), Logger: discardLogger(), SigningKey: signingKey})
+	rt, err := openService(ctx, serviceConfig{DBPath: filepath.Join(dir, "ledger.db"), Logger: discardLogger(), SigningKey: signingKey})
 	if err != nil {
 		return err
 	}

@@ -179,11 +179,11 @@ func (s *failingStore) FinishAttempt(ctx context.Context, p ledger.FinishAttempt
 	return s.Store.FinishAttempt(ctx, p)
 }
 
-// openLocalService opens the service on a database file for the local
-// command named (recover, worker), with whatever fault plan and simulator
+// openLocalService opens the service on a database file for a local
+// command (recover, worker), with whatever fault plan and simulator
 // settings the process's environment holds, and the signing key of
 // signingKeyFlag or $LEDGER_SIGNING_KEY_FILE if either names one.
-func openLocalService(ctx context.Context, command, dbPath, signingKeyFlag, configFlag string) (*service, error) {
+func openLocalService(ctx context.Context, dbPath, signingKeyFlag, configFlag string) (*service, error) {
 	f, err := faultsFromEnv()
 	if err != nil {
 		return nil, err
@@ -202,7 +202,7 @@ func openLocalService(ctx context.Context, command, dbPath, signingKeyFlag, conf
 	if err != nil {
 		return nil, err
 	}
-	return openService(ctx, serviceConfig{Command: command, DBPath: dbPath, Simulator: f.Simulator, FaultFunc: f.Func,
+	return openService(ctx, serviceConfig{DBPath: dbPath, Simulator: f.Simulator, FaultFunc: f.Func,
 		WrapStore: f.WrapStore, WriteFault: f.WriteFault, Logger: discardLogger(), SigningKey: key, Config: cfg, Rules: rules})
 }
 

@@ -3,7 +3,6 @@ package main
 import (
 	"encoding/json"
 	"fmt"
-	"log/slog"
 
 	"github.com/spf13/cobra"
 )
@@ -17,22 +16,14 @@ func newMigrateCmd() *cobra.Command {
 		Use:   "migrate",
 		Short: "Create or upgrade the ledger database and print its schema version",
 		Long: `Create the database (a SQLite file, or the schema of a PostgreSQL database named by a
-postgres:// URL) if it does not exist and apply pending migrations.
-A database written by a newer ledger is refused (exit status 3) and left untouched; so is
-one another ledger process holds (exit status 7: stop the server first).`,
+postgres:// URL) if it does not exist and apply pending migrations. A database written by a
+newer ledger is refused (exit status 3) and left untouched. Several processes may migrate one
+database at once, and a server may run beside: each migration is applied once, in its own
+transaction. A server of an older build then reports not ready (/readyz: the schema is newer
+than it writes) until it is upgraded.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx := cmd.Context()
-			// migrate writes the schema: not under a running server.
-			// (PostgreSQL serialises migrations itself, under an advisory
-			// lock.)
-			if !isPostgres(dbPath) {
-				lock, err := lockDatabase(dbPath, "migrate", slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), nil)))
-				if err != nil {
-					return err
-				}
-				defer lock.Release()
-			}
 			s, err := openStore(ctx, storeConfig{DB: dbPath})
 			if err != nil {
 				return err

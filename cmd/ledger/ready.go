@@ -21,8 +21,8 @@ func newReadyCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "ready [--wait D]",
 		Short: "Check that the server is ready to serve (GET /readyz), waiting for it with --wait",
-		Long: `Ask the server whether it is ready: its store is reachable and its migrations are
-current. Prints "ready" and exits 0 if it is. Otherwise, and if nothing answers, exits
+		Long: `Ask the server whether it is ready: its store is reachable, its migrations are
+current and its writes and run leases work. Prints "ready" and exits 0 if it is. Otherwise, and if nothing answers, exits
 1 with what went wrong; with --wait D it asks again every 100ms until the server is
 ready or D has passed, which is what a script needs right after starting
 "ledger serve" in the background. /readyz needs no token.`,

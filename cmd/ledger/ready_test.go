@@ -40,9 +40,10 @@ func TestReady(t *testing.T) {
 		require.Equal(t, "ready\n", out)
 		out, _, err = env.cli(t, "", "ready", "--json")
 		require.NoError(t, err)
-		var body map[string]string
+		var body map[string]any
 		require.NoError(t, json.Unmarshal([]byte(out), &body))
 		require.Equal(t, "ready", body["status"])
+		require.Contains(t, body, "leases", "the lease loop is reported")
 	})
 
 	t.Run("WaitsUntilReady", func(t *testing.T) {

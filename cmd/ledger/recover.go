@@ -17,9 +17,9 @@ func (svc *service) recover(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("recovery scan: %w", err)
 	}
-	if rep.Actions > 0 || len(rep.Errors) > 0 || len(rep.Cancellations) > 0 {
+	if rep.Actions > 0 || len(rep.Errors) > 0 || len(rep.Cancellations) > 0 || rep.Held > 0 {
 		svc.log.InfoContext(ctx, "recovery scan", "actions", rep.Actions, "decisions", rep.Decisions,
-			"cancellations_settled", len(rep.Cancellations), "errors", len(rep.Errors))
+			"cancellations_settled", len(rep.Cancellations), "held_elsewhere", rep.Held, "errors", len(rep.Errors))
 	}
 	return nil
 }
@@ -36,11 +36,12 @@ func newRecoverCmd() *cobra.Command {
 a live run gets one decision from the recovery table (continue, reconcile, stop or review),
 recorded with its rationale as an event, and acted on. First it settles cancellations an older
 version left half-done (too_late on a run that ended first). ` + "`ledger serve`" + ` runs the same
-scan at start-up. Exits with status 7 while another ledger process holds the database (<db>.lock).`,
+scan at start-up. It recovers only the runs whose leases it can claim: a run another live
+process holds is that process's to recover, and is counted as held.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx := cmd.Context()
-			svc, err := openLocalService(ctx, "recover", dbPath, signingKey, configPath)
+			svc, err := openLocalService(ctx, dbPath, signingKey, configPath)
 			if err != nil {
 				return err
 			}
@@ -77,6 +78,9 @@ func printScan(cmd *cobra.Command, rep recovery.ScanReport, asJSON bool) error {
 	}
 	for _, c := range rep.Cancellations {
 		fmt.Fprintf(out, "  cancellation %s of %s: %s\n", c.ID, c.RunID, c.State)
+	}
+	if rep.Held > 0 {
+		fmt.Fprintf(out, "  %d runs held by another process, left to it\n", rep.Held)
 	}
 	for _, e := range rep.Errors {
 		fmt.Fprintf(out, "  error: %s\n", e)

@@ -27,9 +27,16 @@ type serveProcess struct {
 // until it listens; the test's cleanup kills it if the test did not stop it.
 func startServeProcess(t *testing.T, bin string, args ...string) *serveProcess {
 	t.Helper()
+	return startServeProcessEnv(t, bin, nil, args...)
+}
+
+// startServeProcessEnv is startServeProcess with env added to the
+// process's environment.
+func startServeProcessEnv(t *testing.T, bin string, env []string, args ...string) *serveProcess {
+	t.Helper()
 	p := &serveProcess{logs: &syncBuffer{}, exited: make(chan error, 1)}
 	p.cmd = exec.Command(bin, append([]string{"serve", "--addr", "127.0.0.1:0"}, args...)...)
-	p.cmd.Env = cleanEnv()
+	p.cmd.Env = append(cleanEnv(), env...)
 	p.cmd.Stdout, p.cmd.Stderr = p.logs, p.logs
 	require.NoError(t, p.cmd.Start())
 	go func() { p.exited <- p.cmd.Wait() }()

@@ -54,6 +54,7 @@ type serveOptions struct {
 	rateBurst       int
 	maxPending      int
 	signingKeyPath  string
+	leaseTTL        time.Duration
 }
 
 func newServeCmd() *cobra.Command {
@@ -99,8 +100,11 @@ On SIGTERM or SIGINT serve stops accepting connections, waits up to
 mid-call stays started; the recovery scan of the next start settles it), closes the
 stores and exits 0. Logs are structured (slog), JSON on stderr by default.
 
-One ledger process per database: serve holds <db>.lock while it runs; if another
-ledger process holds it, serve exits with status 7 and names that process.`,
+Several processes (serve, worker) may share one database: each advances and recovers
+only the runs whose leases it holds, renewed every third of --lease-ttl (or
+$LEDGER_LEASE_TTL); the runs of a process that stops renewing are taken over by another
+once its leases lapse, or at once when it was a process of this host that no longer
+exists. See docs/operations.md, "Several processes on one database".`,
 		Args: usageArgs(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if addr := os.Getenv(envAddr); addr != "" && !cmd.Flags().Changed("addr") {
@@ -124,6 +128,7 @@ ledger process holds it, serve exits with status 7 and names that process.`,
 	f.StringVar(&o.logLevel, "log-level", "info", "log level: debug, info, warn or error")
 	f.Int64Var(&o.maxBodyBytes, "max-body-bytes", 1<<20, "largest request body accepted (413 above)")
 	f.DurationVar(&o.shutdownTimeout, "shutdown-timeout", 15*time.Second, "how long to wait for requests in flight on shutdown")
+	f.DurationVar(&o.leaseTTL, "lease-ttl", 0, "how long a run lease holds unless renewed (env "+envLeaseTTL+"; default 15s)")
 	f.Float64Var(&o.rateLimit, "rate-limit", server.DefaultRateLimit, "requests a second each principal may send, on average (0: no limit)")
 	f.IntVar(&o.rateBurst, "rate-burst", server.DefaultRateBurst, "requests each principal may send at once")
 	f.IntVar(&o.maxPending, "max-pending-approvals", server.DefaultMaxPendingApprovals,
@@ -167,6 +172,9 @@ func runServe(ctx context.Context, o *serveOptions, stderr io.Writer) (err error
 	}
 	if o.shutdownTimeout <= 0 {
 		return usagef("--shutdown-timeout must be positive")
+	}
+	if o.leaseTTL < 0 {
+		return usagef("--lease-ttl must be positive")
 	}
 	if o.rateLimit < 0 || math.IsNaN(o.rateLimit) || math.IsInf(o.rateLimit, 0) {
 		return usagef("--rate-limit must be a number of requests a second, 0 for no limit")
@@ -246,8 +254,8 @@ func runServe(ctx context.Context, o *serveOptions, stderr io.Writer) (err error
 	// the server does (it needs the store and the engine); the recovery
 	// scan and the first request come after it.
 	var metrics atomic.Pointer[server.Metrics]
-	svc, err := openService(ctx, serviceConfig{Command: "serve", DBPath: o.dbPath, EffectsPath: o.effectsPath, Rules: rules, Config: cfg, DevMode: devMode, Simulator: faults.Simulator,
-		FaultFunc: faults.Func, WrapStore: faults.WrapStore, WriteFault: faults.WriteFault, Logger: log, SigningKey: signingKey,
+	svc, err := openService(ctx, serviceConfig{DBPath: o.dbPath, EffectsPath: o.effectsPath, Rules: rules, Config: cfg, DevMode: devMode, Simulator: faults.Simulator,
+		FaultFunc: faults.Func, WrapStore: faults.WrapStore, WriteFault: faults.WriteFault, Logger: log, SigningKey: signingKey, LeaseTTL: o.leaseTTL,
 		OnDecision: func(d recovery.Decision) {
 			if m := metrics.Load(); m != nil {
 				m.ObserveDecision(d)

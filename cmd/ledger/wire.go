@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"time"
 
 	"github.com/actionledger/ledger/approval"
 	"github.com/actionledger/ledger/config"
@@ -29,8 +30,6 @@ type service struct {
 	approvals *approval.Service
 	engine    *engine.Engine
 	log       *slog.Logger
-	// lock is the database's lock (lock.go), held until Close.
-	lock *dbLock
 	// redactor hides secrets in what is stored and shown, with
 	// LEDGER_REDACTION_KEY when set.
 	redactor *redact.Redactor
@@ -41,8 +40,6 @@ type service struct {
 
 // serviceConfig says where things live and how they behave.
 type serviceConfig struct {
-	// Command names the command in the database's lock file ("serve").
-	Command     string
 	DBPath      string
 	EffectsPath string // "" means defaultEffectsPath(DBPath)
 	Simulator   simulator.Config
@@ -70,6 +67,27 @@ type serviceConfig struct {
 	OnToolCall func(engine.ToolCallStats)
 	// SigningKey, if set, signs each run's chain head (signingkey.go).
 	SigningKey ed25519.PrivateKey
+	// LeaseTTL is how long the engine's run leases hold unless renewed;
+	// 0 means $LEDGER_LEASE_TTL, or the engine's default.
+	LeaseTTL time.Duration
+}
+
+// envLeaseTTL, a duration ("15s"), is how long the run leases of serve,
+// worker, recover and demo hold unless renewed, when serve's --lease-ttl
+// is not given.
+const envLeaseTTL = "LEDGER_LEASE_TTL"
+
+// leaseTTLFromEnv is $LEDGER_LEASE_TTL; 0 if unset.
+func leaseTTLFromEnv() (time.Duration, error) {
+	v := os.Getenv(envLeaseTTL)
+	if v == "" {
+		return 0, nil
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil || d <= 0 {
+		return 0, usagef("%s must be a positive duration such as 15s, not %q", envLeaseTTL, v)
+	}
+	return d, nil
 }
 
 func openService(ctx context.Context, cfg serviceConfig) (*service, error) {
@@ -79,26 +97,25 @@ func openService(ctx context.Context, cfg serviceConfig) (*service, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, nil))
 	}
-	// One process per database, before anything reads or writes it: a
-	// second one would take this one's calls in flight for interrupted
-	// ones (lock.go).
-	var lock *dbLock
-	if !isPostgres(cfg.DBPath) {
-		var err error
-		if lock, err = lockDatabase(cfg.DBPath, cfg.Command, cfg.Logger); err != nil {
+	// Several processes may share the database: each advances and
+	// recovers only the runs whose leases it holds (engine/runleases.go).
+	if cfg.LeaseTTL == 0 {
+		ttl, err := leaseTTLFromEnv()
+		if err != nil {
 			return nil, err
 		}
+		cfg.LeaseTTL = ttl
 	}
 	store, err := openStore(ctx, storeConfig{DB: cfg.DBPath, OnCommit: cfg.OnCommit, WriteFault: cfg.WriteFault,
 		SigningKey: cfg.SigningKey})
 	if err != nil {
-		return nil, errors.Join(err, lock.Release())
+		return nil, err
 	}
 	effects, err := simulator.OpenEffectStore(ctx, cfg.EffectsPath, nil)
 	if err != nil {
-		return nil, errors.Join(err, store.Close(), lock.Release())
+		return nil, errors.Join(err, store.Close())
 	}
-	rt := &service{store: store, effects: effects, log: cfg.Logger, lock: lock}
+	rt := &service{store: store, effects: effects, log: cfg.Logger}
 	policy, err := approval.NewPolicy(cfg.Rules, approval.Defaults{})
 	if err != nil {
 		return nil, errors.Join(err, rt.Close())
@@ -136,7 +153,7 @@ func openService(ctx context.Context, cfg serviceConfig) (*service, error) {
 	}
 	rt.engine, err = engine.New(engine.Config{Store: engineStore, Approvals: rt.approvals, Agents: agents, Logger: cfg.Logger, FaultFunc: cfg.FaultFunc,
 		OnDecision: cfg.OnDecision, OnToolCall: cfg.OnToolCall, Redactor: redactor, Health: health,
-		AttemptTokenKey: attemptTokenKey(key)})
+		AttemptTokenKey: attemptTokenKey(key), LeaseTTL: cfg.LeaseTTL})
 	if err != nil {
 		return nil, errors.Join(fmt.Errorf("wire engine: %w", err), rt.Close())
 	}
@@ -181,14 +198,13 @@ func configAgents(cfg *config.Config, practice engine.Agent) ([]engine.Agent, ma
 	return agents, leases
 }
 
-// Close stops the engine's workers, closes both stores, then releases the
-// database's lock.
+// Close stops the engine's workers (which releases the run leases they
+// held) and closes both stores.
 func (rt *service) Close() error {
 	if rt.engine != nil {
 		rt.engine.Stop()
 	}
-	err := errors.Join(rt.effects.Close(), rt.store.Close())
-	return errors.Join(err, rt.lock.Release())
+	return errors.Join(rt.effects.Close(), rt.store.Close())
 }
 
 // attemptTokenKey derives the key of attempt tokens (the agent protocol)

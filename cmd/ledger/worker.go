@@ -16,12 +16,14 @@ func newWorkerCmd() *cobra.Command {
 		Short: "Advance runs on a database file without serving HTTP",
 		Long: `Run the recovery scan, then advance every runnable run (queued, running, stopping)
 until none is left (--until-idle) or until interrupted. Runs waiting for a person stay
-waiting. The crash tests and the fault matrix start this command with a fault plan.
-Exits with status 7 if another ledger process holds the database (<db>.lock).`,
+waiting. It advances only the runs whose leases it claims: several workers and servers
+may share one database, each run advanced by one of them at a time; a run another live
+process holds is left to it (--until-idle does not wait for it). The crash tests and the
+fault matrix start this command with a fault plan.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx := cmd.Context()
-			svc, err := openLocalService(ctx, "worker", dbPath, signingKey, configPath)
+			svc, err := openLocalService(ctx, dbPath, signingKey, configPath)
 			if err != nil {
 				return err
 			}
@@ -31,28 +33,12 @@ Exits with status 7 if another ledger process holds the database (<db>.lock).`,
 			}
 			advanced := 0
 			for {
-				ids, err := svc.engine.Runnable(ctx)
+				n, err := svc.engine.AdvanceRunnable(ctx)
 				if err != nil {
 					return err
 				}
-				progressed := false
-				for _, id := range ids {
-					before, err := svc.store.FindRunByID(ctx, id)
-					if err != nil {
-						return err
-					}
-					if err := svc.engine.Advance(ctx, id); err != nil {
-						return err
-					}
-					after, err := svc.store.FindRunByID(ctx, id)
-					if err != nil {
-						return err
-					}
-					if after.EventSeq != before.EventSeq {
-						progressed, advanced = true, advanced+1
-					}
-				}
-				if !progressed {
+				advanced += n
+				if n == 0 {
 					if untilIdle {
 						fmt.Fprintf(cmd.OutOrStdout(), "idle after %d advances\n", advanced)
 						return nil

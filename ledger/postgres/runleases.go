@@ -70,7 +70,13 @@ func (t *tx) ClaimRuns(ctx context.Context, p ledger.ClaimRunsParams, _ time.Tim
 		states[i] = string(st)
 	}
 	w.add("state IN ?", states)
-	w.add("lease_until <= (SELECT us FROM now)")
+	if len(p.TakeOver) > 0 {
+		// A named holder's leases are claimed before they lapse: it is
+		// gone (ClaimRunsParams.TakeOver).
+		w.add("(lease_until <= (SELECT us FROM now) OR lease_owner IN ?)", p.TakeOver)
+	} else {
+		w.add("lease_until <= (SELECT us FROM now)")
+	}
 	if len(p.NotAgents) > 0 {
 		w.add("agent NOT IN ?", p.NotAgents)
 	}
@@ -137,4 +143,17 @@ func (t *tx) MoveChainHeadFenced(ctx context.Context, run ledger.RunID, fromSeq,
 	n, err := t.exec(ctx, `UPDATE runs SET event_seq = ?, event_hash = ? WHERE id = ? AND event_seq = ? AND lease_token = ?`,
 		seq, hash, string(run), fromSeq, token)
 	return n > 0, wrapErr("move chain head", err)
+}
+
+// selectOwnersSQL reads the partial index runs_lease_owner alone.
+const selectOwnersSQL = `SELECT DISTINCT lease_owner FROM runs WHERE lease_owner IS NOT NULL ORDER BY lease_owner`
+
+// ListRunLeaseOwners implements ledger.Reader.
+func (r *reader) ListRunLeaseOwners(ctx context.Context) ([]string, error) {
+	out, err := all(ctx, r, selectOwnersSQL, nil, func(rows *sql.Rows) (string, error) {
+		var o string
+		err := rows.Scan(&o)
+		return o, err
+	})
+	return out, wrapErr("list run lease owners", err)
 }

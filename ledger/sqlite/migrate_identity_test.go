@@ -153,7 +153,7 @@ func TestMigrateRequestIdentity(t *testing.T) {
 			indexes = append(indexes, n)
 		}
 		require.NoError(t, rows.Close())
-		require.Equal(t, []string{"cancellations_unsettled", "runs_claim", "runs_state", "runs_tenant_state", "runs_tenant_submitter"}, indexes)
+		require.Equal(t, []string{"cancellations_unsettled", "runs_claim", "runs_lease_owner", "runs_state", "runs_tenant_state", "runs_tenant_submitter"}, indexes)
 		// The other tables still refer to runs, with foreign keys on.
 		_, err = db.Exec(`INSERT INTO budgets (run_id) VALUES ('run_missing')`)
 		require.ErrorContains(t, err, "FOREIGN KEY")

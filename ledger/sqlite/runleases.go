@@ -35,6 +35,22 @@ func leaseOf(id, owner string, token, until int64) *ledger.RunLease {
 	return l
 }
 
+// selectOwnersSQL reads the partial index runs_lease_owner alone.
+var selectOwnersSQL = declare(`SELECT DISTINCT lease_owner FROM runs WHERE lease_owner IS NOT NULL ORDER BY lease_owner`)
+
+func (r reader) ListRunLeaseOwners(ctx context.Context) ([]string, error) {
+	rows, err := r.c.query(ctx, selectOwnersSQL)
+	if err != nil {
+		return nil, translate(err)
+	}
+	out, err := scanAll(rows, func(rows *sql.Rows) (string, error) {
+		var o string
+		err := rows.Scan(&o)
+		return o, err
+	})
+	return out, translate(err)
+}
+
 func (r reader) GetRunLease(ctx context.Context, run ledger.RunID) (*ledger.RunLease, error) {
 	var (
 		id, owner    string
@@ -62,11 +78,20 @@ func (t *tx) ClaimRuns(_ context.Context, p ledger.ClaimRunsParams, now time.Tim
 	// subquery alone: the free or lapsed runs of each state, the top
 	// Limit by id kept as they are read.
 	b.WriteString(`UPDATE runs SET lease_owner = ?, lease_token = lease_token + 1, lease_until = ?
-	WHERE id IN (SELECT id FROM runs WHERE state IN (` + placeholders(len(p.States)) + `) AND lease_until <= ?`)
+	WHERE id IN (SELECT id FROM runs WHERE state IN (` + placeholders(len(p.States)) + `) AND `)
 	for _, st := range p.States {
 		args = append(args, string(st))
 	}
-	args = append(args, micros(now))
+	if len(p.TakeOver) > 0 {
+		b.WriteString(`(lease_until <= ? OR lease_owner IN (` + placeholders(len(p.TakeOver)) + `))`)
+		args = append(args, micros(now))
+		for _, o := range p.TakeOver {
+			args = append(args, o)
+		}
+	} else {
+		b.WriteString(`lease_until <= ?`)
+		args = append(args, micros(now))
+	}
 	if len(p.NotAgents) > 0 {
 		b.WriteString(` AND agent NOT IN (` + placeholders(len(p.NotAgents)) + `)`)
 		for _, a := range p.NotAgents {

@@ -164,6 +164,34 @@ func testRunLeases(t *testing.T, h Harness) {
 		require.Equal(t, next, stored)
 	})
 
+	t.Run("OK TakeOver claims a named holder's lease before it lapses, no one else's", func(t *testing.T) {
+		b := openStore(t, h)
+		r1, r2 := b.SubmitRun(t, "k1", ledger.BudgetLimits{}), b.SubmitRun(t, "k2", ledger.BudgetLimits{})
+		b.SubmitRun(t, "k3", ledger.BudgetLimits{})
+		dead := claimOne(t, b.Store, "dead", r1.ID, time.Hour)
+		claimOne(t, b.Store, "alive", r2.ID, time.Hour)
+		owners, err := b.Store.FindRunLeaseOwners(ctx)
+		require.NoError(t, err)
+		require.Equal(t, []string{"alive", "dead"}, owners)
+		got, err := b.Store.ClaimRuns(ctx, ledger.ClaimRunsParams{Owner: "heir", TTL: time.Hour, Limit: 10, States: queued,
+			TakeOver: []string{"dead", "nobody"}})
+		require.NoError(t, err)
+		require.Len(t, got, 2, "the dead holder's run and the free one")
+		require.Equal(t, r1.ID, got[0].Run)
+		require.Equal(t, dead.Token+1, got[0].Token)
+		stored, err := b.Store.FindRunLease(ctx, r2.ID)
+		require.NoError(t, err)
+		require.Equal(t, "alive", stored.Owner, "a live holder's lease stays")
+		owners, err = b.Store.FindRunLeaseOwners(ctx)
+		require.NoError(t, err)
+		require.Equal(t, []string{"alive", "heir"}, owners)
+		require.NoError(t, b.Store.ReleaseRunLease(ctx, got[0]))
+		require.NoError(t, b.Store.ReleaseRunLease(ctx, got[1]))
+		owners, err = b.Store.FindRunLeaseOwners(ctx)
+		require.NoError(t, err)
+		require.Equal(t, []string{"alive"}, owners, "a released lease has no owner")
+	})
+
 	t.Run("OK renew extends, never shortens, and keeps only what is held", func(t *testing.T) {
 		b := openStore(t, h)
 		r1, r2 := b.SubmitRun(t, "k1", ledger.BudgetLimits{}), b.SubmitRun(t, "k2", ledger.BudgetLimits{})
@@ -374,6 +402,7 @@ func testRunLeases(t *testing.T, h Harness) {
 			"no state":       func(p *ledger.ClaimRunsParams) { p.States = nil },
 			"terminal state": func(p *ledger.ClaimRunsParams) { p.States = []ledger.RunState{ledger.RunCompleted} },
 			"unknown state":  func(p *ledger.ClaimRunsParams) { p.States = []ledger.RunState{"sleeping"} },
+			"empty takeover": func(p *ledger.ClaimRunsParams) { p.TakeOver = []string{""} },
 		} {
 			p := ok
 			tweak(&p)

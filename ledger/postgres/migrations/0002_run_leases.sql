@@ -22,6 +22,7 @@ ALTER TABLE runs
     ADD COLUMN lease_token BIGINT NOT NULL DEFAULT 0 CHECK (lease_token >= 0),
     ADD COLUMN lease_until BIGINT NOT NULL DEFAULT 0;
 CREATE INDEX runs_claim ON runs (state, lease_until, id, agent);
+CREATE INDEX runs_lease_owner ON runs (lease_owner) WHERE lease_owner IS NOT NULL;
 
 ALTER TABLE observations DROP CONSTRAINT observations_source_check;
 ALTER TABLE observations ADD CONSTRAINT observations_source_check

@@ -11,7 +11,8 @@
 -- content, which its events bind, so leasing leaves the chain alone.
 --
 -- runs_claim lets a claim read only the free (or lapsed) runs of the
--- states it asks for, from the index alone.
+-- states it asks for, from the index alone; runs_lease_owner, which holds
+-- only the runs someone holds, lists the holders (to find dead ones).
 --
 -- observations gains the source stale_holder: the outcome of a tool call
 -- that reached a worker after it had lost its run's lease, kept as evidence
@@ -22,6 +23,7 @@ ALTER TABLE runs ADD COLUMN lease_owner TEXT CHECK (lease_owner IS NULL OR lengt
 ALTER TABLE runs ADD COLUMN lease_token INTEGER NOT NULL DEFAULT 0 CHECK (lease_token >= 0);
 ALTER TABLE runs ADD COLUMN lease_until INTEGER NOT NULL DEFAULT 0;
 CREATE INDEX runs_claim ON runs (state, lease_until, id, agent);
+CREATE INDEX runs_lease_owner ON runs (lease_owner) WHERE lease_owner IS NOT NULL;
 
 CREATE TABLE observations_new (
     id           TEXT    PRIMARY KEY,
