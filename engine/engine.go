@@ -290,7 +290,7 @@ func New(cfg Config) (*Engine, error) {
 	}
 	slices.Sort(e.clientAgents)
 	e.recoverer = recovery.New(recovery.Config{Store: cfg.Store, Probes: e.probe, Retry: e.retryVerdict, Now: cfg.Now,
-		OnDecision: cfg.OnDecision, Lease: e.scanLease, Done: e.scanDone, Guard: e.probeGuard})
+		OnDecision: cfg.OnDecision, ProbeTimeout: probeTimeout, Lease: e.scanLease, Done: e.scanDone, Guard: e.probeGuard})
 	return e, nil
 }
 
@@ -366,7 +366,9 @@ func (e *Engine) scanLease(ctx context.Context, runs []ledger.RunID) (map[ledger
 			live = append(live, st)
 		}
 	}
-	got, err := e.leases.claim(ctx, ledger.ClaimRunsParams{Limit: len(runs), States: live, Runs: runs})
+	// Long enough for a probe without extending the lease first.
+	ttl := probeTimeout + 2*e.leases.margin()
+	got, err := e.leases.claim(ctx, ledger.ClaimRunsParams{Limit: len(runs), States: live, Runs: runs, TTL: ttl})
 	if err != nil {
 		return nil, err
 	}
@@ -378,6 +380,9 @@ func (e *Engine) scanLease(ctx context.Context, runs []ledger.RunID) (map[ledger
 	}
 	return out, nil
 }
+
+// probeTimeout bounds each query or cancel recovery makes of a tool.
+const probeTimeout = 10 * time.Second
 
 // scanDone releases a run the recovery scan recovered.
 func (e *Engine) scanDone(ctx context.Context, run ledger.RunID) { e.leases.release(ctx, run) }

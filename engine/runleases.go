@@ -106,12 +106,12 @@ func (r *runLeases) Status() LeaseStatus {
 	return s
 }
 
-// claim claims runs with p (its Owner and TTL are the engine's) and holds
-// them. A run the engine held already, whose lease lapsed and which it
-// has claimed anew, is held with the new lease: whoever worked under the
-// old one has lost it.
+// claim claims runs with p (its Owner is the engine's; a TTL shorter than
+// the engine's is raised to it) and holds them. A run the engine held
+// already, whose lease lapsed and which it has claimed anew, is held with
+// the new lease: whoever worked under the old one has lost it.
 func (r *runLeases) claim(ctx context.Context, p ledger.ClaimRunsParams) ([]ledger.RunLease, error) {
-	p.Owner, p.TTL, p.TakeOver = r.owner, r.ttl, r.deadOwners(ctx)
+	p.Owner, p.TTL, p.TakeOver = r.owner, max(p.TTL, r.ttl), r.deadOwners(ctx)
 	sent := r.e.now()
 	got, err := r.e.store.ClaimRuns(ledger.WithoutRunLease(ctx), p)
 	if ctx.Err() == nil {
@@ -126,7 +126,7 @@ func (r *runLeases) claim(ctx context.Context, p ledger.ClaimRunsParams) ([]ledg
 		if old := r.held[l.Run]; old != nil && old.cancel != nil {
 			old.cancel(errLeaseLost)
 		}
-		r.held[l.Run] = &heldLease{lease: l, deadline: sent.Add(r.ttl)}
+		r.held[l.Run] = &heldLease{lease: l, deadline: sent.Add(p.TTL)}
 	}
 	return got, nil
 }
