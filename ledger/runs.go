@@ -3,6 +3,7 @@ package ledger
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"regexp"
 	"strings"
@@ -10,6 +11,12 @@ import (
 	"unicode"
 	"unicode/utf8"
 )
+
+// ErrKeyReused matches, with errors.Is, a submission refused because its
+// request identity (tenant, principal, idempotency key) was used for a
+// different request. Other conflicts of a submit (a write that kept losing
+// to concurrent ones) do not match it.
+var ErrKeyReused = errors.New("idempotency key reused")
 
 // idempotencyKeyPattern is the API's key: 1–255 printable ASCII characters.
 var idempotencyKeyPattern = regexp.MustCompile(`^[\x20-\x7e]{1,255}$`)
@@ -118,7 +125,8 @@ func (s *DB) SubmitRun(ctx context.Context, p SubmitRunParams) (SubmitRunResult,
 		switch {
 		case err == nil:
 			if existing.RequestDigest != digest {
-				return Errorf(CodeConflict, "idempotency key %q was already used for a different request", p.IdempotencyKey)
+				return &Error{Code: CodeConflict, Err: ErrKeyReused,
+					Message: fmt.Sprintf("idempotency key %q was already used for a different request", p.IdempotencyKey)}
 			}
 			run, err := tx.findRun(existing.ID)
 			out = SubmitRunResult{Run: run, Replayed: true}

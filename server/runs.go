@@ -89,7 +89,7 @@ func (s *Server) submitRun(c echo.Context) error {
 		Budgets: budgetLimits(req.Budgets), MaxPendingApprovals: s.maxPending, Start: s.engine.ClientDriven(req.Agent),
 	})
 	switch {
-	case ledger.Code(err) == ledger.CodeConflict:
+	case errors.Is(err, ledger.ErrKeyReused):
 		s.metrics.conflicts.WithLabelValues("reused").Inc()
 		return &apiError{code: CodeIdempotencyKeyReused, detail: "this Idempotency-Key was already used with a different body", err: err}
 	case ledger.Code(err) == ledger.CodeBudgetExceeded:

@@ -66,6 +66,7 @@ func testSubmitRun(t *testing.T, h Harness) {
 			t.Run(name, func(t *testing.T) {
 				_, err := b.Store.SubmitRun(ctx, p)
 				require.ErrorIs(t, err, ledger.ErrConflict)
+				require.ErrorIs(t, err, ledger.ErrKeyReused, "the API answers 422 for this conflict alone")
 				require.Contains(t, err.Error(), "different request")
 			})
 		}
