@@ -49,6 +49,10 @@ func NewPostgresServer(ctx context.Context, serverURL string) (*PostgresServer, 
 }
 
 // Shown is the server's URL without its password.
+// Prefix is the name every database of s starts with: ledger_bench_, then
+// a suffix of its own, so one run's databases are told from another's.
+func (s *PostgresServer) Prefix() string { return s.prefix }
+
 func (s *PostgresServer) Shown() string { return s.server.Redacted() }
 
 // Version is the server's version (server_version).

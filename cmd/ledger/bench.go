@@ -224,6 +224,9 @@ type benchPostgres struct {
 	PoolConns         int     `json:"pool_conns"` // the ledger's connection pool per Store
 	FloorBeforeCPS    float64 `json:"floor_before_commits_per_s"`
 	FloorAfterCPS     float64 `json:"floor_after_commits_per_s"`
+	// DatabasePrefix starts the name of every database the run made (and
+	// dropped) on the server.
+	DatabasePrefix string `json:"database_prefix"`
 }
 
 // benchReport is what --json prints.
@@ -291,7 +294,8 @@ func runBench(ctx context.Context, o benchOptions, stdout, stderr io.Writer) err
 		}
 		rep.Settings.Drivers = append(rep.Settings.Drivers, driverPostgres)
 		rep.Settings.Postgres = &benchPostgres{Server: srv.Shown(), ServerVersion: srv.Version(), SynchronousCommit: "on",
-			PoolConns: postgres.DefaultMaxConns, FloorBeforeCPS: floor.before, FloorAfterCPS: floor.after}
+			PoolConns: postgres.DefaultMaxConns, FloorBeforeCPS: floor.before, FloorAfterCPS: floor.after,
+			DatabasePrefix: srv.Prefix()}
 		rep.Figures = append(rep.Figures, figs...)
 	}
 	rep.WallS = time.Since(start).Seconds()

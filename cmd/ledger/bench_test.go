@@ -120,12 +120,15 @@ func TestBench(t *testing.T) {
 			require.NoError(t, err, errOut.String())
 		}
 
-		// Every database the run made on the server is dropped.
+		// Every database the run made on the server is dropped (a bench
+		// run elsewhere on the same server has a prefix of its own).
+		prefix := rep.Settings.Postgres.DatabasePrefix
+		require.Regexp(t, `^ledger_bench_[a-z0-9]+_$`, prefix)
 		conn, cerr := pgx.Connect(t.Context(), pgtest.Server())
 		require.NoError(t, cerr)
 		defer conn.Close(context.Background())
 		var left int
-		require.NoError(t, conn.QueryRow(t.Context(), `SELECT count(*) FROM pg_database WHERE datname LIKE 'ledger\_bench\_%'`).Scan(&left))
+		require.NoError(t, conn.QueryRow(t.Context(), `SELECT count(*) FROM pg_database WHERE starts_with(datname, $1)`, prefix).Scan(&left))
 		require.Zero(t, left, "databases left on the server")
 	})
 
