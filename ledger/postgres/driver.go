@@ -59,6 +59,9 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"net/url"
+	"strconv"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -126,6 +129,32 @@ type Driver struct {
 
 var _ ledger.Driver = (*Driver)(nil)
 
+// IdleInTransactionTimeout is the server's idle_in_transaction_session_timeout
+// on the driver's sessions unless the DSN sets its own: a process frozen
+// inside a write (SIGSTOP, a stalled VM) holds its run's row lock, and every
+// other replica's writes of that run wait on it; after this long the server
+// ends the frozen session and its locks go with it. The frozen process's
+// write then fails, as a fenced one would.
+const IdleInTransactionTimeout = 5 * time.Second
+
+// withSessionDefaults is dsn with the session settings the driver needs
+// (IdleInTransactionTimeout) added where dsn does not set them, for a
+// postgres:// URL or a keyword=value string alike.
+func withSessionDefaults(dsn string) string {
+	const key = "idle_in_transaction_session_timeout"
+	if strings.Contains(dsn, key) {
+		return dsn
+	}
+	ms := strconv.FormatInt(IdleInTransactionTimeout.Milliseconds(), 10)
+	if u, err := url.Parse(dsn); err == nil && (u.Scheme == "postgres" || u.Scheme == "postgresql") {
+		q := u.Query()
+		q.Set(key, ms)
+		u.RawQuery = q.Encode()
+		return u.String()
+	}
+	return dsn + " " + key + "=" + ms
+}
+
 // Open connects to cfg.DSN and applies pending migrations. A database whose
 // schema is newer than this build is refused with CodeUnsupportedVersion
 // and left untouched. Several processes may open the same database at once:
@@ -148,7 +177,7 @@ func Open(ctx context.Context, cfg Config) (*Driver, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	db, err := gorm.Open(postgres.New(postgres.Config{DSN: cfg.DSN}), &gorm.Config{
+	db, err := gorm.Open(postgres.New(postgres.Config{DSN: withSessionDefaults(cfg.DSN)}), &gorm.Config{
 		Logger:                 logger.Discard,
 		SkipDefaultTransaction: true, // Write and Read open every transaction themselves
 		// pgx caches a prepared statement per connection and statement
