@@ -81,8 +81,8 @@ func (e *Event) computeHashJCS() (string, error) {
 // for any strings, including quotes, backslashes, control characters,
 // non-ASCII, U+2028 and invalid UTF-8.
 func TestEventHashIsJCS(t *testing.T) {
-	str := rapid.OneOf(rapid.String(), rapid.StringOf(rapid.RuneFrom([]rune{'"', '\\', '\n', '\t', 0x01, 0x1f, 0x7f, 0x2028, 'é', '😀', '<', '&', '/'})),
-		rapid.Custom(func(t *rapid.T) string { return string(rapid.SliceOf(rapid.Byte()).Draw(t, "bytes")) }))
+	text := rapid.OneOf(rapid.String(), rapid.StringOf(rapid.RuneFrom([]rune{'"', '\\', '\n', '\t', 0x01, 0x1f, 0x7f, 0x2028, 'é', '😀', '<', '&', '/'})))
+	str := rapid.OneOf(text, rapid.Custom(func(t *rapid.T) string { return string(rapid.SliceOf(rapid.Byte()).Draw(t, "bytes")) }))
 	rapid.Check(t, func(t *rapid.T) {
 		e := &Event{
 			ID: EventID(str.Draw(t, "id")), RunID: RunID(str.Draw(t, "run")), Seq: rapid.Int64().Draw(t, "seq"),
@@ -106,7 +106,9 @@ func TestEventHashIsJCS(t *testing.T) {
 			}
 			var rows []boundRow
 			for i := range rapid.IntRange(0, 3).Draw(t, "rows") {
-				rows = append(rows, boundRow{key: RowKey(str.Draw(t, fmt.Sprint("key", i))), digest: digestBytes([]byte{byte(i)})})
+				// Row keys are "entity/id" of ledger-made ids, never invalid
+				// UTF-8: two such keys would both read as U+FFFD.
+				rows = append(rows, boundRow{key: RowKey(text.Draw(t, fmt.Sprint("key", i))), digest: digestBytes([]byte{byte(i)})})
 			}
 			if e.Rows, err = encodeRows(rows); err != nil {
 				t.Fatal(err)
