@@ -10,7 +10,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"path/filepath"
-	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -162,94 +161,18 @@ func Action(tb testing.TB, s ledger.Store, run ledger.RunID, key string, gate le
 }
 
 // LegacyCancellation writes, with raw SQL beside the Store, the row an
-// older build could leave behind: a cancellation of run in state (requested,
-// accepted or stopping) whatever the run's state, with no event, as when
-// its three separate writes were interrupted or raced by the run's end. It
-// returns the cancellation's id.
+// older build could leave behind (InsertLegacyCancellation) and returns
+// its id.
 func (b *Bundle) LegacyCancellation(tb testing.TB, run ledger.RunID, state ledger.CancellationState) ledger.CancellationID {
 	tb.Helper()
-	db, err := sql.Open("sqlite3", "file:"+b.Path+"?_busy_timeout=5000&_foreign_keys=on")
-	if err != nil {
-		tb.Fatalf("open %s: %v", b.Path, err)
-	}
-	defer db.Close()
-	id := ledger.NewULIDFunc(b.Clock.Now)(ledger.PrefixCancellation)
-	at := b.Clock.Now().UnixMicro()
-	var accepted, stopping *int64
-	switch state {
-	case ledger.CancelRequested:
-	case ledger.CancelAccepted:
-		accepted = &at
-	case ledger.CancelStopping:
-		accepted, stopping = &at, &at
-	default:
-		tb.Fatalf("legacy cancellation: %s is not a state an older build left behind", state)
-	}
-	if _, err := db.Exec(`INSERT INTO cancellations (id, run_id, tenant, state, requested_by, reason, version, requested_at, accepted_at, stopping_at)
-		SELECT ?, id, tenant, ?, 'alice', 'stop it', 1, ?, ?, ? FROM runs WHERE id = ?`,
-		id, string(state), at, accepted, stopping, string(run)); err != nil {
-		tb.Fatalf("legacy cancellation of %s: %v", run, err)
-	}
-	return ledger.CancellationID(id)
+	return InsertLegacyCancellation(tb, SQLiteFile(tb, b.Path), b.Clock.Now, run, state)
 }
 
-// ColumnsHolding opens the SQLite file at path raw, read-only, and returns
-// every table.column (sorted) holding s in any row: the check that a secret
-// reached no column of the database, whatever wrote it.
-func ColumnsHolding(t testing.TB, path, s string) []string {
-	t.Helper()
-	db, err := sql.Open("sqlite3", "file:"+path+"?mode=ro&_busy_timeout=5000")
-	require.NoError(t, err)
-	defer db.Close()
-	rows, err := db.Query(`SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name`)
-	require.NoError(t, err)
-	var tables []string
-	for rows.Next() {
-		var name string
-		require.NoError(t, rows.Scan(&name))
-		tables = append(tables, name)
-	}
-	require.NoError(t, rows.Err())
-	require.NoError(t, rows.Close())
-	require.Contains(t, tables, "events")
-
-	found := map[string]bool{}
-	for _, table := range tables {
-		rows, err := db.Query(fmt.Sprintf(`SELECT * FROM "%s"`, table))
-		require.NoError(t, err)
-		cols, err := rows.Columns()
-		require.NoError(t, err)
-		for rows.Next() {
-			vals := make([]any, len(cols))
-			ptrs := make([]any, len(cols))
-			for i := range vals {
-				ptrs[i] = &vals[i]
-			}
-			require.NoError(t, rows.Scan(ptrs...))
-			for i, v := range vals {
-				var text string
-				switch x := v.(type) {
-				case []byte:
-					text = string(x)
-				case string:
-					text = x
-				default:
-					text = fmt.Sprint(x)
-				}
-				if strings.Contains(text, s) {
-					found[table+"."+cols[i]] = true
-				}
-			}
-		}
-		require.NoError(t, rows.Err())
-		require.NoError(t, rows.Close())
-	}
-	out := make([]string, 0, len(found))
-	for k := range found {
-		out = append(out, k)
-	}
-	sort.Strings(out)
-	return out
+// ColumnsHolding opens the SQLite file at path raw and returns every
+// table.column (sorted) holding s in any row (ColumnsIn).
+func ColumnsHolding(tb testing.TB, path, s string) []string {
+	tb.Helper()
+	return ColumnsIn(tb, SQLiteFile(tb, path), s)
 }
 
 // Dump opens the SQLite file at path raw, read-only, and returns every row

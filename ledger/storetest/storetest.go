@@ -4,14 +4,9 @@ import (
 	"context"
 	"crypto/ed25519"
 	"database/sql"
-	"fmt"
 	"reflect"
-	"slices"
-	"strings"
 	"testing"
 	"time"
-
-	"github.com/stretchr/testify/require"
 
 	"github.com/actionledger/ledger/ledger"
 	"github.com/actionledger/ledger/ledger/ledgertest"
@@ -206,70 +201,21 @@ func exec(t testing.TB, db DB, q string, args ...any) {
 }
 
 // LegacyCancellation writes, with SQL beside the Store, the row an older
-// build could leave behind: a cancellation of run in state (requested,
-// accepted or stopping) whatever the run's state, with no event, as when
-// its three separate writes were interrupted or raced by the run's end.
-// Its times are the run's updated_at, copied in SQL so that the statement
-// does not depend on how a driver stores time. It returns the
-// cancellation's id.
+// build could leave behind (ledgertest.InsertLegacyCancellation) and
+// returns its id.
 func (b *bundle) LegacyCancellation(t testing.TB, run ledger.RunID, state ledger.CancellationState) ledger.CancellationID {
 	t.Helper()
-	cols, vals := "requested_at", "updated_at"
-	switch state {
-	case ledger.CancelRequested:
-	case ledger.CancelAccepted:
-		cols, vals = cols+", accepted_at", vals+", updated_at"
-	case ledger.CancelStopping:
-		cols, vals = cols+", accepted_at, stopping_at", vals+", updated_at, updated_at"
-	default:
-		t.Fatalf("legacy cancellation: %s is not a state an older build left behind", state)
-	}
-	id := ledger.NewULIDFunc(b.Clock.Now)(ledger.PrefixCancellation)
-	exec(t, b.DB, `INSERT INTO cancellations (id, run_id, tenant, state, requested_by, reason, version, `+cols+`)
-		SELECT ?, id, tenant, ?, 'alice', 'stop it', 1, `+vals+` FROM runs WHERE id = ?`,
-		id, string(state), string(run))
-	return ledger.CancellationID(id)
+	return ledgertest.InsertLegacyCancellation(t, b.DB.sql(), b.Clock.Now, run, state)
 }
 
 // columnsHolding returns every table.column of db (sorted) that holds s
 // in some row, whatever wrote it.
 func columnsHolding(t testing.TB, db DB, s string) []string {
 	t.Helper()
-	ctx := context.Background()
-	tables, err := db.Tables(ctx)
-	require.NoError(t, err)
-	require.Contains(t, tables, "events")
-	var found []string
-	for _, table := range tables {
-		rows, err := db.Query(ctx, `SELECT * FROM "`+strings.ReplaceAll(table, `"`, `""`)+`"`)
-		require.NoError(t, err)
-		cols, err := rows.Columns()
-		require.NoError(t, err)
-		for rows.Next() {
-			vals := make([]any, len(cols))
-			ptrs := make([]any, len(cols))
-			for i := range vals {
-				ptrs[i] = &vals[i]
-			}
-			require.NoError(t, rows.Scan(ptrs...))
-			for i, v := range vals {
-				var text string
-				switch x := v.(type) {
-				case []byte:
-					text = string(x)
-				case string:
-					text = x
-				default:
-					text = fmt.Sprint(x)
-				}
-				if col := table + "." + cols[i]; strings.Contains(text, s) && !slices.Contains(found, col) {
-					found = append(found, col)
-				}
-			}
-		}
-		require.NoError(t, rows.Err())
-		require.NoError(t, rows.Close())
-	}
-	slices.Sort(found)
-	return found
+	return ledgertest.ColumnsIn(t, db.sql(), s)
+}
+
+// sql is db's raw access in the form ledgertest's helpers take.
+func (db DB) sql() ledgertest.SQL {
+	return ledgertest.SQL{Exec: db.Exec, Query: db.Query, Tables: db.Tables}
 }
