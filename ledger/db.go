@@ -69,6 +69,27 @@ func (s *DB) reader() Reader { return s.d.Reader() }
 
 // txn is one write: the driver's transaction, one "now" for every row and
 // event it writes, and the id generator.
+//
+// A write comes in one of two modes, and every rule path must know which
+// it runs in:
+//
+//   - Immediate (DB.inTx): fn runs inside the driver's transaction, on
+//     the writer. It may read (tx.d's Get, List and Count operations) and
+//     decide on what it read; its statements run as it makes them. Every
+//     rule that reads the database before it writes runs this way: submit,
+//     gating, approvals, attempts, observations, cancellations, budgets,
+//     leases.
+//   - Planned (DB.planned): fn runs before the transaction, on the
+//     caller's goroutine, with tx.d nil. It must not read: tx.write keeps
+//     each statement, and the driver runs them in order as one write.
+//     Only a write whose every decision was made on rows read earlier,
+//     and whose every statement is guarded on the version it read (a lost
+//     guard is CodeConflict and nothing of the write lands), may be
+//     planned. Today that is RecordRecovery with complete facts
+//     (RecordRecoveryParams.plannable).
+//
+// Code shared by both modes writes through tx.write and reads nothing but
+// what the write itself holds (tx.known, tx.heads).
 type txn struct {
 	ctx   context.Context
 	d     Tx
