@@ -88,8 +88,9 @@ func (s *DB) reader() Reader { return s.d.Reader() }
 //     planned. Today that is RecordRecovery with complete facts
 //     (RecordRecoveryParams.plannable).
 //
-// Code shared by both modes writes through tx.write and reads nothing but
-// what the write itself holds (tx.known, tx.heads).
+// Code shared by both modes writes through tx.write and takes the rows it
+// needs from what the write holds (tx.known, tx.heads) first; it falls
+// back to reading tx.d only in an immediate write.
 type txn struct {
 	ctx   context.Context
 	d     Tx
