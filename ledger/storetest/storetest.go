@@ -123,7 +123,10 @@ func Run(t *testing.T, h Harness) {
 		t.Fatalf("storetest: harness %q has no Open", h.Name)
 	}
 	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) { tc.run(t, h) })
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			tc.run(t, h)
+		})
 	}
 }
 
