@@ -3,7 +3,6 @@ package postgres
 import (
 	"context"
 	"database/sql"
-	"strings"
 
 	"gorm.io/gorm"
 
@@ -129,38 +128,4 @@ func (r *reader) consistent(ctx context.Context, fn func(*reader) error) error {
 		return fn(r)
 	}
 	return r.pool.snapshot(ctx, fn)
-}
-
-// where is the WHERE clause of a list query with optional filters.
-type where struct {
-	conds []string
-	args  []any
-}
-
-// add adds the condition cond with its arguments.
-func (w *where) add(cond string, args ...any) {
-	w.conds = append(w.conds, cond)
-	w.args = append(w.args, args...)
-}
-
-// query returns base with the WHERE clause, ORDER BY order and, if limit is
-// positive, a LIMIT (as an argument, so it does not change the text).
-func (w *where) query(base, order string, limit int) string {
-	var b strings.Builder
-	b.WriteString(base)
-	for i, c := range w.conds {
-		if i == 0 {
-			b.WriteString(" WHERE ")
-		} else {
-			b.WriteString(" AND ")
-		}
-		b.WriteString(c)
-	}
-	b.WriteString(" ORDER BY ")
-	b.WriteString(order)
-	if limit > 0 {
-		b.WriteString(" LIMIT ?")
-		w.args = append(w.args, limit)
-	}
-	return b.String()
 }

@@ -2,13 +2,15 @@ package sqlite
 
 import (
 	"context"
-	"github.com/actionledger/ledger/ledger"
 	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
 	"gorm.io/gorm"
+
+	"github.com/actionledger/ledger/ledger"
+	"github.com/actionledger/ledger/ledger/internal/sqlrows"
 )
 
 // TestPragmas checks that both pools run with the settings the store needs
@@ -52,20 +54,20 @@ func TestRunReadsUseIndexes(t *testing.T) {
 	run := ledger.RunID("run_x")
 	reads := map[string]func(db *gorm.DB) *gorm.DB{
 		"observations of a run": func(db *gorm.DB) *gorm.DB {
-			var rows []observationRow
+			var rows []sqlrows.Observation
 			return observationsQuery(db, ledger.ObservationFilter{RunID: &run}).Find(&rows)
 		},
 		"approvals of a run": func(db *gorm.DB) *gorm.DB {
-			var rows []approvalRow
+			var rows []sqlrows.Approval
 			return approvalsQuery(db, ledger.ApprovalFilter{RunID: &run}).Find(&rows)
 		},
 		"a page of a tenant's pending approvals": func(db *gorm.DB) *gorm.DB {
-			var rows []approvalRow
+			var rows []sqlrows.Approval
 			tenant, state, after := "acme", ledger.ApprovalPending, ledger.ApprovalID("apr_x")
 			return approvalsQuery(db, ledger.ApprovalFilter{Tenant: &tenant, State: &state, AfterID: &after, Limit: 51}).Find(&rows)
 		},
 		"unsettled cancellations": func(db *gorm.DB) *gorm.DB {
-			var rows []cancellationRow
+			var rows []sqlrows.Cancellation
 			return unsettledCancellations(db).Find(&rows)
 		},
 	}
