@@ -7,6 +7,7 @@ import (
 	"gorm.io/gorm"
 
 	"github.com/actionledger/ledger/ledger"
+	"github.com/actionledger/ledger/ledger/internal/sqlrows"
 )
 
 // txState is what a transaction remembers across its statements: the first
@@ -101,24 +102,22 @@ func (r *reader) get(ctx context.Context, what, q string, args []any, targets ..
 }
 
 // all scans every row of q's answer with scan; no row is an empty slice.
+// A failure of the rows themselves (not of scan) is the transaction's.
 func all[T any](ctx context.Context, r *reader, q string, args []any, scan func(*sql.Rows) (T, error)) ([]T, error) {
 	rows, err := r.query(ctx, q, args...)
 	if err != nil {
 		return nil, err
 	}
-	defer func() { _ = rows.Close() }()
-	out := []T{}
-	for rows.Next() {
+	scanFailed := false
+	out, err := sqlrows.ScanAll(rows, func(rows *sql.Rows) (T, error) {
 		v, err := scan(rows)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, v)
-	}
-	if err := rows.Err(); err != nil {
+		scanFailed = err != nil
+		return v, err
+	})
+	if err != nil && !scanFailed {
 		return nil, r.fail(err)
 	}
-	return out, nil
+	return out, err
 }
 
 // consistent runs fn, whose statements must read one snapshot, on r: in
