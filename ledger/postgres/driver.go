@@ -70,6 +70,7 @@ import (
 	"gorm.io/gorm/logger"
 
 	"github.com/actionledger/ledger/ledger"
+	"github.com/actionledger/ledger/ledger/internal/migrate"
 )
 
 // Config opens a Driver.
@@ -385,7 +386,7 @@ func (d *Driver) LatestSchemaVersion() int { return SchemaVersion() }
 // SchemaVersion implements ledger.Driver.
 func (d *Driver) SchemaVersion(ctx context.Context) (int, error) {
 	var v int
-	if err := d.db.WithContext(ctx).Raw(`SELECT COALESCE(MAX(version), 0) FROM schema_migrations`).Row().Scan(&v); err != nil {
+	if err := d.db.WithContext(ctx).Raw(migrate.VersionSQL).Row().Scan(&v); err != nil {
 		return 0, wrapErr("read schema version", err)
 	}
 	return v, nil

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/actionledger/ledger/ledger"
+	"github.com/actionledger/ledger/ledger/internal/sqlrows"
 )
 
 // Run locks: how a write transaction (READ COMMITTED) makes the rules'
@@ -383,36 +384,27 @@ func (t *tx) lockRunsOf(ctx context.Context, what, q string, args ...any) ([]str
 // approvals, then lists the due approvals of those runs.
 func (t *tx) ListDueApprovals(ctx context.Context, at time.Time) ([]*ledger.Approval, error) {
 	const due = `state = ? AND expires_at IS NOT NULL AND expires_at <= ?`
-	args := []any{string(ledger.ApprovalPending), micros(at)}
+	args := []any{string(ledger.ApprovalPending), sqlrows.Micros(at)}
 	runs, err := t.lockRunsOf(ctx, "list due approvals", `SELECT run_id FROM approvals WHERE `+due, args...)
 	if err != nil || len(runs) == 0 {
 		return []*ledger.Approval{}, err
 	}
-	out, err := all(ctx, &t.reader, `SELECT `+approvalCols+` FROM approvals WHERE `+due+` AND run_id IN ? ORDER BY id`,
-		append(args, runs), scanApproval)
+	out, err := all(ctx, &t.reader, `SELECT `+sqlrows.ApprovalCols+` FROM approvals WHERE `+due+` AND run_id IN ? ORDER BY id`,
+		append(args, runs), sqlrows.ScanApproval)
 	return out, wrapErr("list due approvals", err)
 }
 
 // ListUnsettledCancellations implements ledger.Tx: it locks the runs of
 // the unsettled cancellations, then lists those runs' unsettled ones.
 func (t *tx) ListUnsettledCancellations(ctx context.Context) ([]*ledger.Cancellation, error) {
-	const unsettled = `state IN ('requested', 'accepted', 'stopping')`
+	const unsettled = sqlrows.UnsettledCancellation
 	runs, err := t.lockRunsOf(ctx, "list unsettled cancellations", `SELECT run_id FROM cancellations WHERE `+unsettled)
 	if err != nil || len(runs) == 0 {
 		return []*ledger.Cancellation{}, err
 	}
-	out, err := all(ctx, &t.reader, `SELECT `+cancellationCols+` FROM cancellations WHERE `+unsettled+` AND run_id IN ? ORDER BY id`,
-		[]any{runs}, scanCancellation)
+	out, err := all(ctx, &t.reader, `SELECT `+sqlrows.CancellationCols+` FROM cancellations WHERE `+unsettled+` AND run_id IN ? ORDER BY id`,
+		[]any{runs}, sqlrows.ScanCancellation)
 	return out, wrapErr("list unsettled cancellations", err)
-}
-
-// scanCancellation scans one cancellations row.
-func scanCancellation(rows *sql.Rows) (*ledger.Cancellation, error) {
-	var c cancellationRow
-	if err := rows.Scan(c.targets()...); err != nil {
-		return nil, err
-	}
-	return c.cancellation(), nil
 }
 
 // tenantLockSpace is the first key of the advisory locks on tenants (the

@@ -3,11 +3,11 @@ package postgres
 import (
 	"context"
 	"database/sql"
-	"strings"
 
 	"gorm.io/gorm"
 
 	"github.com/actionledger/ledger/ledger"
+	"github.com/actionledger/ledger/ledger/internal/sqlrows"
 )
 
 // txState is what a transaction remembers across its statements: the first
@@ -102,24 +102,22 @@ func (r *reader) get(ctx context.Context, what, q string, args []any, targets ..
 }
 
 // all scans every row of q's answer with scan; no row is an empty slice.
+// A failure of the rows themselves (not of scan) is the transaction's.
 func all[T any](ctx context.Context, r *reader, q string, args []any, scan func(*sql.Rows) (T, error)) ([]T, error) {
 	rows, err := r.query(ctx, q, args...)
 	if err != nil {
 		return nil, err
 	}
-	defer func() { _ = rows.Close() }()
-	out := []T{}
-	for rows.Next() {
+	scanFailed := false
+	out, err := sqlrows.ScanAll(rows, func(rows *sql.Rows) (T, error) {
 		v, err := scan(rows)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, v)
-	}
-	if err := rows.Err(); err != nil {
+		scanFailed = err != nil
+		return v, err
+	})
+	if err != nil && !scanFailed {
 		return nil, r.fail(err)
 	}
-	return out, nil
+	return out, err
 }
 
 // consistent runs fn, whose statements must read one snapshot, on r: in
@@ -129,38 +127,4 @@ func (r *reader) consistent(ctx context.Context, fn func(*reader) error) error {
 		return fn(r)
 	}
 	return r.pool.snapshot(ctx, fn)
-}
-
-// where is the WHERE clause of a list query with optional filters.
-type where struct {
-	conds []string
-	args  []any
-}
-
-// add adds the condition cond with its arguments.
-func (w *where) add(cond string, args ...any) {
-	w.conds = append(w.conds, cond)
-	w.args = append(w.args, args...)
-}
-
-// query returns base with the WHERE clause, ORDER BY order and, if limit is
-// positive, a LIMIT (as an argument, so it does not change the text).
-func (w *where) query(base, order string, limit int) string {
-	var b strings.Builder
-	b.WriteString(base)
-	for i, c := range w.conds {
-		if i == 0 {
-			b.WriteString(" WHERE ")
-		} else {
-			b.WriteString(" AND ")
-		}
-		b.WriteString(c)
-	}
-	b.WriteString(" ORDER BY ")
-	b.WriteString(order)
-	if limit > 0 {
-		b.WriteString(" LIMIT ?")
-		w.args = append(w.args, limit)
-	}
-	return b.String()
 }

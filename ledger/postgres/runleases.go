@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/actionledger/ledger/ledger"
+	"github.com/actionledger/ledger/ledger/internal/sqlrows"
 )
 
 // Run leases (ledger/runleases.go) live on the runs row: lease_owner (NULL
@@ -28,75 +29,52 @@ import (
 // dbNowUs is the database's clock in unix microseconds.
 const dbNowUs = `(floor(extract(epoch FROM clock_timestamp()) * 1000000)::BIGINT)`
 
-const selectRunLeaseSQL = `SELECT id, COALESCE(lease_owner, ''), lease_token, lease_until FROM runs WHERE id = ?`
-
-// runLeaseOf is the lease of a runs row's lease columns.
-func runLeaseOf(id, owner string, token, until int64) ledger.RunLease {
-	l := ledger.RunLease{Run: ledger.RunID(id), Owner: owner, Token: token}
-	if owner != "" {
-		l.Until = fromMicros(until)
-	}
-	return l
-}
-
-func scanRunLease(rows *sql.Rows) (ledger.RunLease, error) {
-	var (
-		id, owner    string
-		token, until int64
-	)
-	err := rows.Scan(&id, &owner, &token, &until)
-	return runLeaseOf(id, owner, token, until), err
-}
-
 // GetRunLease implements ledger.Reader.
 func (r *reader) GetRunLease(ctx context.Context, run ledger.RunID) (*ledger.RunLease, error) {
-	var (
-		id, owner    string
-		token, until int64
-	)
-	if err := r.get(ctx, "run "+string(run), selectRunLeaseSQL, []any{string(run)}, &id, &owner, &token, &until); err != nil {
+	var row sqlrows.RunLease
+	if err := r.get(ctx, "run "+string(run), sqlrows.GetRunLeaseSQL, []any{string(run)}, row.Targets()...); err != nil {
 		return nil, wrapErr("get run lease", err)
 	}
-	l := runLeaseOf(id, owner, token, until)
+	l := row.ToRunLease()
 	return &l, nil
 }
 
 // ClaimRuns implements ledger.Tx, in one statement on the database's
 // clock; now is ignored.
 func (t *tx) ClaimRuns(ctx context.Context, p ledger.ClaimRunsParams, _ time.Time) ([]ledger.RunLease, error) {
-	var w where
+	var w sqlrows.Where
 	states := make([]string, len(p.States))
 	for i, st := range p.States {
 		states[i] = string(st)
 	}
-	w.add("state IN ?", states)
+	w.Add("state IN ?", states)
 	if len(p.TakeOver) > 0 {
 		// A named holder's leases are claimed before they lapse: it is
 		// gone (ClaimRunsParams.TakeOver).
-		w.add("(lease_until <= (SELECT us FROM now) OR lease_owner IN ?)", p.TakeOver)
+		w.Add("(lease_until <= (SELECT us FROM now) OR lease_owner IN ?)", p.TakeOver)
 	} else {
-		w.add("lease_until <= (SELECT us FROM now)")
+		w.Add("lease_until <= (SELECT us FROM now)")
 	}
 	if len(p.NotAgents) > 0 {
-		w.add("agent NOT IN ?", p.NotAgents)
+		w.Add("agent NOT IN ?", p.NotAgents)
 	}
 	if len(p.Runs) > 0 {
 		ids := make([]string, len(p.Runs))
 		for i, id := range p.Runs {
 			ids[i] = string(id)
 		}
-		w.add("id IN ?", ids)
+		w.Add("id IN ?", ids)
 	}
 	// The index runs_claim (state, lease_until, id, agent) finds the free
 	// or lapsed runs of each state.
-	pick := w.query(`SELECT id FROM runs`, "id", p.Limit)
+	pick := w.Query(`SELECT id FROM runs`, "id", p.Limit)
 	q := `WITH now AS (SELECT ` + dbNowUs + ` AS us),
 	picked AS (` + pick + ` FOR NO KEY UPDATE SKIP LOCKED)
 	UPDATE runs r SET lease_owner = ?, lease_token = r.lease_token + 1, lease_until = (SELECT us FROM now) + ?
 	FROM picked WHERE r.id = picked.id
 	RETURNING r.id, r.lease_owner, r.lease_token, r.lease_until`
-	args := append(w.args, p.Owner, p.TTL.Microseconds())
-	out, err := all(ctx, &t.reader, q, args, scanRunLease)
+	args := append(w.Args, p.Owner, p.TTL.Microseconds())
+	out, err := all(ctx, &t.reader, q, args, sqlrows.ScanRunLease)
 	if err != nil {
 		return nil, wrapErr("claim runs", err)
 	}
@@ -119,7 +97,7 @@ func (t *tx) RenewRunLeases(ctx context.Context, leases []ledger.RunLease, _ tim
 			return nil, wrapErr("renew run lease", err)
 		}
 		if ok {
-			l.Until = fromMicros(until)
+			l.Until = sqlrows.FromMicros(until)
 			out = append(out, l)
 		}
 	}
@@ -128,8 +106,7 @@ func (t *tx) RenewRunLeases(ctx context.Context, leases []ledger.RunLease, _ tim
 
 // ReleaseRunLease implements ledger.Tx.
 func (t *tx) ReleaseRunLease(ctx context.Context, l ledger.RunLease) (bool, error) {
-	n, err := t.exec(ctx, `UPDATE runs SET lease_owner = NULL, lease_until = 0 WHERE id = ? AND lease_owner = ? AND lease_token = ?`,
-		string(l.Run), l.Owner, l.Token)
+	n, err := t.exec(ctx, sqlrows.ReleaseRunLeaseSQL, string(l.Run), l.Owner, l.Token)
 	return n > 0, wrapErr("release run lease", err)
 }
 
@@ -140,20 +117,19 @@ func (t *tx) MoveChainHeadFenced(ctx context.Context, run ledger.RunID, fromSeq,
 	if err := t.lockRun(ctx, run); err != nil {
 		return false, err
 	}
-	n, err := t.exec(ctx, `UPDATE runs SET event_seq = ?, event_hash = ? WHERE id = ? AND event_seq = ? AND lease_token = ?`,
-		seq, hash, string(run), fromSeq, token)
+	n, err := t.exec(ctx, sqlrows.MoveChainHeadFencedSQL, seq, hash, string(run), fromSeq, token)
 	return n > 0, wrapErr("move chain head", err)
 }
 
-// selectOwnersSQL reads the partial index runs_lease_owner alone.
-const selectOwnersSQL = `SELECT DISTINCT lease_owner FROM runs WHERE lease_owner IS NOT NULL ORDER BY lease_owner`
-
 // ListRunLeaseOwners implements ledger.Reader.
 func (r *reader) ListRunLeaseOwners(ctx context.Context) ([]string, error) {
-	out, err := all(ctx, r, selectOwnersSQL, nil, func(rows *sql.Rows) (string, error) {
-		var o string
-		err := rows.Scan(&o)
-		return o, err
-	})
+	out, err := all(ctx, r, sqlrows.ListRunLeaseOwnersSQL, nil, scanRunLeaseOwner)
 	return out, wrapErr("list run lease owners", err)
+}
+
+// scanRunLeaseOwner scans a lease owner.
+func scanRunLeaseOwner(rows *sql.Rows) (string, error) {
+	var o string
+	err := rows.Scan(&o)
+	return o, err
 }

@@ -2,11 +2,11 @@ package postgres
 
 import (
 	"context"
-	"encoding/base64"
 	"math"
 	"time"
 
 	"github.com/actionledger/ledger/ledger"
+	"github.com/actionledger/ledger/ledger/internal/sqlrows"
 )
 
 // tx is one write transaction (READ COMMITTED): its reads see its own
@@ -21,46 +21,43 @@ var _ ledger.Tx = (*tx)(nil)
 
 // runs
 
-const insertRunSQL = `INSERT INTO runs (` + runCols + `) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
-
-const insertBudgetSQL = `INSERT INTO budgets (` + budgetCols + `) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
-
 // InsertRun implements ledger.Tx: the run, then its budget (version 1).
 func (t *tx) InsertRun(ctx context.Context, r *ledger.Run) error {
-	if _, err := t.exec(ctx, insertRunSQL, string(r.ID), r.Tenant, r.IdempotencyKey, string(r.RequestDigest),
-		r.SubmittedBy, r.Agent, string(r.Input), string(r.State), strPtr(string(r.StopReason)), r.Version,
-		r.EventSeq, r.EventHash, micros(r.CreatedAt), micros(r.UpdatedAt)); err != nil {
+	row := sqlrows.RunOf(r)
+	if _, err := t.exec(ctx, sqlrows.InsertRunSQL, row.ID, row.Tenant, row.IdempotencyKey, row.RequestDigest, row.SubmittedBy,
+		row.Agent, row.Input, row.State, row.StopReason, row.Version, row.EventSeq, row.EventHash, row.CreatedAt,
+		row.UpdatedAt); err != nil {
 		return wrapErr("insert run", err)
 	}
 	// Nobody else sees the run before this write commits, and nobody can
 	// insert another with its id: the write holds it as if locked.
 	t.st.hold(r.ID, 0, "")
-	b := budgetRowOf(r.ID, r.Budget)
-	_, err := t.exec(ctx, insertBudgetSQL, b.RunID, b.MaxAttemptsPerAction, b.MaxAttemptsPerRun, b.MaxExecutionUs,
+	b := sqlrows.BudgetOf(r.ID, r.Budget)
+	_, err := t.exec(ctx, sqlrows.InsertBudgetSQL, b.RunID, b.MaxAttemptsPerAction, b.MaxAttemptsPerRun, b.MaxExecutionUs,
 		b.MaxSteps, b.MaxTokens, b.DeadlineAt, b.AttemptsUsed, b.ExecutionUsedUs, b.StepsUsed, b.TokensUsed,
-		b.TokensUnavailable, 1)
+		b.TokensUnavailable, b.Version)
 	return wrapErr("insert budget", err)
 }
 
 const moveRunSQL = `UPDATE runs SET state = ?, stop_reason = ?, version = version + 1, updated_at = ?
-	WHERE id = ? AND state = ? RETURNING ` + runCols
+	WHERE id = ? AND state = ? RETURNING ` + sqlrows.RunCols
 
 // MoveRun implements ledger.Tx.
 func (t *tx) MoveRun(ctx context.Context, id ledger.RunID, from, to ledger.RunState, reason ledger.StopReason, at time.Time) (*ledger.Run, bool, error) {
 	if err := t.lockRun(ctx, id); err != nil {
 		return nil, false, err
 	}
-	var r runRow
-	moved, err := t.one(ctx, moveRunSQL, []any{string(to), strPtr(string(reason)), micros(at), string(id), string(from)}, r.targets()...)
+	var r sqlrows.Run
+	moved, err := t.one(ctx, moveRunSQL, []any{string(to), sqlrows.StrPtr(string(reason)), sqlrows.Micros(at), string(id), string(from)}, r.Targets()...)
 	if err != nil || !moved {
 		return nil, false, wrapErr("move run", err)
 	}
-	return runOf(&r, nil), true, nil
+	return r.ToRun(nil), true, nil
 }
 
 // budgetReturning hands back the budget after an UPDATE of budgets b
 // joined to its run r, with the run's creation time for the deadline.
-var budgetReturning = ` RETURNING ` + qualified("b", budgetCols) + `, r.created_at`
+var budgetReturning = ` RETURNING ` + sqlrows.Qualified("b", sqlrows.BudgetCols) + `, r.created_at`
 
 var addUsageSQL = `UPDATE budgets b SET steps_used = b.steps_used + ?, tokens_used = b.tokens_used + ?,
 	execution_used_us = b.execution_used_us + ?, tokens_unavailable = b.tokens_unavailable OR ?, version = b.version + 1
@@ -78,15 +75,15 @@ func (t *tx) AddUsage(ctx context.Context, run ledger.RunID, u ledger.BudgetUsag
 		return nil, false, ledger.Errorf(ledger.CodeInvalid, "add usage: usage cannot be negative")
 	}
 	var (
-		b       budgetRow
+		b       sqlrows.Budget
 		created int64
 	)
 	added, err := t.one(ctx, addUsageSQL, []any{u.Steps, u.Tokens, exec, u.TokensUnavailable, string(run),
-		math.MaxInt64 - u.Steps, math.MaxInt64 - u.Tokens, math.MaxInt64 - exec}, append(b.targets(), &created)...)
+		math.MaxInt64 - u.Steps, math.MaxInt64 - u.Tokens, math.MaxInt64 - exec}, append(b.Targets(), &created)...)
 	if err != nil || !added {
 		return nil, false, wrapErr("add usage", err)
 	}
-	budget := budgetOf(&b, created)
+	budget := b.ToBudget(created)
 	return &budget, true, nil
 }
 
@@ -95,7 +92,7 @@ func (t *tx) CountAttempt(ctx context.Context, run ledger.RunID) error {
 	if err := t.lockRun(ctx, run); err != nil {
 		return err
 	}
-	n, err := t.exec(ctx, `UPDATE budgets SET attempts_used = attempts_used + 1, version = version + 1 WHERE run_id = ?`, string(run))
+	n, err := t.exec(ctx, sqlrows.CountAttemptSQL, string(run))
 	if err == nil && n == 0 {
 		err = notFound("budget of run %s not found", run)
 	}
@@ -112,30 +109,27 @@ func (t *tx) SpendExecution(ctx context.Context, run ledger.RunID, d time.Durati
 		return nil, err
 	}
 	var (
-		b       budgetRow
+		b       sqlrows.Budget
 		created int64
 	)
 	err := t.get(ctx, "budget of run "+string(run), spendExecutionSQL, []any{d.Microseconds(), string(run)},
-		append(b.targets(), &created)...)
+		append(b.Targets(), &created)...)
 	if err != nil {
 		return nil, wrapErr("spend execution", err)
 	}
-	budget := budgetOf(&b, created)
+	budget := b.ToBudget(created)
 	return &budget, nil
 }
 
 // actions
-
-const insertActionSQL = `INSERT INTO actions (` + actionCols + `)
-	VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
 
 // InsertAction implements ledger.Tx.
 func (t *tx) InsertAction(ctx context.Context, a *ledger.Action) error {
 	if err := t.lockRun(ctx, a.RunID); err != nil {
 		return err
 	}
-	r := actionRowOf(a)
-	_, err := t.exec(ctx, insertActionSQL, r.ID, r.RunID, r.Tenant, r.Seq, r.IdempotencyKey, r.Tool, r.ToolVersion,
+	r := sqlrows.ActionOf(a)
+	_, err := t.exec(ctx, sqlrows.InsertActionSQL, r.ID, r.RunID, r.Tenant, r.Seq, r.IdempotencyKey, r.Tool, r.ToolVersion,
 		r.Effect, r.Arguments, r.ActionDigest, r.DedupKey, r.Supersedes, r.State, r.AttemptCount, r.Version,
 		r.CreatedAt, r.UpdatedAt, r.GateDecision, r.GateRule, r.GateReason, r.RulesDigest)
 	if err == nil {
@@ -145,31 +139,31 @@ func (t *tx) InsertAction(ctx context.Context, a *ledger.Action) error {
 }
 
 const moveActionSQL = `UPDATE actions SET state = ?, version = version + 1, updated_at = ?,
-	attempt_count = GREATEST(attempt_count, ?) WHERE id = ? AND state = ? RETURNING ` + actionCols
+	attempt_count = GREATEST(attempt_count, ?) WHERE id = ? AND state = ? RETURNING ` + sqlrows.ActionCols
 
 // MoveAction implements ledger.Tx.
 func (t *tx) MoveAction(ctx context.Context, id ledger.ActionID, from, to ledger.ActionState, attemptCount int64, at time.Time) (*ledger.Action, bool, error) {
 	if err := t.lockEntity(ctx, entityAction, string(id)); err != nil {
 		return nil, false, err
 	}
-	var r actionRow
-	moved, err := t.one(ctx, moveActionSQL, []any{string(to), micros(at), attemptCount, string(id), string(from)}, r.targets()...)
+	var r sqlrows.Action
+	moved, err := t.one(ctx, moveActionSQL, []any{string(to), sqlrows.Micros(at), attemptCount, string(id), string(from)}, r.Targets()...)
 	if err != nil || !moved {
 		return nil, false, wrapErr("move action", err)
 	}
-	return r.action(), true, nil
+	return r.ToAction(), true, nil
 }
 
 // attempts and observations
 
-const insertAttemptSQL = `INSERT INTO attempts (` + attemptCols + `) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
+const insertAttemptSQL = `INSERT INTO attempts (` + sqlrows.AttemptCols + `) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
 
 // InsertAttempt implements ledger.Tx.
 func (t *tx) InsertAttempt(ctx context.Context, a *ledger.Attempt) error {
 	if err := t.lockRun(ctx, a.RunID); err != nil {
 		return err
 	}
-	r, err := attemptRowOf(a)
+	r, err := sqlrows.AttemptOf(a)
 	if err != nil {
 		return wrapErr("insert attempt", err)
 	}
@@ -181,58 +175,48 @@ func (t *tx) InsertAttempt(ctx context.Context, a *ledger.Attempt) error {
 	return wrapErr("insert attempt", err)
 }
 
-const finishAttemptSQL = `UPDATE attempts SET status = ?, result = ?, error = ?, finished_at = ?, version = version + 1
-	WHERE id = ? AND status = ?`
-
 // FinishAttempt implements ledger.Tx.
 func (t *tx) FinishAttempt(ctx context.Context, a *ledger.Attempt) (bool, error) {
 	if err := t.lockEntity(ctx, entityAttempt, string(a.ID)); err != nil {
 		return false, err
 	}
-	errText, err := attemptErrorText(a.Error)
+	errText, err := sqlrows.AttemptErrorText(a.Error)
 	if err != nil {
 		return false, wrapErr("finish attempt", err)
 	}
-	n, err := t.exec(ctx, finishAttemptSQL, string(a.Status), rawPtr(a.Result), errText, microsPtr(a.FinishedAt),
-		string(a.ID), string(ledger.AttemptStarted))
+	n, err := t.exec(ctx, sqlrows.FinishAttemptSQL, string(a.Status), sqlrows.RawPtr(a.Result), errText,
+		sqlrows.MicrosPtr(a.FinishedAt), string(a.ID))
 	return n > 0, wrapErr("finish attempt", err)
 }
-
-const setEffectSQL = `UPDATE attempts SET effect = ?, effect_observation_id = ?, version = version + 1
-	WHERE id = ? AND effect = ?`
 
 // SetAttemptEffect implements ledger.Tx.
 func (t *tx) SetAttemptEffect(ctx context.Context, id ledger.AttemptID, effect ledger.EffectFact, by ledger.ObservationID) (bool, error) {
 	if err := t.lockEntity(ctx, entityAttempt, string(id)); err != nil {
 		return false, err
 	}
-	n, err := t.exec(ctx, setEffectSQL, string(effect), string(by), string(id), string(ledger.EffectUnknown))
+	n, err := t.exec(ctx, sqlrows.SetAttemptEffectSQL, string(effect), string(by), string(id))
 	return n > 0, wrapErr("set attempt effect", err)
 }
-
-const insertObservationSQL = `INSERT INTO observations (` + observationCols + `) VALUES (?, ?, ?, ?, ?, ?, ?, ?)`
 
 // InsertObservation implements ledger.Tx.
 func (t *tx) InsertObservation(ctx context.Context, o *ledger.Observation) error {
 	if err := t.lockRun(ctx, o.RunID); err != nil {
 		return err
 	}
-	r := observationRowOf(o)
-	_, err := t.exec(ctx, insertObservationSQL, r.ID, r.RunID, r.ActionID, r.AttemptID, r.Source, r.Effect, r.Detail, r.ObservedAt)
+	r := sqlrows.ObservationOf(o)
+	_, err := t.exec(ctx, sqlrows.InsertObservationSQL, r.ID, r.RunID, r.ActionID, r.AttemptID, r.Source, r.Effect, r.Detail, r.ObservedAt)
 	return wrapErr("insert observation", err)
 }
 
 // approvals
-
-const insertApprovalSQL = `INSERT INTO approvals (` + approvalCols + `) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
 
 // InsertApproval implements ledger.Tx.
 func (t *tx) InsertApproval(ctx context.Context, a *ledger.Approval) error {
 	if err := t.lockRun(ctx, a.RunID); err != nil {
 		return err
 	}
-	r := approvalRowOf(a)
-	_, err := t.exec(ctx, insertApprovalSQL, r.ID, r.ActionID, r.RunID, r.Tenant, r.ActionDigest, r.State, r.DecidedBy,
+	r := sqlrows.ApprovalOf(a)
+	_, err := t.exec(ctx, sqlrows.InsertApprovalSQL, r.ID, r.ActionID, r.RunID, r.Tenant, r.ActionDigest, r.State, r.DecidedBy,
 		r.Reason, r.Version, r.RequestedAt, r.ExpiresAt, r.DecidedAt)
 	if err == nil {
 		t.st.hold(a.RunID, entityApproval, string(a.ID))
@@ -240,35 +224,30 @@ func (t *tx) InsertApproval(ctx context.Context, a *ledger.Approval) error {
 	return wrapErr("insert approval", err)
 }
 
-// moveApprovalSQL settles an approval (decided_by only when given) and
-// hands back its row.
-const moveApprovalSQL = `UPDATE approvals SET state = ?, version = version + 1, decided_at = ?, reason = ?,
-	decided_by = COALESCE(?, decided_by) WHERE id = ? AND state = ? RETURNING ` + approvalCols
-
 // MoveApproval implements ledger.Tx.
 func (t *tx) MoveApproval(ctx context.Context, id ledger.ApprovalID, from, to ledger.ApprovalState, at time.Time, reason, decidedBy string) (*ledger.Approval, bool, error) {
 	if err := t.lockEntity(ctx, entityApproval, string(id)); err != nil {
 		return nil, false, err
 	}
-	var r approvalRow
-	moved, err := t.one(ctx, moveApprovalSQL, []any{string(to), micros(at), strPtr(reason), strPtr(decidedBy), string(id), string(from)},
-		r.targets()...)
+	var r sqlrows.Approval
+	moved, err := t.one(ctx, sqlrows.MoveApprovalSQL, []any{string(to), sqlrows.Micros(at), sqlrows.StrPtr(reason), sqlrows.StrPtr(decidedBy), string(id), string(from)},
+		r.Targets()...)
 	if err != nil || !moved {
 		return nil, false, wrapErr("move approval", err)
 	}
-	return r.approval(), true, nil
+	return r.ToApproval(), true, nil
 }
 
 // cancellations
 
-const insertCancellationSQL = `INSERT INTO cancellations (` + cancellationCols + `) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
+const insertCancellationSQL = `INSERT INTO cancellations (` + sqlrows.CancellationCols + `) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
 
 // InsertCancellation implements ledger.Tx.
 func (t *tx) InsertCancellation(ctx context.Context, c *ledger.Cancellation) error {
 	if err := t.lockRun(ctx, c.RunID); err != nil {
 		return err
 	}
-	r := cancellationRowOf(c)
+	r := sqlrows.CancellationOf(c)
 	_, err := t.exec(ctx, insertCancellationSQL, r.ID, r.RunID, r.Tenant, r.State, r.RequestedBy, r.Reason, r.Version,
 		r.RequestedAt, r.AcceptedAt, r.StoppingAt, r.StoppedAt, r.TooLateAt)
 	return wrapErr("insert cancellation", err)
@@ -276,16 +255,13 @@ func (t *tx) InsertCancellation(ctx context.Context, c *ledger.Cancellation) err
 
 // moveCancellationSQL is the guarded move of a cancellation into each
 // state after requested, which also records when it got there.
-var moveCancellationSQL = map[ledger.CancellationState]string{
-	ledger.CancelAccepted: moveCancellationTo("accepted_at"),
-	ledger.CancelStopping: moveCancellationTo("stopping_at"),
-	ledger.CancelStopped:  moveCancellationTo("stopped_at"),
-	ledger.CancelTooLate:  moveCancellationTo("too_late_at"),
-}
-
-func moveCancellationTo(timeColumn string) string {
-	return `UPDATE cancellations SET state = ?, ` + timeColumn + ` = ?, version = version + 1 WHERE run_id = ? AND state = ?`
-}
+var moveCancellationSQL = func() map[ledger.CancellationState]string {
+	m := make(map[ledger.CancellationState]string, len(sqlrows.CancellationTimeColumn))
+	for to, col := range sqlrows.CancellationTimeColumn {
+		m[to] = `UPDATE cancellations SET state = ?, ` + col + ` = ?, version = version + 1 WHERE run_id = ? AND state = ?`
+	}
+	return m
+}()
 
 // MoveCancellation implements ledger.Tx.
 func (t *tx) MoveCancellation(ctx context.Context, run ledger.RunID, from, to ledger.CancellationState, at time.Time) (bool, error) {
@@ -296,20 +272,20 @@ func (t *tx) MoveCancellation(ctx context.Context, run ledger.RunID, from, to le
 	if !ok {
 		return false, ledger.Errorf(ledger.CodeInvalid, "move cancellation: a cancellation cannot move to %q", to)
 	}
-	n, err := t.exec(ctx, q, string(to), micros(at), string(run), string(from))
+	n, err := t.exec(ctx, q, string(to), sqlrows.Micros(at), string(run), string(from))
 	return n > 0, wrapErr("move cancellation", err)
 }
 
 // leases and agent decisions
 
-const insertLeaseSQL = `INSERT INTO attempt_leases (` + leaseCols + `) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
+const insertLeaseSQL = `INSERT INTO attempt_leases (` + sqlrows.LeaseCols + `) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
 
 // InsertAttemptLease implements ledger.Tx.
 func (t *tx) InsertAttemptLease(ctx context.Context, l *ledger.AttemptLease) error {
 	if err := t.lockRun(ctx, l.RunID); err != nil {
 		return err
 	}
-	r := leaseRowOf(l)
+	r := sqlrows.LeaseOf(l)
 	_, err := t.exec(ctx, insertLeaseSQL, r.AttemptID, r.ActionID, r.RunID, r.BeginKey, r.TokenSHA256, r.LeaseUs,
 		r.LeaseUntil, r.MaxUntil, r.Heartbeats, r.Progress, r.OutcomeDigest, r.Outcome)
 	return wrapErr("insert attempt lease", err)
@@ -324,7 +300,7 @@ func (t *tx) UpdateAttemptLease(ctx context.Context, l *ledger.AttemptLease) err
 	if err := t.lockEntity(ctx, entityAttempt, string(l.AttemptID)); err != nil {
 		return err
 	}
-	r := leaseRowOf(l)
+	r := sqlrows.LeaseOf(l)
 	n, err := t.exec(ctx, updateLeaseSQL, r.LeaseUntil, r.Heartbeats, r.Progress, r.OutcomeDigest, r.Outcome, r.AttemptID)
 	if err == nil && n == 0 {
 		err = notFound("lease of attempt %s not found", l.AttemptID)
@@ -332,7 +308,7 @@ func (t *tx) UpdateAttemptLease(ctx context.Context, l *ledger.AttemptLease) err
 	return wrapErr("update attempt lease", err)
 }
 
-const putDecisionSQL = `INSERT INTO agent_decisions (` + decisionCols + `) VALUES (?, ?, ?, ?, ?)
+const putDecisionSQL = `INSERT INTO agent_decisions (` + sqlrows.DecisionCols + `) VALUES (?, ?, ?, ?, ?)
 	ON CONFLICT (action_id) DO UPDATE SET decision_id = excluded.decision_id, kind = excluded.kind,
 	answered = excluded.answered, decided_at = excluded.decided_at`
 
@@ -341,7 +317,7 @@ func (t *tx) PutAgentDecision(ctx context.Context, d *ledger.AgentDecision) erro
 	if err := t.lockEntity(ctx, entityAction, string(d.ActionID)); err != nil {
 		return err
 	}
-	_, err := t.exec(ctx, putDecisionSQL, string(d.ActionID), d.DecisionID, d.Kind, d.Answered, micros(d.DecidedAt))
+	_, err := t.exec(ctx, putDecisionSQL, string(d.ActionID), d.DecisionID, d.Kind, d.Answered, sqlrows.Micros(d.DecidedAt))
 	return wrapErr("put agent decision", err)
 }
 
@@ -357,15 +333,13 @@ func (t *tx) AnswerAgentDecision(ctx context.Context, action ledger.ActionID, id
 
 // events and signatures
 
-const insertEventSQL = `INSERT INTO events (` + eventCols + `) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
-
 // InsertEvent implements ledger.Tx.
 func (t *tx) InsertEvent(ctx context.Context, e *ledger.Event) error {
 	if err := t.lockRun(ctx, e.RunID); err != nil {
 		return err
 	}
-	_, err := t.exec(ctx, insertEventSQL, string(e.ID), string(e.RunID), e.Seq, e.Type, e.EntityType, e.EntityID,
-		e.FromState, e.ToState, e.Actor, rawPtr(e.Data), micros(e.CreatedAt), e.PrevHash, e.Hash, e.Format, rawPtr(e.Rows))
+	_, err := t.exec(ctx, sqlrows.InsertEventSQL, string(e.ID), string(e.RunID), e.Seq, e.Type, e.EntityType, e.EntityID,
+		e.FromState, e.ToState, e.Actor, sqlrows.RawPtr(e.Data), sqlrows.Micros(e.CreatedAt), e.PrevHash, e.Hash, e.Format, sqlrows.RawPtr(e.Rows))
 	return wrapErr("insert event", err)
 }
 
@@ -374,21 +348,16 @@ func (t *tx) MoveChainHead(ctx context.Context, run ledger.RunID, fromSeq, seq i
 	if err := t.lockRun(ctx, run); err != nil {
 		return false, err
 	}
-	n, err := t.exec(ctx, `UPDATE runs SET event_seq = ?, event_hash = ? WHERE id = ? AND event_seq = ?`,
-		seq, hash, string(run), fromSeq)
+	n, err := t.exec(ctx, sqlrows.MoveChainHeadSQL, seq, hash, string(run), fromSeq)
 	return n > 0, wrapErr("move chain head", err)
 }
-
-const putSignatureSQL = `INSERT INTO chain_signatures (` + signatureCols + `) VALUES (?, ?, ?, ?, ?, ?)
-	ON CONFLICT (run_id) DO UPDATE SET seq = excluded.seq, hash = excluded.hash, signed_at = excluded.signed_at,
-	key_id = excluded.key_id, signature = excluded.signature`
 
 // PutSignature implements ledger.Tx; the signature is stored as base64.
 func (t *tx) PutSignature(ctx context.Context, h *ledger.HeadSignature) error {
 	if err := t.lockRun(ctx, h.RunID); err != nil {
 		return err
 	}
-	_, err := t.exec(ctx, putSignatureSQL, string(h.RunID), h.Seq, h.Hash, micros(h.SignedAt), h.KeyID,
-		base64.StdEncoding.EncodeToString(h.Signature))
+	s := sqlrows.SignatureOf(h)
+	_, err := t.exec(ctx, sqlrows.PutSignatureSQL, s.RunID, s.Seq, s.Hash, s.SignedAt, s.KeyID, s.Signature)
 	return wrapErr("put signature", err)
 }

@@ -7,10 +7,7 @@ import (
 	"embed"
 	"errors"
 	"fmt"
-	"github.com/actionledger/ledger/ledger"
-	"io/fs"
 	"net/url"
-	"path"
 	"slices"
 	"strconv"
 	"strings"
@@ -21,6 +18,9 @@ import (
 	"gorm.io/driver/sqlite"
 	"gorm.io/gorm"
 	"gorm.io/gorm/logger"
+
+	"github.com/actionledger/ledger/ledger"
+	"github.com/actionledger/ledger/ledger/internal/migrate"
 )
 
 //go:embed migrations/*.sql
@@ -283,15 +283,6 @@ func (s *Driver) Close() error {
 	return nil
 }
 
-// migration is one numbered, embedded SQL file.
-type migration struct {
-	version int
-	name    string
-	sql     string
-	// foreignKeysOff: the file's first line is foreignKeysOffDirective.
-	foreignKeysOff bool
-}
-
 // foreignKeysOffDirective, as the first line of a migration, runs it with
 // foreign keys off: what SQLite's way of changing a table's constraints
 // needs (create the new table, copy, drop the old one, rename) when other
@@ -303,56 +294,18 @@ type migration struct {
 // on again whatever happened.
 const foreignKeysOffDirective = "-- ledger:foreign_keys=off"
 
-// loadMigrations returns the embedded migrations, parsed and checked once
-// (readiness probes ask for the schema version on every request).
-var loadMigrations = sync.OnceValues(parseMigrations)
+// foreignKeysOff reports whether m asks to run with foreign keys off.
+func foreignKeysOff(m migrate.Migration) bool { return m.FirstLine() == foreignKeysOffDirective }
 
-func parseMigrations() ([]migration, error) {
-	const dir = "migrations"
-	entries, err := fs.ReadDir(sqliteMigrations, dir)
-	if err != nil {
-		return nil, err
-	}
-	var ms []migration
-	for _, e := range entries {
-		num, _, ok := strings.Cut(e.Name(), "_")
-		v, err := strconv.Atoi(num)
-		if !ok || err != nil || v < 1 {
-			return nil, fmt.Errorf("migration %s: name must start with a positive number and _", e.Name())
-		}
-		body, err := fs.ReadFile(sqliteMigrations, path.Join(dir, e.Name()))
-		if err != nil {
-			return nil, err
-		}
-		first, _, _ := strings.Cut(string(body), "\n")
-		ms = append(ms, migration{version: v, name: e.Name(), sql: string(body),
-			foreignKeysOff: strings.TrimSpace(first) == foreignKeysOffDirective})
-	}
-	slices.SortFunc(ms, func(a, b migration) int { return a.version - b.version })
-	for i, m := range ms {
-		if m.version != i+1 {
-			return nil, fmt.Errorf("migration %s: versions must run 1, 2, 3… without gaps", m.name)
-		}
-	}
-	return ms, nil
-}
+// migrations are the embedded migrations.
+var migrations = migrate.Embedded(sqliteMigrations, "migrations")
 
 // SchemaVersion is the schema version this build writes.
-func SchemaVersion() int {
-	ms, err := loadMigrations()
-	if err != nil {
-		return 0
-	}
-	return len(ms)
-}
+func SchemaVersion() int { return migrations.Latest() }
 
 // migrate applies pending migrations, each in its own transaction together
-// with its row in schema_migrations.
+// with its row in schema_migrations (migrator).
 func (s *Driver) migrate(ctx context.Context) error {
-	ms, err := loadMigrations()
-	if err != nil {
-		return ledger.Errorf(ledger.CodeInternal, "load migrations: %w", err)
-	}
 	db := s.w.WithContext(ctx)
 	if err := db.Exec(`CREATE TABLE IF NOT EXISTS schema_migrations (
 		version    INTEGER PRIMARY KEY,
@@ -360,27 +313,36 @@ func (s *Driver) migrate(ctx context.Context) error {
 		applied_at INTEGER NOT NULL)`).Error; err != nil {
 		return ledger.Errorf(ledger.CodeInternal, "migrate: %w", err)
 	}
-	var current int
-	if err := db.Raw(`SELECT COALESCE(MAX(version), 0) FROM schema_migrations`).Scan(&current).Error; err != nil {
-		return ledger.Errorf(ledger.CodeInternal, "migrate: read schema version: %w", err)
-	}
-	if current > len(ms) {
-		return ledger.Errorf(ledger.CodeUnsupportedVersion,
-			"database schema version %d is newer than this build of ledger understands (%d): upgrade ledger, or open a copy made by this version",
-			current, len(ms))
-	}
 	// Migration files hold several statements; prepared statements (which
 	// GORM uses) compile only the first, so they run on database/sql.
 	sqlDB, err := s.w.DB()
 	if err != nil {
 		return ledger.Errorf(ledger.CodeInternal, "migrate: %w", err)
 	}
-	for _, m := range ms[current:] {
-		if err := applyMigration(ctx, sqlDB, m, s.now()); err != nil {
-			return ledger.Errorf(ledger.CodeInternal, "migrate: apply %s: %w", m.name, err)
-		}
+	err = migrate.Run(ctx, migrations, migrator{db: db, sqlDB: sqlDB, now: s.now()})
+	var e *ledger.Error
+	if err != nil && !errors.As(err, &e) {
+		return ledger.Errorf(ledger.CodeInternal, "migrate: %w", err)
 	}
-	return nil
+	return err
+}
+
+// migrator is the migrate.Target of the writer's pool, before the Driver
+// holds its one connection.
+type migrator struct {
+	db    *gorm.DB
+	sqlDB *sql.DB
+	now   time.Time
+}
+
+func (m migrator) Version(context.Context) (int, error) {
+	var v int
+	err := m.db.Raw(migrate.VersionSQL).Scan(&v).Error
+	return v, err
+}
+
+func (m migrator) Apply(ctx context.Context, mig migrate.Migration) error {
+	return applyMigration(ctx, m.sqlDB, mig, m.now)
 }
 
 // applyMigration applies m in one transaction together with its row in
@@ -388,13 +350,14 @@ func (s *Driver) migrate(ctx context.Context) error {
 // foreign keys off around the transaction if m asks for it; if another
 // process applied m meanwhile, it does nothing, so that several processes
 // may open (and migrate) one database at once.
-func applyMigration(ctx context.Context, db *sql.DB, m migration, now time.Time) (err error) {
+func applyMigration(ctx context.Context, db *sql.DB, m migrate.Migration, now time.Time) (err error) {
 	conn, err := db.Conn(ctx)
 	if err != nil {
 		return err
 	}
 	defer func() { err = errors.Join(err, conn.Close()) }()
-	if m.foreignKeysOff {
+	fkOff := foreignKeysOff(m)
+	if fkOff {
 		if _, err := conn.ExecContext(ctx, `PRAGMA foreign_keys = OFF`); err != nil {
 			return err
 		}
@@ -415,22 +378,21 @@ func applyMigration(ctx context.Context, db *sql.DB, m migration, now time.Time)
 	// version: the transaction is IMMEDIATE, so what it reads now stays
 	// true until it commits.
 	var applied int
-	if err := tx.QueryRowContext(ctx, `SELECT COUNT(*) FROM schema_migrations WHERE version = ?`, m.version).Scan(&applied); err != nil {
+	if err := tx.QueryRowContext(ctx, `SELECT COUNT(*) FROM schema_migrations WHERE version = ?`, m.Version).Scan(&applied); err != nil {
 		return err
 	}
 	if applied > 0 {
 		return nil
 	}
-	if _, err := tx.ExecContext(ctx, m.sql); err != nil {
+	if _, err := tx.ExecContext(ctx, m.SQL); err != nil {
 		return err
 	}
-	if m.foreignKeysOff {
+	if fkOff {
 		if err := checkForeignKeys(ctx, tx); err != nil {
 			return err
 		}
 	}
-	if _, err := tx.ExecContext(ctx, `INSERT INTO schema_migrations (version, name, applied_at) VALUES (?, ?, ?)`,
-		m.version, m.name, now.UnixMicro()); err != nil {
+	if _, err := tx.ExecContext(ctx, migrate.RecordSQL, m.Version, m.Name, now.UnixMicro()); err != nil {
 		return err
 	}
 	return tx.Commit()
@@ -461,7 +423,7 @@ func checkForeignKeys(ctx context.Context, tx *sql.Tx) error {
 // SchemaVersion implements ledger.Driver.
 func (s *Driver) SchemaVersion(ctx context.Context) (int, error) {
 	var v int
-	if err := s.r.WithContext(ctx).Raw(`SELECT COALESCE(MAX(version), 0) FROM schema_migrations`).Scan(&v).Error; err != nil {
+	if err := s.r.WithContext(ctx).Raw(migrate.VersionSQL).Scan(&v).Error; err != nil {
 		return 0, ledger.Errorf(ledger.CodeInternal, "read schema version: %w", err)
 	}
 	return v, nil

@@ -2,13 +2,16 @@ package sqlite
 
 import (
 	"context"
-	"github.com/actionledger/ledger/ledger"
 	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
 	"gorm.io/gorm"
+
+	"github.com/actionledger/ledger/ledger"
+	"github.com/actionledger/ledger/ledger/internal/migrate"
+	"github.com/actionledger/ledger/ledger/internal/sqlrows"
 )
 
 // TestPragmas checks that both pools run with the settings the store needs
@@ -52,20 +55,20 @@ func TestRunReadsUseIndexes(t *testing.T) {
 	run := ledger.RunID("run_x")
 	reads := map[string]func(db *gorm.DB) *gorm.DB{
 		"observations of a run": func(db *gorm.DB) *gorm.DB {
-			var rows []observationRow
+			var rows []sqlrows.Observation
 			return observationsQuery(db, ledger.ObservationFilter{RunID: &run}).Find(&rows)
 		},
 		"approvals of a run": func(db *gorm.DB) *gorm.DB {
-			var rows []approvalRow
+			var rows []sqlrows.Approval
 			return approvalsQuery(db, ledger.ApprovalFilter{RunID: &run}).Find(&rows)
 		},
 		"a page of a tenant's pending approvals": func(db *gorm.DB) *gorm.DB {
-			var rows []approvalRow
+			var rows []sqlrows.Approval
 			tenant, state, after := "acme", ledger.ApprovalPending, ledger.ApprovalID("apr_x")
 			return approvalsQuery(db, ledger.ApprovalFilter{Tenant: &tenant, State: &state, AfterID: &after, Limit: 51}).Find(&rows)
 		},
 		"unsettled cancellations": func(db *gorm.DB) *gorm.DB {
-			var rows []cancellationRow
+			var rows []sqlrows.Cancellation
 			return unsettledCancellations(db).Find(&rows)
 		},
 	}
@@ -104,14 +107,14 @@ func TestMigrationForeignKeysOff(t *testing.T) {
 	s, err := Open(ctx, Config{Path: filepath.Join(t.TempDir(), "ledger.db")})
 	require.NoError(t, err)
 	defer s.Close()
-	ms, err := loadMigrations()
+	ms, err := migrations.Load()
 	require.NoError(t, err)
 	for _, m := range ms {
-		if strings.HasSuffix(m.name, "_request_identity_and_too_late.sql") {
-			require.True(t, m.foreignKeysOff, "the migration that rebuilds runs asks for it")
+		if strings.HasSuffix(m.Name, "_request_identity_and_too_late.sql") {
+			require.True(t, foreignKeysOff(m), "the migration that rebuilds runs asks for it")
 		}
-		if m.version == 1 {
-			require.False(t, m.foreignKeysOff, "without the directive, foreign keys stay on")
+		if m.Version == 1 {
+			require.False(t, foreignKeysOff(m), "without the directive, foreign keys stay on")
 		}
 	}
 
@@ -120,8 +123,9 @@ func TestMigrationForeignKeysOff(t *testing.T) {
 	require.NoError(t, s.releaseWriter())
 	sqlDB, err := s.w.DB()
 	require.NoError(t, err)
-	dangling := migration{version: len(ms) + 1, name: "dangling.sql", foreignKeysOff: true,
-		sql: foreignKeysOffDirective + "\nINSERT INTO budgets (run_id) VALUES ('run_gone');"}
+	dangling := migrate.Migration{Version: len(ms) + 1, Name: "dangling.sql",
+		SQL: foreignKeysOffDirective + "\nINSERT INTO budgets (run_id) VALUES ('run_gone');"}
+	require.True(t, foreignKeysOff(dangling))
 	err = applyMigration(ctx, sqlDB, dangling, s.now())
 	require.ErrorContains(t, err, "row 1 of budgets refers to a missing row of runs")
 	var n int

@@ -10,6 +10,7 @@ import (
 	"gorm.io/gorm"
 
 	"github.com/actionledger/ledger/ledger"
+	"github.com/actionledger/ledger/ledger/internal/sqlrows"
 )
 
 // conn is where a reader's statements run: the writer's transaction, a
@@ -45,53 +46,37 @@ func (r reader) snapshot(ctx context.Context, fn func(*gorm.DB) error) error {
 func (r reader) gorm(ctx context.Context) *gorm.DB { return r.c.db.WithContext(ctx) }
 
 var (
-	findRunSQL = declare(`SELECT ` + runBudgetCols + `
-FROM runs r JOIN budgets b ON b.run_id = r.id WHERE r.id = ?`)
-	findRunByRequestSQL = declare(`SELECT ` + runBudgetCols + `
-FROM runs r JOIN budgets b ON b.run_id = r.id WHERE r.tenant = ? AND r.submitted_by = ? AND r.idempotency_key = ?`)
-	countWaitingSQL = declare(`SELECT
-	(SELECT COUNT(*) FROM (SELECT 1 FROM approvals WHERE tenant = ? AND state = 'pending' LIMIT ?)) +
-	(SELECT COUNT(*) FROM (SELECT 1 FROM runs WHERE tenant = ? AND state IN ('queued', 'running') LIMIT ?))`)
-	selectHeadSQL      = declare(`SELECT event_seq, event_hash FROM runs WHERE id = ?`)
-	findActionSQL      = declare(`SELECT ` + actionCols + ` FROM actions WHERE id = ?`)
-	findActionByKeySQL = declare(`SELECT ` + actionCols + ` FROM actions WHERE run_id = ? AND idempotency_key = ?`)
-	maxActionSeqSQL    = declare(`SELECT COALESCE(MAX(seq), 0) FROM actions WHERE run_id = ?`)
-	countActionsSQL    = declare(`SELECT COUNT(*) FROM actions WHERE run_id = ? AND state = ?`)
-	findAttemptSQL     = declare(`SELECT ` + attemptCols + ` FROM attempts WHERE id = ?`)
-	lastAttemptSQL     = declare(`SELECT ` + attemptCols + ` FROM attempts WHERE action_id = ? ORDER BY attempt_no DESC LIMIT 1`)
-	findApprovalSQL    = declare(`SELECT ` + approvalCols + ` FROM approvals WHERE id = ?`)
-	pendingApprovalSQL = declare(`SELECT ` + approvalCols + ` FROM approvals WHERE action_id = ? AND state = 'pending'`)
-	countPendingSQL    = declare(`SELECT COUNT(*) FROM approvals WHERE run_id = ? AND state = 'pending'`)
-	findCancelSQL      = declare(`SELECT ` + cancellationCols + ` FROM cancellations WHERE run_id = ?`)
+	findRunSQL          = declare(sqlrows.GetRunSQL)
+	findRunByRequestSQL = declare(sqlrows.GetRunByRequestSQL)
+	countWaitingSQL     = declare(sqlrows.CountWaitingSQL)
+	selectHeadSQL       = declare(sqlrows.ChainHeadSQL)
+	findActionSQL       = declare(sqlrows.GetActionSQL)
+	findActionByKeySQL  = declare(sqlrows.GetActionByKeySQL)
+	maxActionSeqSQL     = declare(sqlrows.MaxActionSeqSQL)
+	countActionsSQL     = declare(sqlrows.CountActionsSQL)
+	findAttemptSQL      = declare(sqlrows.GetAttemptSQL)
+	lastAttemptSQL      = declare(sqlrows.LastAttemptSQL)
+	findApprovalSQL     = declare(sqlrows.GetApprovalSQL)
+	pendingApprovalSQL  = declare(sqlrows.PendingApprovalSQL)
+	countPendingSQL     = declare(sqlrows.CountPendingSQL)
+	findCancelSQL       = declare(sqlrows.GetCancellationSQL)
 )
-
-func scanRun(rows *sql.Rows) (*ledger.Run, error) {
-	var (
-		r runRow
-		b budgetRow
-	)
-	if err := rows.Scan(runBudgetTargets(&r, &b)...); err != nil {
-		return nil, err
-	}
-	b.RunID = r.ID
-	return r.toRun(&b), nil
-}
 
 func (r reader) GetRun(ctx context.Context, id ledger.RunID) (*ledger.Run, error) {
 	var out *ledger.Run
-	err := r.one(ctx, "run "+string(id), findRunSQL, func(rows *sql.Rows) (err error) { out, err = scanRun(rows); return err }, string(id))
+	err := r.one(ctx, "run "+string(id), findRunSQL, func(rows *sql.Rows) (err error) { out, err = sqlrows.ScanRun(rows); return err }, string(id))
 	return out, translate(err)
 }
 
 func (r reader) GetRunByRequest(ctx context.Context, tenant, principal, key string) (*ledger.Run, error) {
 	var out *ledger.Run
-	err := r.one(ctx, "run of key "+key, findRunByRequestSQL, func(rows *sql.Rows) (err error) { out, err = scanRun(rows); return err },
+	err := r.one(ctx, "run of key "+key, findRunByRequestSQL, func(rows *sql.Rows) (err error) { out, err = sqlrows.ScanRun(rows); return err },
 		tenant, principal, key)
 	return out, translate(err)
 }
 
 func (r reader) ListRuns(ctx context.Context, f ledger.RunFilter) ([]*ledger.Run, error) {
-	q := r.gorm(ctx).Model(&runRow{})
+	q := r.gorm(ctx).Model(&sqlrows.Run{})
 	if f.Tenant != nil {
 		q = q.Where("tenant = ?", *f.Tenant)
 	}
@@ -110,7 +95,7 @@ func (r reader) ListRuns(ctx context.Context, f ledger.RunFilter) ([]*ledger.Run
 	if f.Limit > 0 {
 		q = q.Limit(f.Limit)
 	}
-	var rows []runRow
+	var rows []sqlrows.Run
 	if err := q.Order("id").Find(&rows).Error; err != nil {
 		return nil, translate(err)
 	}
@@ -121,17 +106,17 @@ func (r reader) ListRuns(ctx context.Context, f ledger.RunFilter) ([]*ledger.Run
 	for i := range rows {
 		ids[i] = rows[i].ID
 	}
-	var budgets []budgetRow
+	var budgets []sqlrows.Budget
 	if err := r.gorm(ctx).Where("run_id IN ?", ids).Find(&budgets).Error; err != nil {
 		return nil, translate(err)
 	}
-	byRun := make(map[string]*budgetRow, len(budgets))
+	byRun := make(map[string]*sqlrows.Budget, len(budgets))
 	for i := range budgets {
 		byRun[budgets[i].RunID] = &budgets[i]
 	}
 	out := make([]*ledger.Run, len(rows))
 	for i := range rows {
-		out[i] = rows[i].toRun(byRun[rows[i].ID])
+		out[i] = rows[i].ToRun(byRun[rows[i].ID])
 	}
 	return out, nil
 }
@@ -152,11 +137,11 @@ func (r reader) ChainHead(ctx context.Context, run ledger.RunID) (int64, string,
 }
 
 func (r reader) action(ctx context.Context, what string, st *stmt, args ...any) (*ledger.Action, error) {
-	var row actionRow
-	if err := r.one(ctx, what, st, func(rows *sql.Rows) error { return scanAction(rows, &row) }, args...); err != nil {
+	var row sqlrows.Action
+	if err := r.one(ctx, what, st, func(rows *sql.Rows) error { return rows.Scan(row.Targets()...) }, args...); err != nil {
 		return nil, translate(err)
 	}
-	return row.toAction(), nil
+	return row.ToAction(), nil
 }
 
 func (r reader) GetAction(ctx context.Context, id ledger.ActionID) (*ledger.Action, error) {
@@ -178,27 +163,12 @@ func (r reader) MaxActionSeq(ctx context.Context, run ledger.RunID) (int64, erro
 }
 
 func (r reader) ListActions(ctx context.Context, f ledger.ActionFilter) ([]*ledger.Action, error) {
-	var w where
-	if f.RunID != nil {
-		w.eq("run_id", string(*f.RunID))
-	}
-	if f.Tenant != nil {
-		w.eq("tenant", *f.Tenant)
-	}
-	if f.State != nil {
-		w.eq("state", string(*f.State))
-	}
-	rows, err := r.c.query(ctx, &stmt{sql: w.query(`SELECT `+actionCols+` FROM actions`, "run_id, seq", f.Limit), index: -1}, w.args...)
+	q, args := sqlrows.ListActions(f)
+	rows, err := r.c.query(ctx, &stmt{sql: q, index: -1}, args...)
 	if err != nil {
 		return nil, translate(err)
 	}
-	out, err := scanAll(rows, func(rows *sql.Rows) (*ledger.Action, error) {
-		var a actionRow
-		if err := scanAction(rows, &a); err != nil {
-			return nil, err
-		}
-		return a.toAction(), nil
-	})
+	out, err := sqlrows.ScanAll(rows, sqlrows.ScanAction)
 	return out, translate(err)
 }
 
@@ -207,11 +177,11 @@ func (r reader) CountActions(ctx context.Context, run ledger.RunID, state ledger
 }
 
 func (r reader) attempt(ctx context.Context, what string, st *stmt, args ...any) (*ledger.Attempt, error) {
-	var row attemptRow
-	if err := r.one(ctx, what, st, func(rows *sql.Rows) error { return scanAttempt(rows, &row) }, args...); err != nil {
+	var row sqlrows.Attempt
+	if err := r.one(ctx, what, st, func(rows *sql.Rows) error { return rows.Scan(row.Targets()...) }, args...); err != nil {
 		return nil, translate(err)
 	}
-	a, err := row.toAttempt()
+	a, err := row.ToAttempt()
 	return a, translate(err)
 }
 
@@ -224,33 +194,18 @@ func (r reader) LastAttempt(ctx context.Context, action ledger.ActionID) (*ledge
 }
 
 func (r reader) ListAttempts(ctx context.Context, f ledger.AttemptFilter) ([]*ledger.Attempt, error) {
-	var w where
-	if f.ActionID != nil {
-		w.eq("action_id", string(*f.ActionID))
-	}
-	if f.RunID != nil {
-		w.eq("run_id", string(*f.RunID))
-	}
-	if f.Status != nil {
-		w.eq("status", string(*f.Status))
-	}
-	rows, err := r.c.query(ctx, &stmt{sql: w.query(`SELECT `+attemptCols+` FROM attempts`, "action_id, attempt_no", f.Limit), index: -1}, w.args...)
+	q, args := sqlrows.ListAttempts(f)
+	rows, err := r.c.query(ctx, &stmt{sql: q, index: -1}, args...)
 	if err != nil {
 		return nil, translate(err)
 	}
-	out, err := scanAll(rows, func(rows *sql.Rows) (*ledger.Attempt, error) {
-		var a attemptRow
-		if err := scanAttempt(rows, &a); err != nil {
-			return nil, err
-		}
-		return a.toAttempt()
-	})
+	out, err := sqlrows.ScanAll(rows, sqlrows.ScanAttempt)
 	return out, translate(err)
 }
 
 // observationsQuery selects the observations f matches, in time order.
 func observationsQuery(db *gorm.DB, f ledger.ObservationFilter) *gorm.DB {
-	q := db.Model(&observationRow{})
+	q := db.Model(&sqlrows.Observation{})
 	if f.RunID != nil {
 		q = q.Where("run_id = ? AND action_id IN (SELECT id FROM actions WHERE run_id = ?)", *f.RunID, *f.RunID)
 	}
@@ -264,23 +219,23 @@ func observationsQuery(db *gorm.DB, f ledger.ObservationFilter) *gorm.DB {
 }
 
 func (r reader) ListObservations(ctx context.Context, f ledger.ObservationFilter) ([]*ledger.Observation, error) {
-	var rows []observationRow
+	var rows []sqlrows.Observation
 	if err := observationsQuery(r.gorm(ctx), f).Find(&rows).Error; err != nil {
 		return nil, translate(err)
 	}
 	out := make([]*ledger.Observation, len(rows))
 	for i := range rows {
-		out[i] = rows[i].toObservation()
+		out[i] = rows[i].ToObservation()
 	}
 	return out, nil
 }
 
 func (r reader) approval(ctx context.Context, what string, st *stmt, args ...any) (*ledger.Approval, error) {
-	var row approvalRow
-	if err := r.one(ctx, what, st, func(rows *sql.Rows) error { return rows.Scan(row.targets()...) }, args...); err != nil {
+	var row sqlrows.Approval
+	if err := r.one(ctx, what, st, func(rows *sql.Rows) error { return rows.Scan(row.Targets()...) }, args...); err != nil {
 		return nil, translate(err)
 	}
-	return row.toApproval(), nil
+	return row.ToApproval(), nil
 }
 
 func (r reader) GetApproval(ctx context.Context, id ledger.ApprovalID) (*ledger.Approval, error) {
@@ -292,13 +247,13 @@ func (r reader) PendingApproval(ctx context.Context, action ledger.ActionID) (*l
 }
 
 func (r reader) approvals(q *gorm.DB) ([]*ledger.Approval, error) {
-	var rows []approvalRow
+	var rows []sqlrows.Approval
 	if err := q.Find(&rows).Error; err != nil {
 		return nil, translate(err)
 	}
 	out := make([]*ledger.Approval, len(rows))
 	for i := range rows {
-		out[i] = rows[i].toApproval()
+		out[i] = rows[i].ToApproval()
 	}
 	return out, nil
 }
@@ -309,7 +264,7 @@ func (r reader) ListApprovals(ctx context.Context, f ledger.ApprovalFilter) ([]*
 
 // approvalsQuery selects the approvals f matches, in id order.
 func approvalsQuery(db *gorm.DB, f ledger.ApprovalFilter) *gorm.DB {
-	q := db.Model(&approvalRow{})
+	q := db.Model(&sqlrows.Approval{})
 	if f.Tenant != nil {
 		q = q.Where("tenant = ?", *f.Tenant)
 	}
@@ -337,40 +292,40 @@ func (r reader) CountPendingApprovals(ctx context.Context, run ledger.RunID) (in
 
 func (r reader) ListDueApprovals(ctx context.Context, at time.Time) ([]*ledger.Approval, error) {
 	return r.approvals(r.gorm(ctx).Where("state = ? AND expires_at IS NOT NULL AND expires_at <= ?",
-		ledger.ApprovalPending, micros(at)).Order("id"))
+		ledger.ApprovalPending, sqlrows.Micros(at)).Order("id"))
 }
 
 func (r reader) GetCancellation(ctx context.Context, run ledger.RunID) (*ledger.Cancellation, error) {
-	var row cancellationRow
+	var row sqlrows.Cancellation
 	if err := r.one(ctx, "cancellation of run "+string(run), findCancelSQL, func(rows *sql.Rows) error {
-		return rows.Scan(row.targets()...)
+		return rows.Scan(row.Targets()...)
 	}, string(run)); err != nil {
 		return nil, translate(err)
 	}
-	return row.toCancellation(), nil
+	return row.ToCancellation(), nil
 }
 
 func (r reader) ListUnsettledCancellations(ctx context.Context) ([]*ledger.Cancellation, error) {
-	var rows []cancellationRow
+	var rows []sqlrows.Cancellation
 	if err := unsettledCancellations(r.gorm(ctx)).Find(&rows).Error; err != nil {
 		return nil, translate(err)
 	}
 	out := make([]*ledger.Cancellation, len(rows))
 	for i := range rows {
-		out[i] = rows[i].toCancellation()
+		out[i] = rows[i].ToCancellation()
 	}
 	return out, nil
 }
 
 func (r reader) lease(q *gorm.DB, what string) (*ledger.AttemptLease, error) {
-	var row leaseRow
+	var row sqlrows.Lease
 	if err := q.Take(&row).Error; err != nil {
 		if errors.Is(err, gorm.ErrRecordNotFound) {
 			return nil, ledger.Errorf(ledger.CodeNotFound, "%s has no lease", what)
 		}
 		return nil, translate(err)
 	}
-	return row.toLease(), nil
+	return row.ToLease(), nil
 }
 
 func (r reader) GetAttemptLease(ctx context.Context, attempt ledger.AttemptID) (*ledger.AttemptLease, error) {
@@ -383,38 +338,37 @@ func (r reader) GetAttemptLeaseByKey(ctx context.Context, action ledger.ActionID
 
 func (r reader) ListLapsedLeases(ctx context.Context, before time.Time, limit int) ([]*ledger.AttemptLease, error) {
 	q := r.gorm(ctx).Where("outcome_digest IS NULL AND lease_until < ? AND attempt_id IN (SELECT id FROM attempts WHERE status = ?)",
-		micros(before), string(ledger.AttemptStarted)).Order("lease_until, attempt_id")
+		sqlrows.Micros(before), string(ledger.AttemptStarted)).Order("lease_until, attempt_id")
 	if limit > 0 {
 		q = q.Limit(limit)
 	}
-	var rows []leaseRow
+	var rows []sqlrows.Lease
 	if err := q.Find(&rows).Error; err != nil {
 		return nil, translate(err)
 	}
 	out := make([]*ledger.AttemptLease, len(rows))
 	for i := range rows {
-		out[i] = rows[i].toLease()
+		out[i] = rows[i].ToLease()
 	}
 	return out, nil
 }
 
 func (r reader) GetAgentDecision(ctx context.Context, action ledger.ActionID) (*ledger.AgentDecision, error) {
-	var row agentDecisionRow
+	var row sqlrows.Decision
 	if err := r.gorm(ctx).Where("action_id = ?", string(action)).Take(&row).Error; err != nil {
 		if errors.Is(err, gorm.ErrRecordNotFound) {
 			return nil, ledger.Errorf(ledger.CodeNotFound, "no decision was told about action %s", action)
 		}
 		return nil, translate(err)
 	}
-	return row.toDecision(), nil
+	return row.ToDecision(), nil
 }
 
 // findChainEventsSQL reads a run's events in chain order. FindChain and
 // FindEvents read every event of a run for each evidence export and
 // timeline, so the rows are scanned by hand into one slab of Events rather
 // than through GORM's reflection into rows that are then copied.
-var findChainEventsSQL = declare(`SELECT id, run_id, seq, type, entity_type, entity_id, from_state, to_state,
-	actor, data, created_at, prev_hash, hash, format, row_digests FROM events WHERE run_id = ? ORDER BY seq`)
+var findChainEventsSQL = declare(sqlrows.ListEventsSQL)
 
 // ListEvents reads run's events. The query runs without the caller's
 // cancellation: for a cancellable context mattn/go-sqlite3 steps every row
@@ -430,51 +384,19 @@ func (r reader) ListEvents(ctx context.Context, run ledger.RunID, sizeHint int64
 		return nil, translate(err)
 	}
 	defer rows.Close()
-	out, err := scanEvents(ctx, rows, sizeHint)
+	out, err := sqlrows.ScanEvents(ctx, rows, sizeHint)
 	return out, translate(err)
 }
 
-// scanEvents scans rows of findChainEventsSQL's columns; if ctx is done
-// when they end or fail, its error is the result. The Events share one
-// backing array; Data and Rows are nil for SQL NULL.
-func scanEvents(ctx context.Context, rows *sql.Rows, want int64) ([]*ledger.Event, error) {
-	slab := make([]ledger.Event, 0, max(0, min(want, 1<<20)))
-	var created int64
-	for rows.Next() {
-		slab = append(slab, ledger.Event{})
-		e := &slab[len(slab)-1]
-		if err := rows.Scan((*string)(&e.ID), (*string)(&e.RunID), &e.Seq, &e.Type, &e.EntityType, &e.EntityID,
-			&e.FromState, &e.ToState, &e.Actor, (*[]byte)(&e.Data), &created, &e.PrevHash, &e.Hash, &e.Format,
-			(*[]byte)(&e.Rows)); err != nil {
-			if cerr := ctx.Err(); cerr != nil {
-				return nil, cerr
-			}
-			return nil, fmt.Errorf("scan event %d: %w", len(slab), err)
-		}
-		e.CreatedAt = fromMicros(created)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, err
-	}
-	if err := ctx.Err(); err != nil {
-		return nil, err
-	}
-	out := make([]*ledger.Event, len(slab))
-	for i := range slab {
-		out[i] = &slab[i]
-	}
-	return out, nil
-}
-
 func (r reader) GetSignature(ctx context.Context, run ledger.RunID) (*ledger.HeadSignature, error) {
-	var sig []signatureRow
+	var sig []sqlrows.Signature
 	if err := r.gorm(ctx).Where("run_id = ?", string(run)).Limit(1).Find(&sig).Error; err != nil {
 		return nil, translate(err)
 	}
 	if len(sig) == 0 {
 		return nil, ledger.Errorf(ledger.CodeNotFound, "run %s has no signed head", run)
 	}
-	return sig[0].toSignature(), nil
+	return sig[0].ToSignature(), nil
 }
 
 // scanOne scans the first row of a query's answer (rows, err) with scan;
@@ -496,23 +418,8 @@ func scanOne(rows *sql.Rows, err error, what string, scan func(*sql.Rows) error)
 	return rows.Close()
 }
 
-// scanAll scans every row with scan and closes rows.
-func scanAll[T any](rows *sql.Rows, scan func(*sql.Rows) (T, error)) ([]T, error) {
-	defer rows.Close()
-	out := []T{}
-	for rows.Next() {
-		v, err := scan(rows)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, v)
-	}
-	return out, rows.Err()
-}
-
 // unsettledCancellations selects the cancellations not yet stopped or too
-// late. The partial index cancellations_unsettled holds only those, so
-// this reads the few unsettled rows, not the table.
+// late (sqlrows.UnsettledCancellation), in id order.
 func unsettledCancellations(db *gorm.DB) *gorm.DB {
-	return db.Model(&cancellationRow{}).Where("state IN ('requested', 'accepted', 'stopping')").Order("id")
+	return db.Model(&sqlrows.Cancellation{}).Where(sqlrows.UnsettledCancellation).Order("id")
 }

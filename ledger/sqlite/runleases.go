@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/actionledger/ledger/ledger"
+	"github.com/actionledger/ledger/ledger/internal/sqlrows"
 )
 
 // Run leases (ledger/runleases.go) live on the runs row: lease_owner
@@ -18,32 +19,21 @@ import (
 // Store's clock.
 
 var (
-	selectLeaseSQL = declare(`SELECT id, COALESCE(lease_owner, ''), lease_token, lease_until FROM runs WHERE id = ?`)
+	selectLeaseSQL = declare(sqlrows.GetRunLeaseSQL)
 	renewLeaseSQL  = declare(`UPDATE runs SET lease_until = max(lease_until, ?)
 	WHERE id = ? AND lease_owner = ? AND lease_token = ? RETURNING lease_until`)
-	releaseLeaseSQL = declare(`UPDATE runs SET lease_owner = NULL, lease_until = 0
-	WHERE id = ? AND lease_owner = ? AND lease_token = ?`)
-	moveHeadFencedSQL = declare(`UPDATE runs SET event_seq = ?, event_hash = ? WHERE id = ? AND event_seq = ? AND lease_token = ?`)
+	releaseLeaseSQL   = declare(sqlrows.ReleaseRunLeaseSQL)
+	moveHeadFencedSQL = declare(sqlrows.MoveChainHeadFencedSQL)
 )
 
-// leaseOf is the lease of a runs row's lease columns.
-func leaseOf(id, owner string, token, until int64) *ledger.RunLease {
-	l := &ledger.RunLease{Run: ledger.RunID(id), Owner: owner, Token: token}
-	if owner != "" {
-		l.Until = fromMicros(until)
-	}
-	return l
-}
-
-// selectOwnersSQL reads the partial index runs_lease_owner alone.
-var selectOwnersSQL = declare(`SELECT DISTINCT lease_owner FROM runs WHERE lease_owner IS NOT NULL ORDER BY lease_owner`)
+var selectOwnersSQL = declare(sqlrows.ListRunLeaseOwnersSQL)
 
 func (r reader) ListRunLeaseOwners(ctx context.Context) ([]string, error) {
 	rows, err := r.c.query(ctx, selectOwnersSQL)
 	if err != nil {
 		return nil, translate(err)
 	}
-	out, err := scanAll(rows, func(rows *sql.Rows) (string, error) {
+	out, err := sqlrows.ScanAll(rows, func(rows *sql.Rows) (string, error) {
 		var o string
 		err := rows.Scan(&o)
 		return o, err
@@ -52,17 +42,15 @@ func (r reader) ListRunLeaseOwners(ctx context.Context) ([]string, error) {
 }
 
 func (r reader) GetRunLease(ctx context.Context, run ledger.RunID) (*ledger.RunLease, error) {
-	var (
-		id, owner    string
-		token, until int64
-	)
+	var row sqlrows.RunLease
 	err := r.one(ctx, "run "+string(run), selectLeaseSQL, func(rows *sql.Rows) error {
-		return rows.Scan(&id, &owner, &token, &until)
+		return rows.Scan(row.Targets()...)
 	}, string(run))
 	if err != nil {
 		return nil, translate(err)
 	}
-	return leaseOf(id, owner, token, until), nil
+	l := row.ToRunLease()
+	return &l, nil
 }
 
 // placeholders is "?, ?, …" for n values.
@@ -71,7 +59,7 @@ func placeholders(n int) string {
 }
 
 func (t *tx) ClaimRuns(_ context.Context, p ledger.ClaimRunsParams, now time.Time) ([]ledger.RunLease, error) {
-	until := micros(now.Add(p.TTL))
+	until := sqlrows.Micros(now.Add(p.TTL))
 	args := []any{p.Owner, until}
 	var b strings.Builder
 	// The index runs_claim (state, lease_until, id, agent) answers the
@@ -84,13 +72,13 @@ func (t *tx) ClaimRuns(_ context.Context, p ledger.ClaimRunsParams, now time.Tim
 	}
 	if len(p.TakeOver) > 0 {
 		b.WriteString(`(lease_until <= ? OR lease_owner IN (` + placeholders(len(p.TakeOver)) + `))`)
-		args = append(args, micros(now))
+		args = append(args, sqlrows.Micros(now))
 		for _, o := range p.TakeOver {
 			args = append(args, o)
 		}
 	} else {
 		b.WriteString(`lease_until <= ?`)
-		args = append(args, micros(now))
+		args = append(args, sqlrows.Micros(now))
 	}
 	if len(p.NotAgents) > 0 {
 		b.WriteString(` AND agent NOT IN (` + placeholders(len(p.NotAgents)) + `)`)
@@ -110,14 +98,7 @@ func (t *tx) ClaimRuns(_ context.Context, p ledger.ClaimRunsParams, now time.Tim
 	if err != nil {
 		return nil, translate(err)
 	}
-	out, err := scanAll(rows, func(rows *sql.Rows) (ledger.RunLease, error) {
-		var (
-			id, owner    string
-			token, until int64
-		)
-		err := rows.Scan(&id, &owner, &token, &until)
-		return *leaseOf(id, owner, token, until), err
-	})
+	out, err := sqlrows.ScanAll(rows, sqlrows.ScanRunLease)
 	if err != nil {
 		return nil, translate(err)
 	}
@@ -126,7 +107,7 @@ func (t *tx) ClaimRuns(_ context.Context, p ledger.ClaimRunsParams, now time.Tim
 }
 
 func (t *tx) RenewRunLeases(_ context.Context, leases []ledger.RunLease, now time.Time, ttl time.Duration) ([]ledger.RunLease, error) {
-	until := micros(now.Add(ttl))
+	until := sqlrows.Micros(now.Add(ttl))
 	var out []ledger.RunLease
 	for _, l := range leases {
 		var got int64
@@ -136,7 +117,7 @@ func (t *tx) RenewRunLeases(_ context.Context, leases []ledger.RunLease, now tim
 			return nil, err
 		}
 		if ok {
-			l.Until = fromMicros(got)
+			l.Until = sqlrows.FromMicros(got)
 			out = append(out, l)
 		}
 	}

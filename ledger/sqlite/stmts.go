@@ -5,7 +5,6 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"strings"
 	"sync"
 )
 
@@ -115,40 +114,4 @@ func (r *readStmts) close() error {
 	}
 	r.m = nil
 	return errors.Join(errs...)
-}
-
-// where is the WHERE clause of a list query with optional equality
-// filters: the statement text depends only on which filters are set, so a
-// handful of texts are prepared, whatever the values.
-type where struct {
-	conds []string
-	args  []any
-}
-
-// eq adds "col = v".
-func (w *where) eq(col string, v any) {
-	w.conds = append(w.conds, col+" = ?")
-	w.args = append(w.args, v)
-}
-
-// query returns base with the WHERE clause, ORDER BY order and, if limit is
-// positive, a LIMIT (as an argument, so it does not change the text).
-func (w *where) query(base, order string, limit int) string {
-	var b strings.Builder
-	b.WriteString(base)
-	for i, c := range w.conds {
-		if i == 0 {
-			b.WriteString(" WHERE ")
-		} else {
-			b.WriteString(" AND ")
-		}
-		b.WriteString(c)
-	}
-	b.WriteString(" ORDER BY ")
-	b.WriteString(order)
-	if limit > 0 {
-		b.WriteString(" LIMIT ?")
-		w.args = append(w.args, limit)
-	}
-	return b.String()
 }

@@ -3,14 +3,13 @@ package sqlite
 import (
 	"context"
 	"database/sql"
-	"encoding/base64"
-	"encoding/json"
 	"math"
 	"time"
 
 	"gorm.io/gorm"
 
 	"github.com/actionledger/ledger/ledger"
+	"github.com/actionledger/ledger/ledger/internal/sqlrows"
 )
 
 // tx implements ledger.Tx on one write of a group commit: its statements
@@ -77,49 +76,40 @@ func (t *tx) moved(st *stmt, scan func(*sql.Rows) error, args ...any) (bool, err
 }
 
 var (
-	insertRunSQL = declare(`INSERT INTO runs (id, tenant, idempotency_key, request_digest, submitted_by, agent, input, state,
-	stop_reason, version, event_seq, event_hash, created_at, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`)
-	insertBudgetSQL = declare(`INSERT INTO budgets (` + budgetCols + `) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`)
-	moveRunSQL      = declare(`UPDATE runs SET state = ?, stop_reason = ?, version = version + 1, updated_at = ?
-	WHERE id = ? AND state = ? RETURNING ` + runContentCols)
+	insertRunSQL    = declare(sqlrows.InsertRunSQL)
+	insertBudgetSQL = declare(sqlrows.InsertBudgetSQL)
+	// A run's move hands back its content alone (RunContent): what the
+	// ledger reads of it.
+	moveRunSQL = declare(`UPDATE runs SET state = ?, stop_reason = ?, version = version + 1, updated_at = ?
+	WHERE id = ? AND state = ? RETURNING ` + sqlrows.RunContentCols)
 	addUsageSQL = declare(`UPDATE budgets SET steps_used = steps_used + ?, tokens_used = tokens_used + ?,
 	execution_used_us = execution_used_us + ?, tokens_unavailable = tokens_unavailable OR ?, version = version + 1
 	WHERE run_id = ? AND steps_used <= ? AND tokens_used <= ? AND execution_used_us <= ?
-	RETURNING ` + budgetCols)
-	countAttemptSQL   = declare(`UPDATE budgets SET attempts_used = attempts_used + 1, version = version + 1 WHERE run_id = ?`)
+	RETURNING ` + sqlrows.BudgetCols)
+	countAttemptSQL   = declare(sqlrows.CountAttemptSQL)
 	spendExecutionSQL = declare(`UPDATE budgets SET execution_used_us = execution_used_us + ?, version = version + 1
-	WHERE run_id = ? RETURNING ` + budgetCols)
-	insertActionSQL = declare(`INSERT INTO actions (` + actionCols + `) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`)
+	WHERE run_id = ? RETURNING ` + sqlrows.BudgetCols)
+	insertActionSQL = declare(sqlrows.InsertActionSQL)
 	moveActionSQL   = declare(`UPDATE actions SET state = ?, version = version + 1, updated_at = ?,
-	attempt_count = max(attempt_count, ?) WHERE id = ? AND state = ? RETURNING ` + actionCols)
+	attempt_count = max(attempt_count, ?) WHERE id = ? AND state = ? RETURNING ` + sqlrows.ActionCols)
+	// An attempt is inserted as it starts: the columns it has then.
 	insertAttemptSQL = declare(`INSERT INTO attempts (id, action_id, run_id, attempt_no, status, effect, version, started_at)
 	VALUES (?, ?, ?, ?, ?, ?, ?, ?)`)
-	finishAttemptSQL = declare(`UPDATE attempts SET status = ?, result = ?, error = ?, finished_at = ?, version = version + 1
-	WHERE id = ? AND status = 'started'`)
-	setEffectSQL = declare(`UPDATE attempts SET effect = ?, effect_observation_id = ?, version = version + 1
-	WHERE id = ? AND effect = 'unknown'`)
-	setAttemptSQL = declare(`UPDATE attempts SET status = ?, effect = ?, effect_observation_id = ?, result = ?, error = ?,
-	finished_at = ?, version = ? WHERE id = ? AND version = ?`)
-	setActionSQL = declare(`UPDATE actions SET state = ?, attempt_count = ?, version = ?, updated_at = ?
-	WHERE id = ? AND version = ?`)
-	setBudgetUsedSQL = declare(`UPDATE budgets SET attempts_used = ?, execution_used_us = ?, steps_used = ?, tokens_used = ?,
-	tokens_unavailable = ?, version = version + 1 WHERE run_id = ? AND attempts_used = ? AND execution_used_us = ?
-	AND steps_used = ? AND tokens_used = ? AND tokens_unavailable = ?`)
-	insertObservationSQL = declare(`INSERT INTO observations (id, run_id, action_id, attempt_id, source, effect, detail, observed_at)
-	VALUES (?, ?, ?, ?, ?, ?, ?, ?)`)
-	insertApprovalSQL = declare(`INSERT INTO approvals (` + approvalCols + `) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`)
-	moveApprovalSQL   = declare(`UPDATE approvals SET state = ?, version = version + 1, decided_at = ?, reason = ?,
-	decided_by = COALESCE(?, decided_by) WHERE id = ? AND state = ? RETURNING ` + approvalCols)
-	insertEventSQL = declare(`INSERT INTO events (id, run_id, seq, type, entity_type, entity_id, from_state, to_state,
-	actor, data, created_at, prev_hash, hash, format, row_digests) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`)
-	moveHeadSQL        = declare(`UPDATE runs SET event_seq = ?, event_hash = ? WHERE id = ? AND event_seq = ?`)
-	upsertSignatureSQL = declare(`INSERT INTO chain_signatures (run_id, seq, hash, signed_at, key_id, signature)
-	VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (run_id) DO UPDATE SET seq = excluded.seq, hash = excluded.hash,
-	signed_at = excluded.signed_at, key_id = excluded.key_id, signature = excluded.signature`)
+	finishAttemptSQL     = declare(sqlrows.FinishAttemptSQL)
+	setEffectSQL         = declare(sqlrows.SetAttemptEffectSQL)
+	setAttemptSQL        = declare(sqlrows.SetAttemptSQL)
+	setActionSQL         = declare(sqlrows.SetActionSQL)
+	setBudgetUsedSQL     = declare(sqlrows.SetBudgetUsedSQL)
+	insertObservationSQL = declare(sqlrows.InsertObservationSQL)
+	insertApprovalSQL    = declare(sqlrows.InsertApprovalSQL)
+	moveApprovalSQL      = declare(sqlrows.MoveApprovalSQL)
+	insertEventSQL       = declare(sqlrows.InsertEventSQL)
+	moveHeadSQL          = declare(sqlrows.MoveChainHeadSQL)
+	upsertSignatureSQL   = declare(sqlrows.PutSignatureSQL)
 )
 
 func (t *tx) InsertRun(_ context.Context, r *ledger.Run) error {
-	row, b := runRowOf(r), budgetRowOf(r)
+	row, b := sqlrows.RunOf(r), sqlrows.BudgetOf(r.ID, r.Budget)
 	if _, err := t.exec(insertRunSQL, row.ID, row.Tenant, row.IdempotencyKey, row.RequestDigest, row.SubmittedBy, row.Agent,
 		row.Input, row.State, row.StopReason, row.Version, row.EventSeq, row.EventHash, row.CreatedAt, row.UpdatedAt); err != nil {
 		return translate(err)
@@ -130,22 +120,22 @@ func (t *tx) InsertRun(_ context.Context, r *ledger.Run) error {
 }
 
 func (t *tx) MoveRun(_ context.Context, id ledger.RunID, from, to ledger.RunState, reason ledger.StopReason, at time.Time) (*ledger.Run, bool, error) {
-	var row runRow
-	ok, err := t.moved(moveRunSQL, func(rows *sql.Rows) error { return rows.Scan(row.contentTargets()...) },
-		string(to), strPtr(string(reason)), micros(at), string(id), string(from))
+	var row sqlrows.Run
+	ok, err := t.moved(moveRunSQL, func(rows *sql.Rows) error { return rows.Scan(row.ContentTargets()...) },
+		string(to), sqlrows.StrPtr(string(reason)), sqlrows.Micros(at), string(id), string(from))
 	if !ok || err != nil {
 		return nil, false, err
 	}
-	return row.toRun(nil), true, nil
+	return row.ToRun(nil), true, nil
 }
 
 func (t *tx) budget(st *stmt, args ...any) (*ledger.Budget, bool, error) {
-	var b budgetRow
-	ok, err := t.moved(st, func(rows *sql.Rows) error { return rows.Scan(b.targets()...) }, args...)
+	var b sqlrows.Budget
+	ok, err := t.moved(st, func(rows *sql.Rows) error { return rows.Scan(b.Targets()...) }, args...)
 	if !ok || err != nil {
 		return nil, false, err
 	}
-	out := b.toBudget(0)
+	out := b.ToBudget(0)
 	return &out, true, nil
 }
 
@@ -179,7 +169,7 @@ func (t *tx) SetBudgetUsed(_ context.Context, run ledger.RunID, from, to ledger.
 }
 
 func (t *tx) InsertAction(_ context.Context, a *ledger.Action) error {
-	row := actionRowOf(a)
+	row := sqlrows.ActionOf(a)
 	_, err := t.exec(insertActionSQL, row.ID, row.RunID, row.Tenant, row.Seq, row.IdempotencyKey, row.Tool,
 		row.ToolVersion, row.Effect, row.Arguments, row.ActionDigest, row.DedupKey, row.Supersedes, row.State,
 		row.AttemptCount, row.Version, row.CreatedAt, row.UpdatedAt, row.GateDecision, row.GateRule, row.GateReason,
@@ -188,52 +178,40 @@ func (t *tx) InsertAction(_ context.Context, a *ledger.Action) error {
 }
 
 func (t *tx) MoveAction(_ context.Context, id ledger.ActionID, from, to ledger.ActionState, attemptCount int64, at time.Time) (*ledger.Action, bool, error) {
-	var row actionRow
-	ok, err := t.moved(moveActionSQL, func(rows *sql.Rows) error { return scanAction(rows, &row) },
-		string(to), micros(at), attemptCount, string(id), string(from))
+	var row sqlrows.Action
+	ok, err := t.moved(moveActionSQL, func(rows *sql.Rows) error { return rows.Scan(row.Targets()...) },
+		string(to), sqlrows.Micros(at), attemptCount, string(id), string(from))
 	if !ok || err != nil {
 		return nil, false, err
 	}
-	return row.toAction(), true, nil
+	return row.ToAction(), true, nil
 }
 
 func (t *tx) SetAction(_ context.Context, a *ledger.Action, from int64) (bool, error) {
-	return t.execOne(setActionSQL, string(a.State), a.AttemptCount, a.Version, micros(a.UpdatedAt), string(a.ID), from)
+	return t.execOne(setActionSQL, string(a.State), a.AttemptCount, a.Version, sqlrows.Micros(a.UpdatedAt), string(a.ID), from)
 }
 
 func (t *tx) InsertAttempt(_ context.Context, a *ledger.Attempt) error {
 	_, err := t.exec(insertAttemptSQL, string(a.ID), string(a.ActionID), string(a.RunID), a.No, string(a.Status),
-		string(a.Effect), a.Version, micros(a.StartedAt))
+		string(a.Effect), a.Version, sqlrows.Micros(a.StartedAt))
 	return translate(err)
 }
 
-// attemptError is the error column of a.
-func attemptError(a *ledger.Attempt) (*string, error) {
-	if a.Error == nil {
-		return nil, nil
-	}
-	b, err := json.Marshal(a.Error)
-	if err != nil {
-		return nil, ledger.Errorf(ledger.CodeInvalid, "attempt error: %w", err)
-	}
-	return rawPtr(b), nil
-}
-
 func (t *tx) FinishAttempt(_ context.Context, a *ledger.Attempt) (bool, error) {
-	errJSON, err := attemptError(a)
+	errJSON, err := sqlrows.AttemptErrorText(a.Error)
 	if err != nil {
 		return false, err
 	}
-	return t.execOne(finishAttemptSQL, string(a.Status), rawPtr(a.Result), errJSON, microsPtr(a.FinishedAt), string(a.ID))
+	return t.execOne(finishAttemptSQL, string(a.Status), sqlrows.RawPtr(a.Result), errJSON, sqlrows.MicrosPtr(a.FinishedAt), string(a.ID))
 }
 
 func (t *tx) SetAttempt(_ context.Context, a *ledger.Attempt, from int64) (bool, error) {
-	errJSON, err := attemptError(a)
+	errJSON, err := sqlrows.AttemptErrorText(a.Error)
 	if err != nil {
 		return false, err
 	}
-	return t.execOne(setAttemptSQL, string(a.Status), string(a.Effect), strPtr(string(a.EffectObservation)), rawPtr(a.Result),
-		errJSON, microsPtr(a.FinishedAt), a.Version, string(a.ID), from)
+	return t.execOne(setAttemptSQL, string(a.Status), string(a.Effect), sqlrows.StrPtr(string(a.EffectObservation)), sqlrows.RawPtr(a.Result),
+		errJSON, sqlrows.MicrosPtr(a.FinishedAt), a.Version, string(a.ID), from)
 }
 
 func (t *tx) SetAttemptEffect(_ context.Context, id ledger.AttemptID, effect ledger.EffectFact, by ledger.ObservationID) (bool, error) {
@@ -241,49 +219,40 @@ func (t *tx) SetAttemptEffect(_ context.Context, id ledger.AttemptID, effect led
 }
 
 func (t *tx) InsertObservation(_ context.Context, o *ledger.Observation) error {
-	_, err := t.exec(insertObservationSQL, string(o.ID), string(o.RunID), string(o.ActionID), strPtr(string(o.AttemptID)),
-		string(o.Source), string(o.Effect), rawPtr(o.Detail), micros(o.ObservedAt))
+	_, err := t.exec(insertObservationSQL, string(o.ID), string(o.RunID), string(o.ActionID), sqlrows.StrPtr(string(o.AttemptID)),
+		string(o.Source), string(o.Effect), sqlrows.RawPtr(o.Detail), sqlrows.Micros(o.ObservedAt))
 	return translate(err)
 }
 
 func (t *tx) InsertApproval(_ context.Context, a *ledger.Approval) error {
-	r := approvalRowOf(a)
+	r := sqlrows.ApprovalOf(a)
 	_, err := t.exec(insertApprovalSQL, r.ID, r.ActionID, r.RunID, r.Tenant, r.ActionDigest, r.State, r.DecidedBy, r.Reason,
 		r.Version, r.RequestedAt, r.ExpiresAt, r.DecidedAt)
 	return translate(err)
 }
 
 func (t *tx) MoveApproval(_ context.Context, id ledger.ApprovalID, from, to ledger.ApprovalState, at time.Time, reason, decidedBy string) (*ledger.Approval, bool, error) {
-	var row approvalRow
-	ok, err := t.moved(moveApprovalSQL, func(rows *sql.Rows) error { return rows.Scan(row.targets()...) },
-		string(to), micros(at), strPtr(reason), strPtr(decidedBy), string(id), string(from))
+	var row sqlrows.Approval
+	ok, err := t.moved(moveApprovalSQL, func(rows *sql.Rows) error { return rows.Scan(row.Targets()...) },
+		string(to), sqlrows.Micros(at), sqlrows.StrPtr(reason), sqlrows.StrPtr(decidedBy), string(id), string(from))
 	if !ok || err != nil {
 		return nil, false, err
 	}
-	return row.toApproval(), true, nil
+	return row.ToApproval(), true, nil
 }
 
 func (t *tx) InsertCancellation(_ context.Context, c *ledger.Cancellation) error {
-	row := cancellationRowOf(c)
+	row := sqlrows.CancellationOf(c)
 	return translate(t.c.db.Create(&row).Error)
 }
 
-// cancellationTimeColumn is the column that records when each fact became
-// true.
-var cancellationTimeColumn = map[ledger.CancellationState]string{
-	ledger.CancelAccepted: "accepted_at",
-	ledger.CancelStopping: "stopping_at",
-	ledger.CancelStopped:  "stopped_at",
-	ledger.CancelTooLate:  "too_late_at",
-}
-
 func (t *tx) MoveCancellation(_ context.Context, run ledger.RunID, from, to ledger.CancellationState, at time.Time) (bool, error) {
-	col, ok := cancellationTimeColumn[to]
+	col, ok := sqlrows.CancellationTimeColumn[to]
 	if !ok {
 		return false, ledger.Errorf(ledger.CodeInvalid, "a cancellation does not move to %s", to)
 	}
-	res := t.c.db.Model(&cancellationRow{}).Where("run_id = ? AND state = ?", string(run), string(from)).
-		Updates(map[string]any{"state": string(to), col: micros(at), "version": gorm.Expr("version + 1")})
+	res := t.c.db.Model(&sqlrows.Cancellation{}).Where("run_id = ? AND state = ?", string(run), string(from)).
+		Updates(map[string]any{"state": string(to), col: sqlrows.Micros(at), "version": gorm.Expr("version + 1")})
 	if res.Error != nil {
 		return false, translate(res.Error)
 	}
@@ -291,13 +260,13 @@ func (t *tx) MoveCancellation(_ context.Context, run ledger.RunID, from, to ledg
 }
 
 func (t *tx) InsertAttemptLease(_ context.Context, l *ledger.AttemptLease) error {
-	row := leaseRowOf(l)
+	row := sqlrows.LeaseOf(l)
 	return translate(t.c.db.Create(&row).Error)
 }
 
 func (t *tx) UpdateAttemptLease(_ context.Context, l *ledger.AttemptLease) error {
-	row := leaseRowOf(l)
-	res := t.c.db.Model(&leaseRow{}).Where("attempt_id = ?", row.AttemptID).
+	row := sqlrows.LeaseOf(l)
+	res := t.c.db.Model(&sqlrows.Lease{}).Where("attempt_id = ?", row.AttemptID).
 		Updates(map[string]any{"lease_until": row.LeaseUntil, "heartbeats": row.Heartbeats, "progress": row.Progress,
 			"outcome_digest": row.OutcomeDigest, "outcome": row.Outcome})
 	switch {
@@ -310,13 +279,12 @@ func (t *tx) UpdateAttemptLease(_ context.Context, l *ledger.AttemptLease) error
 }
 
 func (t *tx) PutAgentDecision(_ context.Context, d *ledger.AgentDecision) error {
-	row := agentDecisionRow{ActionID: string(d.ActionID), DecisionID: d.DecisionID, Kind: d.Kind, Answered: d.Answered,
-		DecidedAt: micros(d.DecidedAt)}
+	row := sqlrows.DecisionOf(d)
 	return translate(t.c.db.Save(&row).Error)
 }
 
 func (t *tx) AnswerAgentDecision(_ context.Context, action ledger.ActionID, id string) (bool, error) {
-	res := t.c.db.Model(&agentDecisionRow{}).Where("action_id = ? AND decision_id = ? AND answered = ?", string(action), id, false).
+	res := t.c.db.Model(&sqlrows.Decision{}).Where("action_id = ? AND decision_id = ? AND answered = ?", string(action), id, false).
 		Update("answered", true)
 	if res.Error != nil {
 		return false, translate(res.Error)
@@ -326,7 +294,7 @@ func (t *tx) AnswerAgentDecision(_ context.Context, action ledger.ActionID, id s
 
 func (t *tx) InsertEvent(_ context.Context, e *ledger.Event) error {
 	_, err := t.exec(insertEventSQL, string(e.ID), string(e.RunID), e.Seq, e.Type, e.EntityType, e.EntityID,
-		e.FromState, e.ToState, e.Actor, rawPtr(e.Data), micros(e.CreatedAt), e.PrevHash, e.Hash, e.Format, rawPtr(e.Rows))
+		e.FromState, e.ToState, e.Actor, sqlrows.RawPtr(e.Data), sqlrows.Micros(e.CreatedAt), e.PrevHash, e.Hash, e.Format, sqlrows.RawPtr(e.Rows))
 	return translate(err)
 }
 
@@ -335,7 +303,7 @@ func (t *tx) MoveChainHead(_ context.Context, run ledger.RunID, fromSeq, seq int
 }
 
 func (t *tx) PutSignature(_ context.Context, h *ledger.HeadSignature) error {
-	_, err := t.exec(upsertSignatureSQL, string(h.RunID), h.Seq, h.Hash, micros(h.SignedAt), h.KeyID,
-		base64.StdEncoding.EncodeToString(h.Signature))
+	s := sqlrows.SignatureOf(h)
+	_, err := t.exec(upsertSignatureSQL, s.RunID, s.Seq, s.Hash, s.SignedAt, s.KeyID, s.Signature)
 	return translate(err)
 }

@@ -52,41 +52,9 @@ func Server() string {
 // is unreachable, tb is skipped, or fails when EnvRequired is set.
 func NewDatabase(tb testing.TB, options ...string) string {
 	tb.Helper()
-	server := Server()
-	u, err := url.Parse(server)
-	if err != nil || (u.Scheme != "postgres" && u.Scheme != "postgresql") {
-		tb.Fatalf("pgtest: %s must be a postgres:// URL, not %q", EnvServer, server)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	conn, err := pgx.Connect(ctx, server)
-	if err != nil {
-		unreachable(tb, server, err)
-	}
-	defer func() { _ = conn.Close(context.Background()) }()
-	// rand.Text is base32 (A–Z, 2–7): lowercased, the name needs no
-	// quoting, but is quoted anyway.
-	name := "ledger_test_" + strings.ToLower(rand.Text()[:16])
-	create := "CREATE DATABASE " + pgx.Identifier{name}.Sanitize()
-	for _, o := range options {
-		create += " " + o
-	}
-	if _, err := conn.Exec(ctx, create); err != nil {
-		tb.Fatalf("pgtest: create database %s on %s: %v", name, redacted(u), err)
-	}
-	tb.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		conn, err := pgx.Connect(ctx, server)
-		if err != nil {
-			tb.Errorf("pgtest: drop database %s: %v", name, err)
-			return
-		}
-		defer func() { _ = conn.Close(context.Background()) }()
-		if _, err := conn.Exec(ctx, "DROP DATABASE IF EXISTS "+pgx.Identifier{name}.Sanitize()+" WITH (FORCE)"); err != nil {
-			tb.Errorf("pgtest: drop database %s: %v", name, err)
-		}
-	})
+	u, name := create(tb, "database", func(quoted string) string {
+		return strings.Join(append([]string{"CREATE DATABASE " + quoted}, options...), " ")
+	}, func(quoted string) string { return "DROP DATABASE IF EXISTS " + quoted + " WITH (FORCE)" })
 	db := *u
 	db.Path = "/" + name
 	return db.String()
@@ -102,11 +70,22 @@ func NewDatabase(tb testing.TB, options ...string) string {
 // when EnvRequired is set.
 func NewSchema(tb testing.TB) string {
 	tb.Helper()
-	server := Server()
-	u, err := url.Parse(server)
-	if err != nil || (u.Scheme != "postgres" && u.Scheme != "postgresql") {
-		tb.Fatalf("pgtest: %s must be a postgres:// URL, not %q", EnvServer, server)
-	}
+	u, name := create(tb, "schema", func(quoted string) string { return "CREATE SCHEMA " + quoted },
+		func(quoted string) string { return "DROP SCHEMA IF EXISTS " + quoted + " CASCADE" })
+	in := *u
+	q := in.Query()
+	q.Set("search_path", name)
+	in.RawQuery = q.Encode()
+	return in.String()
+}
+
+// create makes a what (database, schema) with a random name on the test
+// server, with the statement createSQL gives for its quoted name, and
+// runs dropSQL's when tb ends (dropOnCleanup). It returns the server's URL
+// and the name. An unreachable server skips tb (unreachable).
+func create(tb testing.TB, what string, createSQL, dropSQL func(quoted string) string) (*url.URL, string) {
+	tb.Helper()
+	server, u := serverURL(tb)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	conn, err := pgx.Connect(ctx, server)
@@ -114,28 +93,44 @@ func NewSchema(tb testing.TB) string {
 		unreachable(tb, server, err)
 	}
 	defer func() { _ = conn.Close(context.Background()) }()
+	// rand.Text is base32 (A–Z, 2–7): lowercased, the name needs no
+	// quoting, but is quoted anyway.
 	name := "ledger_test_" + strings.ToLower(rand.Text()[:16])
-	if _, err := conn.Exec(ctx, "CREATE SCHEMA "+pgx.Identifier{name}.Sanitize()); err != nil {
-		tb.Fatalf("pgtest: create schema %s on %s: %v", name, redacted(u), err)
+	quoted := pgx.Identifier{name}.Sanitize()
+	if _, err := conn.Exec(ctx, createSQL(quoted)); err != nil {
+		tb.Fatalf("pgtest: create %s %s on %s: %v", what, name, redacted(u), err)
 	}
+	dropOnCleanup(tb, server, what+" "+name, dropSQL(quoted))
+	return u, name
+}
+
+// serverURL is the test server (Server) and its parsed URL; anything but a
+// postgres:// URL fails tb.
+func serverURL(tb testing.TB) (string, *url.URL) {
+	tb.Helper()
+	server := Server()
+	u, err := url.Parse(server)
+	if err != nil || (u.Scheme != "postgres" && u.Scheme != "postgresql") {
+		tb.Fatalf("pgtest: %s must be a postgres:// URL, not %q", EnvServer, server)
+	}
+	return server, u
+}
+
+// dropOnCleanup runs drop, which drops what, on server when tb ends, on a
+// connection of its own; a failure fails tb.
+func dropOnCleanup(tb testing.TB, server, what, drop string) {
 	tb.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
 		conn, err := pgx.Connect(ctx, server)
-		if err != nil {
-			tb.Errorf("pgtest: drop schema %s: %v", name, err)
-			return
+		if err == nil {
+			defer func() { _ = conn.Close(context.Background()) }()
+			_, err = conn.Exec(ctx, drop)
 		}
-		defer func() { _ = conn.Close(context.Background()) }()
-		if _, err := conn.Exec(ctx, "DROP SCHEMA IF EXISTS "+pgx.Identifier{name}.Sanitize()+" CASCADE"); err != nil {
-			tb.Errorf("pgtest: drop schema %s: %v", name, err)
+		if err != nil {
+			tb.Errorf("pgtest: drop %s: %v", what, err)
 		}
 	})
-	in := *u
-	q := in.Query()
-	q.Set("search_path", name)
-	in.RawQuery = q.Encode()
-	return in.String()
 }
 
 // unreachable skips tb (or fails it, with EnvRequired set) because the
