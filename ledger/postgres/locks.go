@@ -192,6 +192,9 @@ func (t *tx) ListEvents(ctx context.Context, run ledger.RunID, sizeHint int64) (
 	if err := t.lockRun(ctx, run); err != nil {
 		return nil, err
 	}
+	if err := t.flushEvents(ctx); err != nil {
+		return nil, err
+	}
 	return t.reader.ListEvents(ctx, run, sizeHint)
 }
 

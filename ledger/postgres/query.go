@@ -20,6 +20,10 @@ type txState struct {
 	// outside a write.
 	locked map[ledger.RunID]struct{}
 	runOf  map[entityKey]ledger.RunID
+	// events are the write's events not inserted yet: InsertEvent keeps
+	// them, and flushEvents inserts them in one statement before the
+	// commit, or before the write reads events (tx.go).
+	events []ledger.Event
 }
 
 // reader runs the driver's statements on the pool or in one transaction.

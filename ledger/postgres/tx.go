@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/base64"
 	"math"
+	"strings"
 	"time"
 
 	"github.com/actionledger/ledger/ledger"
@@ -357,16 +358,55 @@ func (t *tx) AnswerAgentDecision(ctx context.Context, action ledger.ActionID, id
 
 // events and signatures
 
-const insertEventSQL = `INSERT INTO events (` + eventCols + `) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
+const insertEventsSQL = `INSERT INTO events (` + eventCols + `) VALUES `
 
-// InsertEvent implements ledger.Tx.
+// eventRowSQL is one row of insertEventsSQL's VALUES.
+const eventRowSQL = `(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
+
+// eventsPerInsert bounds one statement of flushEvents: 15 parameters a
+// row, far below PostgreSQL's 65,535 a statement.
+const eventsPerInsert = 500
+
+// InsertEvent implements ledger.Tx. The event is kept, and inserted with
+// the write's other events in one statement (flushEvents): an
+// auto-approved action appends nine, and each statement is a round trip
+// to the server. Its errors (a duplicate sequence number, a broken check)
+// are those of the write's commit then, translated alike.
 func (t *tx) InsertEvent(ctx context.Context, e *ledger.Event) error {
 	if err := t.lockRun(ctx, e.RunID); err != nil {
 		return err
 	}
-	_, err := t.exec(ctx, insertEventSQL, string(e.ID), string(e.RunID), e.Seq, e.Type, e.EntityType, e.EntityID,
-		e.FromState, e.ToState, e.Actor, rawPtr(e.Data), micros(e.CreatedAt), e.PrevHash, e.Hash, e.Format, rawPtr(e.Rows))
-	return wrapErr("insert event", err)
+	if err := t.broken(); err != nil {
+		return err
+	}
+	t.st.events = append(t.st.events, *e)
+	return nil
+}
+
+// flushEvents inserts the events InsertEvent kept, in the order they were
+// appended.
+func (t *tx) flushEvents(ctx context.Context) error {
+	for len(t.st.events) > 0 {
+		batch := t.st.events[:min(len(t.st.events), eventsPerInsert)]
+		var q strings.Builder
+		q.WriteString(insertEventsSQL)
+		args := make([]any, 0, 15*len(batch))
+		for i := range batch {
+			e := &batch[i]
+			if i > 0 {
+				q.WriteString(", ")
+			}
+			q.WriteString(eventRowSQL)
+			args = append(args, string(e.ID), string(e.RunID), e.Seq, e.Type, e.EntityType, e.EntityID,
+				e.FromState, e.ToState, e.Actor, rawPtr(e.Data), micros(e.CreatedAt), e.PrevHash, e.Hash, e.Format, rawPtr(e.Rows))
+		}
+		if _, err := t.exec(ctx, q.String(), args...); err != nil {
+			return wrapErr("insert event", err)
+		}
+		t.st.events = t.st.events[len(batch):]
+	}
+	t.st.events = nil
+	return nil
 }
 
 // MoveChainHead implements ledger.Tx.
