@@ -142,6 +142,9 @@ func (t *tx) MoveChainHeadFenced(ctx context.Context, run ledger.RunID, fromSeq,
 	}
 	n, err := t.exec(ctx, `UPDATE runs SET event_seq = ?, event_hash = ? WHERE id = ? AND event_seq = ? AND lease_token = ?`,
 		seq, hash, string(run), fromSeq, token)
+	if n > 0 {
+		t.st.movedHead(run, seq, hash)
+	}
 	return n > 0, wrapErr("move chain head", err)
 }
 

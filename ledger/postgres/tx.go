@@ -35,7 +35,7 @@ func (t *tx) InsertRun(ctx context.Context, r *ledger.Run) error {
 	}
 	// Nobody else sees the run before this write commits, and nobody can
 	// insert another with its id: the write holds it as if locked.
-	t.st.hold(r.ID, 0, "")
+	t.st.hold(r.ID, &chainHead{seq: r.EventSeq, hash: r.EventHash}, 0, "")
 	b := budgetRowOf(r.ID, r.Budget)
 	_, err := t.exec(ctx, insertBudgetSQL, b.RunID, b.MaxAttemptsPerAction, b.MaxAttemptsPerRun, b.MaxExecutionUs,
 		b.MaxSteps, b.MaxTokens, b.DeadlineAt, b.AttemptsUsed, b.ExecutionUsedUs, b.StepsUsed, b.TokensUsed,
@@ -140,7 +140,7 @@ func (t *tx) InsertAction(ctx context.Context, a *ledger.Action) error {
 		r.Effect, r.Arguments, r.ActionDigest, r.DedupKey, r.Supersedes, r.State, r.AttemptCount, r.Version,
 		r.CreatedAt, r.UpdatedAt, r.GateDecision, r.GateRule, r.GateReason, r.RulesDigest)
 	if err == nil {
-		t.st.hold(a.RunID, entityAction, string(a.ID))
+		t.st.hold(a.RunID, nil, entityAction, string(a.ID))
 	}
 	return wrapErr("insert action", err)
 }
@@ -177,7 +177,7 @@ func (t *tx) InsertAttempt(ctx context.Context, a *ledger.Attempt) error {
 	_, err = t.exec(ctx, insertAttemptSQL, r.ID, r.ActionID, r.RunID, r.AttemptNo, r.Status, r.Effect,
 		r.EffectObservationID, r.Result, r.Error, r.Version, r.StartedAt, r.FinishedAt)
 	if err == nil {
-		t.st.hold(a.RunID, entityAttempt, string(a.ID))
+		t.st.hold(a.RunID, nil, entityAttempt, string(a.ID))
 	}
 	return wrapErr("insert attempt", err)
 }
@@ -236,7 +236,7 @@ func (t *tx) InsertApproval(ctx context.Context, a *ledger.Approval) error {
 	_, err := t.exec(ctx, insertApprovalSQL, r.ID, r.ActionID, r.RunID, r.Tenant, r.ActionDigest, r.State, r.DecidedBy,
 		r.Reason, r.Version, r.RequestedAt, r.ExpiresAt, r.DecidedAt)
 	if err == nil {
-		t.st.hold(a.RunID, entityApproval, string(a.ID))
+		t.st.hold(a.RunID, nil, entityApproval, string(a.ID))
 	}
 	return wrapErr("insert approval", err)
 }
@@ -416,6 +416,9 @@ func (t *tx) MoveChainHead(ctx context.Context, run ledger.RunID, fromSeq, seq i
 	}
 	n, err := t.exec(ctx, `UPDATE runs SET event_seq = ?, event_hash = ? WHERE id = ? AND event_seq = ?`,
 		seq, hash, string(run), fromSeq)
+	if n > 0 {
+		t.st.movedHead(run, seq, hash)
+	}
 	return n > 0, wrapErr("move chain head", err)
 }
 
