@@ -343,6 +343,9 @@ func (d *Driver) writeOnce(ctx context.Context, n int64, fn func(ledger.Tx) erro
 		}
 	}()
 	err = fn(t)
+	if err == nil {
+		err = t.flushEvents(ctx)
+	}
 	failed := t.st.failed
 	switch {
 	case failed != nil && retryable(failed):

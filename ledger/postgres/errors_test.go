@@ -3,6 +3,7 @@ package postgres_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 
 	"github.com/jackc/pgx/v5/pgconn"
@@ -177,4 +178,52 @@ func TestErrorsOfAClosedDriverAreInternal(t *testing.T) {
 	_, err = d2.d.SchemaVersion(ctx)
 	requireCode(t, ledger.CodeInternal, err)
 	require.False(t, errors.Is(err, ledger.ErrNotFound))
+}
+
+// TestEventsKeptUntilCommit: InsertEvent keeps a write's events and
+// inserts them together before the commit, so a write that reads its
+// run's events sees those it appended, and an event that breaks a
+// constraint fails the write whole, translated as an insert would be.
+func TestEventsKeptUntilCommit(t *testing.T) {
+	f := open(t)
+	ctx := context.Background()
+	f.seed(t)
+	event := func(seq int64) *ledger.Event {
+		return &ledger.Event{ID: ledger.EventID(fmt.Sprintf("evt_%d", seq)), RunID: "run_1", Seq: seq, Type: "run.queued",
+			EntityType: "run", EntityID: "run_1", CreatedAt: t0, Hash: fmt.Sprintf("sha256:%d", seq), Format: 2}
+	}
+	f.write(t, func(tx ledger.Tx) error {
+		for seq := int64(1); seq <= 3; seq++ {
+			if err := tx.InsertEvent(ctx, event(seq)); err != nil {
+				return err
+			}
+		}
+		got, err := tx.ListEvents(ctx, "run_1", 3)
+		if err != nil {
+			return err
+		}
+		require.Len(t, got, 3, "the write reads the events it appended")
+		return tx.InsertEvent(ctx, event(4))
+	})
+	require.Equal(t, 4, f.count(t, "events"))
+
+	// A second event 5 breaks the unique (run, seq): the write fails at its
+	// end, as a conflict, and neither event 5 nor the run's move is kept.
+	err := f.writeErr(func(ctx context.Context, tx ledger.Tx) error {
+		if _, _, err := tx.MoveRun(ctx, "run_1", ledger.RunQueued, ledger.RunRunning, "", t0); err != nil {
+			return err
+		}
+		e := event(5)
+		if err := tx.InsertEvent(ctx, e); err != nil {
+			return err
+		}
+		e.ID = "evt_5b"
+		return tx.InsertEvent(ctx, e)
+	})
+	requireCode(t, ledger.CodeConflict, err)
+	require.Equal(t, "23505", sqlstate(t, err), "unique_violation")
+	require.Equal(t, 4, f.count(t, "events"))
+	var state string
+	require.NoError(t, f.raw.QueryRow(`SELECT state FROM runs WHERE id = 'run_1'`).Scan(&state))
+	require.Equal(t, string(ledger.RunQueued), state)
 }

@@ -36,14 +36,21 @@ const (
 )
 
 // lockEntitySQL locks the run of a row of each entity, found by the row's
-// id; no row if the entity does not exist (yet).
+// id, and reads the run's chain head, which no one else can move while
+// the lock is held; no row if the entity does not exist (yet).
 var lockEntitySQL = [...]string{
-	entityAction:   `SELECT id FROM runs WHERE id = (SELECT run_id FROM actions WHERE id = ?) FOR NO KEY UPDATE`,
-	entityAttempt:  `SELECT id FROM runs WHERE id = (SELECT run_id FROM attempts WHERE id = ?) FOR NO KEY UPDATE`,
-	entityApproval: `SELECT id FROM runs WHERE id = (SELECT run_id FROM approvals WHERE id = ?) FOR NO KEY UPDATE`,
+	entityAction:   `SELECT id, event_seq, event_hash FROM runs WHERE id = (SELECT run_id FROM actions WHERE id = ?) FOR NO KEY UPDATE`,
+	entityAttempt:  `SELECT id, event_seq, event_hash FROM runs WHERE id = (SELECT run_id FROM attempts WHERE id = ?) FOR NO KEY UPDATE`,
+	entityApproval: `SELECT id, event_seq, event_hash FROM runs WHERE id = (SELECT run_id FROM approvals WHERE id = ?) FOR NO KEY UPDATE`,
 }
 
-const lockRunSQL = `SELECT id FROM runs WHERE id = ? FOR NO KEY UPDATE`
+const lockRunSQL = `SELECT id, event_seq, event_hash FROM runs WHERE id = ? FOR NO KEY UPDATE`
+
+// chainHead is a run's event_seq and event_hash.
+type chainHead struct {
+	seq  int64
+	hash string
+}
 
 // entityKey names one row of an entity in txState.runOf.
 type entityKey struct {
@@ -57,14 +64,18 @@ func (s *txState) isLocked(run ledger.RunID) bool {
 	return ok
 }
 
-// hold records that the transaction holds run's lock, and that the row
-// (kind, id), if id is set, is one of run's.
-func (s *txState) hold(run ledger.RunID, kind entity, id string) {
+// hold records that the transaction holds run's lock, with the run's
+// chain head if the statement that locked it read it (nil: not read, or
+// kept as it was), and that the row (kind, id), if id is set, is one of
+// run's.
+func (s *txState) hold(run ledger.RunID, head *chainHead, kind entity, id string) {
 	if s.locked == nil {
-		s.locked = map[ledger.RunID]struct{}{}
+		s.locked = map[ledger.RunID]*chainHead{}
 		s.runOf = map[entityKey]ledger.RunID{}
 	}
-	s.locked[run] = struct{}{}
+	if known, ok := s.locked[run]; !ok || head != nil || known == nil {
+		s.locked[run] = head
+	}
 	if id != "" {
 		s.runOf[entityKey{kind, id}] = run
 	}
@@ -76,13 +87,16 @@ func (t *tx) lockRun(ctx context.Context, run ledger.RunID) error {
 	if run == "" || t.st.isLocked(run) {
 		return nil
 	}
-	var id string
-	found, err := t.one(ctx, lockRunSQL, []any{string(run)}, &id)
+	var (
+		id   string
+		head chainHead
+	)
+	found, err := t.one(ctx, lockRunSQL, []any{string(run)}, &id, &head.seq, &head.hash)
 	if err != nil {
 		return wrapErr("lock run "+string(run), err)
 	}
 	if found {
-		t.st.hold(run, 0, "")
+		t.st.hold(run, &head, 0, "")
 	}
 	return nil
 }
@@ -93,13 +107,16 @@ func (t *tx) lockEntity(ctx context.Context, kind entity, id string) error {
 	if run, ok := t.st.runOf[entityKey{kind, id}]; ok && t.st.isLocked(run) {
 		return nil
 	}
-	var run string
-	found, err := t.one(ctx, lockEntitySQL[kind], []any{id}, &run)
+	var (
+		run  string
+		head chainHead
+	)
+	found, err := t.one(ctx, lockEntitySQL[kind], []any{id}, &run, &head.seq, &head.hash)
 	if err != nil {
 		return wrapErr("lock the run of "+id, err)
 	}
 	if found {
-		t.st.hold(ledger.RunID(run), kind, id)
+		t.st.hold(ledger.RunID(run), &head, kind, id)
 	}
 	return nil
 }
@@ -144,24 +161,42 @@ func (t *tx) GetRun(ctx context.Context, id ledger.RunID) (*ledger.Run, error) {
 // one collide on the unique request identity; Write runs the loser again,
 // which finds the winner's run.
 func (t *tx) GetRunByRequest(ctx context.Context, tenant, principal, key string) (*ledger.Run, error) {
-	var id string
-	found, err := t.one(ctx, `SELECT id FROM runs WHERE tenant = ? AND submitted_by = ? AND idempotency_key = ? FOR NO KEY UPDATE`,
-		[]any{tenant, principal, key}, &id)
+	var (
+		id   string
+		head chainHead
+	)
+	found, err := t.one(ctx, `SELECT id, event_seq, event_hash FROM runs WHERE tenant = ? AND submitted_by = ? AND idempotency_key = ? FOR NO KEY UPDATE`,
+		[]any{tenant, principal, key}, &id, &head.seq, &head.hash)
 	if err != nil {
 		return nil, wrapErr("get run by request", err)
 	}
 	if found {
-		t.st.hold(ledger.RunID(id), 0, "")
+		t.st.hold(ledger.RunID(id), &head, 0, "")
 	}
 	return t.reader.GetRunByRequest(ctx, tenant, principal, key)
 }
 
-// ChainHead implements ledger.Tx.
+// ChainHead implements ledger.Tx: the head read when the run was locked,
+// as this write has moved it since.
 func (t *tx) ChainHead(ctx context.Context, run ledger.RunID) (int64, string, error) {
 	if err := t.lockRun(ctx, run); err != nil {
 		return 0, "", err
 	}
-	return t.reader.ChainHead(ctx, run)
+	if head := t.st.locked[run]; head != nil {
+		return head.seq, head.hash, nil
+	}
+	seq, hash, err := t.reader.ChainHead(ctx, run)
+	if err == nil && t.st.isLocked(run) {
+		t.st.locked[run] = &chainHead{seq: seq, hash: hash}
+	}
+	return seq, hash, err
+}
+
+// movedHead records run's chain head after this write moved it.
+func (s *txState) movedHead(run ledger.RunID, seq int64, hash string) {
+	if s.isLocked(run) {
+		s.locked[run] = &chainHead{seq: seq, hash: hash}
+	}
 }
 
 // GetRunLease implements ledger.Tx.
@@ -193,6 +228,9 @@ func (t *tx) ListEvents(ctx context.Context, run ledger.RunID, sizeHint int64) (
 	if err := t.lockRun(ctx, run); err != nil {
 		return nil, err
 	}
+	if err := t.flushEvents(ctx); err != nil {
+		return nil, err
+	}
 	return t.reader.ListEvents(ctx, run, sizeHint)
 }
 
@@ -210,7 +248,7 @@ func (t *tx) GetActionByKey(ctx context.Context, run ledger.RunID, key string) (
 	}
 	a, err := t.reader.GetActionByKey(ctx, run, key)
 	if err == nil {
-		t.st.hold(run, entityAction, string(a.ID))
+		t.st.hold(run, nil, entityAction, string(a.ID))
 	}
 	return a, err
 }
@@ -375,7 +413,7 @@ func (t *tx) lockRunsOf(ctx context.Context, what, q string, args ...any) ([]str
 		return nil, wrapErr(what, err)
 	}
 	for _, id := range ids {
-		t.st.hold(ledger.RunID(id), 0, "")
+		t.st.hold(ledger.RunID(id), nil, 0, "")
 	}
 	return ids, nil
 }

@@ -15,11 +15,16 @@ import (
 // statement of the transaction ("current transaction is aborted").
 type txState struct {
 	failed error
-	// locked are the runs a write transaction holds the lock of, and runOf
+	// locked are the runs a write transaction holds the lock of, with
+	// each one's chain head as the write has it, and runOf
 	// the run of each row found by its own id there (locks.go); nil
 	// outside a write.
-	locked map[ledger.RunID]struct{}
+	locked map[ledger.RunID]*chainHead
 	runOf  map[entityKey]ledger.RunID
+	// events are the write's events not inserted yet: InsertEvent keeps
+	// them, and flushEvents inserts them in one statement before the
+	// commit, or before the write reads events (tx.go).
+	events []ledger.Event
 }
 
 // reader runs the driver's statements on the pool or in one transaction.

@@ -118,6 +118,9 @@ func (t *tx) MoveChainHeadFenced(ctx context.Context, run ledger.RunID, fromSeq,
 		return false, err
 	}
 	n, err := t.exec(ctx, sqlrows.MoveChainHeadFencedSQL, seq, hash, string(run), fromSeq, token)
+	if n > 0 {
+		t.st.movedHead(run, seq, hash)
+	}
 	return n > 0, wrapErr("move chain head", err)
 }
 

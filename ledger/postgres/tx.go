@@ -3,6 +3,7 @@ package postgres
 import (
 	"context"
 	"math"
+	"strings"
 	"time"
 
 	"github.com/actionledger/ledger/ledger"
@@ -31,7 +32,7 @@ func (t *tx) InsertRun(ctx context.Context, r *ledger.Run) error {
 	}
 	// Nobody else sees the run before this write commits, and nobody can
 	// insert another with its id: the write holds it as if locked.
-	t.st.hold(r.ID, 0, "")
+	t.st.hold(r.ID, &chainHead{seq: r.EventSeq, hash: r.EventHash}, 0, "")
 	b := sqlrows.BudgetOf(r.ID, r.Budget)
 	_, err := t.exec(ctx, sqlrows.InsertBudgetSQL, b.RunID, b.MaxAttemptsPerAction, b.MaxAttemptsPerRun, b.MaxExecutionUs,
 		b.MaxSteps, b.MaxTokens, b.DeadlineAt, b.AttemptsUsed, b.ExecutionUsedUs, b.StepsUsed, b.TokensUsed,
@@ -133,7 +134,7 @@ func (t *tx) InsertAction(ctx context.Context, a *ledger.Action) error {
 		r.Effect, r.Arguments, r.ActionDigest, r.DedupKey, r.Supersedes, r.State, r.AttemptCount, r.Version,
 		r.CreatedAt, r.UpdatedAt, r.GateDecision, r.GateRule, r.GateReason, r.RulesDigest)
 	if err == nil {
-		t.st.hold(a.RunID, entityAction, string(a.ID))
+		t.st.hold(a.RunID, nil, entityAction, string(a.ID))
 	}
 	return wrapErr("insert action", err)
 }
@@ -170,7 +171,7 @@ func (t *tx) InsertAttempt(ctx context.Context, a *ledger.Attempt) error {
 	_, err = t.exec(ctx, insertAttemptSQL, r.ID, r.ActionID, r.RunID, r.AttemptNo, r.Status, r.Effect,
 		r.EffectObservationID, r.Result, r.Error, r.Version, r.StartedAt, r.FinishedAt)
 	if err == nil {
-		t.st.hold(a.RunID, entityAttempt, string(a.ID))
+		t.st.hold(a.RunID, nil, entityAttempt, string(a.ID))
 	}
 	return wrapErr("insert attempt", err)
 }
@@ -219,7 +220,7 @@ func (t *tx) InsertApproval(ctx context.Context, a *ledger.Approval) error {
 	_, err := t.exec(ctx, sqlrows.InsertApprovalSQL, r.ID, r.ActionID, r.RunID, r.Tenant, r.ActionDigest, r.State, r.DecidedBy,
 		r.Reason, r.Version, r.RequestedAt, r.ExpiresAt, r.DecidedAt)
 	if err == nil {
-		t.st.hold(a.RunID, entityApproval, string(a.ID))
+		t.st.hold(a.RunID, nil, entityApproval, string(a.ID))
 	}
 	return wrapErr("insert approval", err)
 }
@@ -333,14 +334,55 @@ func (t *tx) AnswerAgentDecision(ctx context.Context, action ledger.ActionID, id
 
 // events and signatures
 
-// InsertEvent implements ledger.Tx.
+const insertEventsSQL = `INSERT INTO events (` + sqlrows.EventCols + `) VALUES `
+
+// eventRowSQL is one row of insertEventsSQL's VALUES.
+const eventRowSQL = `(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
+
+// eventsPerInsert bounds one statement of flushEvents: 15 parameters a
+// row, far below PostgreSQL's 65,535 a statement.
+const eventsPerInsert = 500
+
+// InsertEvent implements ledger.Tx. The event is kept, and inserted with
+// the write's other events in one statement (flushEvents): an
+// auto-approved action appends nine, and each statement is a round trip
+// to the server. Its errors (a duplicate sequence number, a broken check)
+// are those of the write's commit then, translated alike.
 func (t *tx) InsertEvent(ctx context.Context, e *ledger.Event) error {
 	if err := t.lockRun(ctx, e.RunID); err != nil {
 		return err
 	}
-	_, err := t.exec(ctx, sqlrows.InsertEventSQL, string(e.ID), string(e.RunID), e.Seq, e.Type, e.EntityType, e.EntityID,
-		e.FromState, e.ToState, e.Actor, sqlrows.RawPtr(e.Data), sqlrows.Micros(e.CreatedAt), e.PrevHash, e.Hash, e.Format, sqlrows.RawPtr(e.Rows))
-	return wrapErr("insert event", err)
+	if err := t.broken(); err != nil {
+		return err
+	}
+	t.st.events = append(t.st.events, *e)
+	return nil
+}
+
+// flushEvents inserts the events InsertEvent kept, in the order they were
+// appended.
+func (t *tx) flushEvents(ctx context.Context) error {
+	for len(t.st.events) > 0 {
+		batch := t.st.events[:min(len(t.st.events), eventsPerInsert)]
+		var q strings.Builder
+		q.WriteString(insertEventsSQL)
+		args := make([]any, 0, 15*len(batch))
+		for i := range batch {
+			e := &batch[i]
+			if i > 0 {
+				q.WriteString(", ")
+			}
+			q.WriteString(eventRowSQL)
+			args = append(args, string(e.ID), string(e.RunID), e.Seq, e.Type, e.EntityType, e.EntityID,
+				e.FromState, e.ToState, e.Actor, sqlrows.RawPtr(e.Data), sqlrows.Micros(e.CreatedAt), e.PrevHash, e.Hash, e.Format, sqlrows.RawPtr(e.Rows))
+		}
+		if _, err := t.exec(ctx, q.String(), args...); err != nil {
+			return wrapErr("insert event", err)
+		}
+		t.st.events = t.st.events[len(batch):]
+	}
+	t.st.events = nil
+	return nil
 }
 
 // MoveChainHead implements ledger.Tx.
@@ -349,6 +391,9 @@ func (t *tx) MoveChainHead(ctx context.Context, run ledger.RunID, fromSeq, seq i
 		return false, err
 	}
 	n, err := t.exec(ctx, sqlrows.MoveChainHeadSQL, seq, hash, string(run), fromSeq)
+	if n > 0 {
+		t.st.movedHead(run, seq, hash)
+	}
 	return n > 0, wrapErr("move chain head", err)
 }
 
