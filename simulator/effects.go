@@ -237,6 +237,21 @@ func ignoreDone(err error) error {
 	return err
 }
 
+// Quiesce waits until nothing of this process uses the store (its one
+// connection is free: no transaction, no query open), then runs fn while
+// keeping it so, and returns once fn has. A process that freezes itself in
+// fn (the fault plan's stop action) thus never holds the file's write lock
+// while frozen, which would block every other process sharing the file.
+func (s *EffectStore) Quiesce(ctx context.Context, fn func()) error {
+	conn, err := s.db.Conn(ctx)
+	if err != nil {
+		return fmt.Errorf("quiesce effect store: %w", err)
+	}
+	defer conn.Close()
+	fn()
+	return nil
+}
+
 // Effects returns every effect, oldest first.
 func (s *EffectStore) Effects(ctx context.Context) ([]Effect, error) {
 	return queryAll(ctx, s.db, "effects",

@@ -343,3 +343,34 @@ func TestToolNoEffectPastDeadline(t *testing.T) {
 		require.Equal(t, 1, effectCount(t, s.store, "run_1/act_1"))
 	})
 }
+
+// TestQuiesce: while Quiesce's function runs, no call of the process
+// touches the effect store; the call waiting for it goes on once it
+// returns.
+func TestQuiesce(t *testing.T) {
+	s := newSetup(t)
+	tool := writeTool(s.store, simulator.ToolConfig{Guarantees: &noDedup})
+	done := make(chan error, 1)
+	require.NoError(t, s.store.Quiesce(context.Background(), func() {
+		go func() {
+			_, err := tool.Execute(context.Background(), call("run_1/act_1", 1))
+			done <- err
+		}()
+		select {
+		case err := <-done:
+			t.Fatalf("a call went through while the store was quiesced (%v)", err)
+		case <-time.After(200 * time.Millisecond):
+		}
+	}))
+	select {
+	case err := <-done:
+		require.NoError(t, err)
+	case <-time.After(10 * time.Second):
+		t.Fatal("the call did not go on after Quiesce returned")
+	}
+	require.Equal(t, 1, effectCount(t, s.store, "run_1/act_1"))
+
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	require.ErrorIs(t, s.store.Quiesce(ctx, func() { t.Fatal("ran with an ended context") }), context.Canceled)
+}
