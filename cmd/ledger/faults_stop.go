@@ -34,7 +34,9 @@ func stopSelf(effects *simulator.EffectStore) {
 		fmt.Fprintf(os.Stderr, `{"level":"WARN","msg":"fault plan: this process stops itself (SIGSTOP) until it gets SIGCONT","pid":%d}`+"\n", os.Getpid())
 		if err := raiseStop(); err != nil {
 			fmt.Fprintf(os.Stderr, `{"level":"ERROR","msg":"fault plan: could not stop this process","err":%q}`+"\n", err.Error())
+			return
 		}
+		fmt.Fprintf(os.Stderr, `{"level":"WARN","msg":"fault plan: woken (SIGCONT): this process goes on from the point","pid":%d}`+"\n", os.Getpid())
 	}
 	if effects == nil {
 		freeze()
