@@ -64,6 +64,8 @@ const (
 	// call by a third of the TTL, so a longer timeout would stretch the
 	// leases of the runs whose calls are out.
 	replicaToolTimeout = 500
+	// replicaCallDelay is how long each call takes in the stop cells.
+	replicaCallDelay = 200 * time.Millisecond
 	// replicaRuns is how many runs each replica is sent in a burst.
 	replicaRuns = 3
 	// replicaSettle bounds the time every run has to settle.
@@ -106,8 +108,14 @@ func replicaScenario(c replicaCell, g contracts.Guarantees) *Scenario {
 		// Never called again: a person decides.
 		expect = Expectation{State: ledger.RunNeedsReview, Effects: 1, Attempts: 1}
 	}
+	tool := simulator.ToolConfig{TimeoutMS: ptr(int64(replicaToolTimeout))}
+	if c.stop {
+		// Every call takes a while, so that the victim is frozen with calls
+		// of its other runs out, woken past their deadline: none may act.
+		tool.Faults = []simulator.Fault{{Kind: simulator.FaultSlow, Delay: replicaCallDelay}}
+	}
 	return &Scenario{Name: fmt.Sprintf("replica/%s/%d/%s/%s", kind, c.replicas, c.point, comboName(g)), Guarantees: g, Fault: fault,
-		Expect: expect, AutoApprove: true, tool: simulator.ToolConfig{TimeoutMS: ptr(int64(replicaToolTimeout))}, replica: &c}
+		Expect: expect, AutoApprove: true, tool: tool, replica: &c}
 }
 
 // replicaRun is a replica cell: it sets up the database and the replicas,
@@ -196,7 +204,8 @@ func (r *replicaDrive) setUp(ctx context.Context) error {
 		}
 		h := newHarness(r.opts.Binary, d)
 		h.db, h.effectsPath, h.env = r.db.URL, effects, r.opts.Env
-		h.args = []string{"--rules", rules, "--effects", effects, "--lease-ttl", replicaLeaseTTL.String()}
+		// No rate limit: the checks read every run's timeline, often.
+		h.args = []string{"--rules", rules, "--effects", effects, "--lease-ttl", replicaLeaseTTL.String(), "--rate-limit", "0"}
 		r.hs = append(r.hs, h)
 	}
 	var wg sync.WaitGroup
