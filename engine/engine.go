@@ -901,7 +901,7 @@ func (e *Engine) finishCall(ctx context.Context, run *ledger.Run, tool registere
 	e.toolCalled(tool.desc.Name, fin.Status, took)
 	done, err := e.store.FinishAttempt(ctx, fin)
 	if err != nil {
-		if errors.Is(err, ledger.ErrLeaseLost) {
+		if e.refusedForLease(ctx, err) {
 			return false, e.staleOutcome(ctx, tool, att, fin)
 		}
 		return false, err
@@ -923,6 +923,32 @@ func (e *Engine) finishCall(ctx context.Context, run *ledger.Run, tool registere
 func (e *Engine) redactResult(res Result) Result {
 	res.Output = e.redactJSON(res.Output)
 	return res
+}
+
+// refusedForLease reports whether a write of the run ctx works on failed
+// with err because the worker lost the run's lease: the store fenced it
+// (ErrLeaseLost); or the engine, learning of the loss while the write was
+// out, cancelled it (the write then fails with the context's error); or
+// the new holder got there first and the write was refused as a plain
+// conflict (an attempt its recovery closed already), the run's token being
+// another's now. Its caller keeps the outcome as evidence (staleOutcome)
+// in each case, never drops it.
+func (e *Engine) refusedForLease(ctx context.Context, err error) bool {
+	if errors.Is(err, ledger.ErrLeaseLost) || leaseLost(ctx) {
+		return true
+	}
+	l, ok := ledger.RunLeaseFrom(ctx)
+	if !ok || ledger.Code(err) != ledger.CodeConflict {
+		return false
+	}
+	rctx, cancel := e.leases.lateWrite(ctx)
+	defer cancel()
+	now, ferr := e.store.FindRunLease(rctx, l.Run)
+	if ferr != nil {
+		e.log.WarnContext(ctx, "read the run's lease after a refused write", "run", l.Run, "err", ferr)
+		return false
+	}
+	return now.Token != l.Token
 }
 
 // staleOutcome records the outcome of a call that reached this worker

@@ -352,3 +352,126 @@ func TestOwnerGone(t *testing.T) {
 		require.False(t, engine.OwnerGone(o), o)
 	}
 }
+
+// slowFinish holds FinishAttempt until its context ends and fails it with
+// the context's error, as a write blocked behind another's lock fails when
+// its caller gives up; entered is told when it is called.
+type slowFinish struct {
+	ledger.Store
+	entered chan struct{}
+}
+
+func (s slowFinish) FinishAttempt(ctx context.Context, _ ledger.FinishAttemptParams) (ledger.FinishAttemptResult, error) {
+	select {
+	case s.entered <- struct{}{}:
+	default:
+	}
+	<-ctx.Done()
+	return ledger.FinishAttemptResult{}, fmt.Errorf("finish attempt: %w", ctx.Err())
+}
+
+// staleObservation waits for run's stale_holder observation and returns it.
+func staleObservation(t *testing.T, s ledger.Store, run ledger.RunID) *ledger.Observation {
+	t.Helper()
+	var found *ledger.Observation
+	waitFor(t, "the late outcome kept as stale_holder", func() bool {
+		obs, err := s.FindObservations(context.Background(), ledger.ObservationFilter{RunID: &run})
+		require.NoError(t, err)
+		for _, o := range obs {
+			if o.Source == ledger.ObservedStaleHolder {
+				found = o
+				return true
+			}
+		}
+		return false
+	})
+	return found
+}
+
+// TestStaleHolderWriteCancelled: the call answered while the worker still
+// held the lease, and the outcome's write was out when the worker learned
+// that another process had claimed the run (a renewal no longer returned
+// it) and cancelled its work. The write fails with the context's error, not
+// with ErrLeaseLost, and the outcome is kept as a stale_holder observation
+// all the same.
+func TestStaleHolderWriteCancelled(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "ledger.db")
+	tool := newHeldTool("ext.write", true)
+	entered := make(chan struct{}, 1)
+	// a's clock stands still: its lease never lapses on its own clock, so
+	// only a renewal can tell it the run is another's.
+	a, engA := leasedEngine(t, path, ledgertest.NewClock(), tool, "a", func(c *engine.Config) {
+		c.Store = slowFinish{Store: c.Store, entered: entered}
+	})
+	run := submitWriter(t, a.Store, "k")
+	engA.Start(ctx)
+	t.Cleanup(engA.Stop)
+	<-tool.started
+	close(tool.release)
+	<-entered
+
+	later := ledgertest.NewClock()
+	later.Advance(time.Hour)
+	other := ledgertest.OpenStoreAt(t, path, later)
+	taken, err := other.Store.ClaimRuns(ctx, ledger.ClaimRunsParams{Owner: "b", TTL: time.Hour, Limit: 1,
+		States: []ledger.RunState{ledger.RunRunning}})
+	require.NoError(t, err)
+	require.Len(t, taken, 1)
+
+	obs := staleObservation(t, a.Store, run)
+	require.Equal(t, ledger.EffectHappened, obs.Effect)
+	atts, err := a.Store.FindAttempts(ctx, ledger.AttemptFilter{RunID: &run})
+	require.NoError(t, err)
+	require.Len(t, atts, 1)
+	require.Equal(t, ledger.AttemptStarted, atts[0].Status, "the stale holder did not finish the attempt")
+}
+
+// TestStaleHolderAttemptClosed: a worker paused past its lease (its
+// renewals failing, its clock standing still, as in a frozen process) gets
+// its call's answer after the new holder recovered the run and closed the
+// attempt. Its write is refused as a plain conflict (the attempt is
+// finished), not by the fence; the run's token being another's, the late
+// outcome is kept as a stale_holder observation all the same, and the
+// new holder's verdict stands.
+func TestStaleHolderAttemptClosed(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "ledger.db")
+	tool := newHeldTool("ext.write", true)
+	paused := &atomic.Bool{}
+	a, engA := leasedEngine(t, path, ledgertest.NewClock(), tool, "a", func(c *engine.Config) { c.Store = pausedRenewals{c.Store, paused} })
+	run := submitWriter(t, a.Store, "k")
+	engA.Start(ctx)
+	t.Cleanup(engA.Stop)
+	var answered sync.Once
+	answer := func() { answered.Do(func() { close(tool.release) }) }
+	t.Cleanup(answer)
+	<-tool.started
+	paused.Store(true)
+
+	// Another process, whose clock is past the lease, claims the run and
+	// recovers it: the tool has no guarantees, so a person reviews it.
+	later := ledgertest.NewClock()
+	later.Advance(time.Hour)
+	b, engB := leasedEngine(t, path, later, newHeldTool("ext.write", false), "b", nil)
+	moved, err := engB.AdvanceRunnable(ctx)
+	require.NoError(t, err)
+	require.Equal(t, 1, moved)
+	got, err := b.Store.FindRunByID(ctx, run)
+	require.NoError(t, err)
+	require.Equal(t, ledger.RunNeedsReview, got.State)
+	atts, err := b.Store.FindAttempts(ctx, ledger.AttemptFilter{RunID: &run})
+	require.NoError(t, err)
+	require.Len(t, atts, 1)
+	require.NotEqual(t, ledger.AttemptStarted, atts[0].Status, "closed by the new holder's recovery")
+
+	answer() // too late
+	obs := staleObservation(t, a.Store, run)
+	require.Equal(t, atts[0].ID, obs.AttemptID)
+	after, err := b.Store.FindRunByID(ctx, run)
+	require.NoError(t, err)
+	require.Equal(t, ledger.RunNeedsReview, after.State, "the late outcome is evidence, not a verdict")
+	rep, err := b.Store.VerifyChain(ctx, run)
+	require.NoError(t, err)
+	require.True(t, rep.OK, "%+v", rep)
+}

@@ -45,6 +45,8 @@ func TestCatalogue(t *testing.T) {
 	require.Len(t, faultmatrix.Select("budget", 1), 6, "time budgets: two budgets, three crashes each")
 	require.Len(t, faultmatrix.Select("client", 1), 32, "client-driven: four attempt points, eight guarantee combinations")
 	require.GreaterOrEqual(t, len(faultmatrix.Select("client-server-kill", 1)), 2, "the server killed under a client")
+	require.Len(t, faultmatrix.Select("replica/kill", 1), 12, "replicas killed: 2 and 3 replicas, four points, and two without guarantees")
+	require.Len(t, faultmatrix.Select("replica/stop", 1), 4, "a replica frozen at each attempt point")
 	a, b := faultmatrix.Select("", 7), faultmatrix.Select("", 7)
 	for i := range a {
 		require.Equal(t, a[i].Name, b[i].Name, "the same seed gives the same order")
@@ -120,4 +122,44 @@ func TestClientMatrixSkipsWithoutPython(t *testing.T) {
 	doc, err := json.Marshal(rep)
 	require.NoError(t, err)
 	require.NoError(t, faultmatrix.ValidateReport(doc))
+}
+
+// TestReplicaMatrixSkipsWithoutPostgres: where no PostgreSQL server
+// answers, the replica cells are skipped with the reason, neither passed
+// nor failed.
+func TestReplicaMatrixSkipsWithoutPostgres(t *testing.T) {
+	rep, err := faultmatrix.Run(context.Background(), faultmatrix.Options{Binary: "faultmatrix_test.go",
+		Filter: "replica/kill/2", Postgres: "postgres://postgres@127.0.0.1:1/postgres?sslmode=disable"})
+	require.NoError(t, err)
+	require.Equal(t, 6, rep.Total)
+	require.Equal(t, 6, rep.Skipped)
+	require.Zero(t, rep.Passed+rep.Failed)
+	require.Contains(t, rep.Scenarios[0].Skipped, "no PostgreSQL server at postgres://postgres@127.0.0.1:1/postgres")
+	doc, err := json.Marshal(rep)
+	require.NoError(t, err)
+	require.NoError(t, faultmatrix.ValidateReport(doc))
+}
+
+// TestReplicaMatrixSmoke runs two replica cells against the real binary
+// and the test PostgreSQL server: a replica killed mid-call and one frozen
+// after its tool acted; CI runs all of them with `ledger faultmatrix run`.
+func TestReplicaMatrixSmoke(t *testing.T) {
+	bin := build(t)
+	for _, name := range []string{"replica/kill/2/after_tool_call/noquery-nodedup-nocancel",
+		"replica/stop/2/after_tool_call/query-nodedup-cancel"} {
+		rep, err := faultmatrix.Run(context.Background(), faultmatrix.Options{Binary: bin, Filter: name})
+		require.NoError(t, err)
+		require.Equal(t, 1, rep.Total)
+		if rep.Skipped == 1 {
+			t.Skip(rep.Scenarios[0].Skipped)
+		}
+		require.Equal(t, 1, rep.Passed, "%s: %v", name, rep.Scenarios[0].Failures)
+		obs := rep.Scenarios[0].Observed
+		require.Equal(t, 2, obs.Replicas)
+		require.GreaterOrEqual(t, obs.Runs, 4)
+		require.Positive(t, obs.Interrupted, "a survivor recovered the struck attempt")
+		doc, err := json.Marshal(rep)
+		require.NoError(t, err)
+		require.NoError(t, faultmatrix.ValidateReport(doc))
+	}
 }

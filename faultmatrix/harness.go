@@ -26,9 +26,13 @@ import (
 // its own database) over HTTP.
 type harness struct {
 	bin, dir, db string
-	env          []string // added to every process (Options.Env)
-	args         []string // added to every `serve` (the scenario's rules)
-	client       *http.Client
+	// effectsPath is the simulator's effect store, "" for beside db
+	// (serve's default for a database file); a replica cell's processes
+	// share one, passed as --effects.
+	effectsPath string
+	env         []string // added to every process (Options.Env)
+	args        []string // added to every `serve` (the scenario's rules)
+	client      *http.Client
 	// addr is where serve listens; "" means a free loopback port.
 	addr string
 	// token, when set, is sent as the bearer token of every request.
@@ -280,7 +284,11 @@ func (h *harness) effects(ctx context.Context) ([]simulator.Effect, error) {
 	if h.agentStore != "" {
 		return agentEffects(ctx, h.agentStore)
 	}
-	s, err := simulator.OpenEffectStore(ctx, h.db+".effects.db", nil)
+	path := h.effectsPath
+	if path == "" {
+		path = h.db + ".effects.db"
+	}
+	s, err := simulator.OpenEffectStore(ctx, path, nil)
 	if err != nil {
 		return nil, err
 	}

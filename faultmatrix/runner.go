@@ -17,6 +17,7 @@ import (
 	"github.com/actionledger/ledger/contracts"
 	"github.com/actionledger/ledger/ledger"
 	"github.com/actionledger/ledger/server"
+	"github.com/actionledger/ledger/simulator"
 )
 
 // Options runs the matrix.
@@ -45,6 +46,11 @@ type Options struct {
 	// (the repository's clients/python); "" means found upward from the
 	// working directory or from Binary. Without it they are skipped.
 	PythonClient string
+	// Postgres is the PostgreSQL server of the replica cells, a postgres://
+	// URL of any database on it whose user may create databases; "" means
+	// PostgresServer's default. Where it cannot be reached they are
+	// skipped.
+	Postgres string
 }
 
 // Result is one scenario's verdict.
@@ -73,6 +79,23 @@ type Observed struct {
 	Attempts   int               `json:"attempts"`
 	Reviews    int               `json:"reviews"`
 	ChainOK    bool              `json:"chain_ok"`
+
+	// A replica cell's (replicas.go), about its runs together: Effects and
+	// Attempts are then the most of any one action, Reviews the actions in
+	// review, ChainOK every run's chain.
+
+	// Replicas is how many serve processes shared the database.
+	Replicas int `json:"replicas,omitempty"`
+	// Runs is how many runs the database held at the end.
+	Runs int `json:"runs,omitempty"`
+	// SettleMS is how long after the fault every run was settled.
+	SettleMS int64 `json:"settle_ms,omitempty"`
+	// Interrupted is how many actions had an attempt a survivor found
+	// interrupted and recovered.
+	Interrupted int `json:"interrupted,omitempty"`
+	// StaleHolders is how many stale_holder observations were recorded:
+	// late outcomes of a replica that had lost the run's lease.
+	StaleHolders int `json:"stale_holders,omitempty"`
 }
 
 // Report is the machine-readable result (contracts faultmatrix_report).
@@ -182,6 +205,10 @@ func runOne(ctx context.Context, o Options, sc *Scenario, dir string) (res Resul
 		res.Seconds = time.Since(start).Seconds()
 		res.Passed = len(res.Failures) == 0 && res.Skipped == ""
 	}()
+	if sc.replica != nil {
+		replicaRun(ctx, o, sc, dir, &res)
+		return res
+	}
 	h := newHarness(o.Binary, dir)
 	h.env = o.Env
 	if sc.python {
@@ -244,19 +271,58 @@ func check(ctx context.Context, h *harness, sc *Scenario, id ledger.RunID, failu
 	}
 	obs.ChainOK = tl.Chain.OK
 
-	actions := map[string]server.Action{}
 	for _, a := range run.Actions {
-		actions[a.DedupKey] = a
 		obs.Attempts += len(a.Attempts)
+		if a.State == ledger.ActionNeedsReview {
+			obs.Reviews++
+		}
 	}
 	// Never two effects for one action: the tool's own store, keyed by
 	// dedup key, is the witness.
 	perKey := map[string]int{}
 	for _, e := range effects {
-		perKey[e.DedupKey]++
-		if perKey[e.DedupKey] == 2 {
+		if perKey[e.DedupKey]++; perKey[e.DedupKey] == 2 {
 			fail("two effects for action with dedup key %s", e.DedupKey)
 		}
+	}
+	failures = append(failures, runInvariants(run, tl, effects)...)
+	switch {
+	case sc.Expect.Tampered && tl.Chain.OK:
+		fail("the chain verifies although an event was edited")
+	case !sc.Expect.Tampered && !tl.Chain.OK:
+		fail("the chain is broken at event %d: %s", tl.Chain.BrokenSeq, tl.Chain.Reason)
+	}
+	// The expectation of the recovery table.
+	e := sc.Expect
+	if obs.State != e.State {
+		fail("run is %s (%s), want %s", obs.State, obs.StopReason, e.State)
+	}
+	if e.StopReason != "" && obs.StopReason != e.StopReason {
+		fail("stop reason %s, want %s", obs.StopReason, e.StopReason)
+	}
+	if obs.Effects != e.Effects {
+		fail("%d effects in the tool's store, want %d", obs.Effects, e.Effects)
+	}
+	if obs.Attempts != e.Attempts {
+		fail("%d attempts, want %d", obs.Attempts, e.Attempts)
+	}
+	return obs, failures
+}
+
+// runInvariants holds one run to what must hold whatever the fault: no
+// effect the tool made (effects, those of the run's actions) is lost,
+// every unknown effect is in review with a recorded rationale, and an
+// attempt keeps an unknown effect only where the action's fate is settled
+// otherwise. Two effects for one action are the caller's to count: the
+// effects may be a shared store's.
+func runInvariants(run server.Run, tl server.Timeline, effects []simulator.Effect) []string {
+	var failures []string
+	fail := func(format string, args ...any) { failures = append(failures, fmt.Sprintf(format, args...)) }
+	actions := map[string]server.Action{}
+	for _, a := range run.Actions {
+		actions[a.DedupKey] = a
+	}
+	for _, e := range effects {
 		// No effect the tool made is lost: its action is succeeded or in
 		// review, never failed, cancelled or forgotten.
 		a, ok := actions[e.DedupKey]
@@ -282,7 +348,6 @@ func check(ctx context.Context, h *harness, sc *Scenario, id ledger.RunID, failu
 		if a.State != ledger.ActionNeedsReview {
 			continue
 		}
-		obs.Reviews++
 		if !reviewed[string(a.ID)] {
 			fail("action %s is in review without a recorded review decision", a.ID)
 		}
@@ -300,27 +365,7 @@ func check(ctx context.Context, h *harness, sc *Scenario, id ledger.RunID, failu
 			}
 		}
 	}
-	switch {
-	case sc.Expect.Tampered && tl.Chain.OK:
-		fail("the chain verifies although an event was edited")
-	case !sc.Expect.Tampered && !tl.Chain.OK:
-		fail("the chain is broken at event %d: %s", tl.Chain.BrokenSeq, tl.Chain.Reason)
-	}
-	// The expectation of the recovery table.
-	e := sc.Expect
-	if obs.State != e.State {
-		fail("run is %s (%s), want %s", obs.State, obs.StopReason, e.State)
-	}
-	if e.StopReason != "" && obs.StopReason != e.StopReason {
-		fail("stop reason %s, want %s", obs.StopReason, e.StopReason)
-	}
-	if obs.Effects != e.Effects {
-		fail("%d effects in the tool's store, want %d", obs.Effects, e.Effects)
-	}
-	if obs.Attempts != e.Attempts {
-		fail("%d attempts, want %d", obs.Attempts, e.Attempts)
-	}
-	return obs, failures
+	return failures
 }
 
 // WriteTable prints the final table: one line per scenario and the totals.

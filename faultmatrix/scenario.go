@@ -29,10 +29,16 @@ type Scenario struct {
 	// python marks a client-driven scenario: it runs a Python agent, and
 	// is skipped where no interpreter or client package is found.
 	python bool
-	drive  func(ctx context.Context, h *harness, sc *Scenario) (ledger.RunID, error)
+	// replica marks a replica cell (replicas.go): several processes on one
+	// PostgreSQL database, run by replicaRun instead of drive.
+	replica *replicaCell
+	drive   func(ctx context.Context, h *harness, sc *Scenario) (ledger.RunID, error)
 }
 
-// Expectation is the end state a scenario must reach.
+// Expectation is the end state a scenario must reach. A replica cell's
+// is about its runs together (replicas.go): State is what the runs whose
+// attempt the fault interrupted end in, the others completing; Effects and
+// Attempts are the most any one action may have.
 type Expectation struct {
 	State      ledger.RunState   `json:"state"`
 	StopReason ledger.StopReason `json:"stop_reason,omitempty"`
@@ -127,6 +133,7 @@ func Catalogue() []*Scenario {
 			drive:  driveTamper},
 	)
 	out = append(out, timeBudgetScenarios()...)
+	out = append(out, replicaScenarios()...)
 	return append(out, clientScenarios()...)
 }
 

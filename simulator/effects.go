@@ -237,6 +237,21 @@ func ignoreDone(err error) error {
 	return err
 }
 
+// Quiesce waits until nothing of this process uses the store (its one
+// connection is free: no transaction, no query open), then runs fn while
+// keeping it so, and returns once fn has. A process that freezes itself in
+// fn (the fault plan's stop action) thus never holds the file's write lock
+// while frozen, which would block every other process sharing the file.
+func (s *EffectStore) Quiesce(ctx context.Context, fn func()) error {
+	conn, err := s.db.Conn(ctx)
+	if err != nil {
+		return fmt.Errorf("quiesce effect store: %w", err)
+	}
+	defer conn.Close()
+	fn()
+	return nil
+}
+
 // Effects returns every effect, oldest first.
 func (s *EffectStore) Effects(ctx context.Context) ([]Effect, error) {
 	return queryAll(ctx, s.db, "effects",
@@ -395,16 +410,25 @@ type writeParams struct {
 // writeResult is what a write call did.
 type writeResult struct {
 	Cancelled    bool            // a tombstone refused the call; nothing else happened
+	Expired      bool            // the caller's deadline had passed; nothing happened
 	Deduplicated bool            // Output is the earlier effect's
 	Output       json.RawMessage // the effect's output
 }
 
-// write applies one write call in one IMMEDIATE transaction: a tombstone
-// refuses it, a live dedup key returns the earlier effect, anything else
-// inserts a new effect row.
+// write applies one write call in one IMMEDIATE transaction: a caller
+// past its deadline gets nothing done (Expired), a tombstone refuses it, a
+// live dedup key returns the earlier effect, anything else inserts a new
+// effect row.
 func (s *EffectStore) write(ctx context.Context, p writeParams) (writeResult, error) {
 	var res writeResult
 	err := s.inTx(ctx, func(tx *sql.Tx) error {
+		if expired(ctx) {
+			// Checked once the write lock is held, on the wall clock as
+			// well as the context's own state: a process resumed after a
+			// pause past the deadline may get here before its timer fires.
+			res.Expired = true
+			return nil
+		}
 		now := s.now().UTC()
 		var tombstone int
 		if err := tx.QueryRowContext(ctx,
@@ -448,6 +472,16 @@ func (s *EffectStore) write(ctx context.Context, p writeParams) (writeResult, er
 		return writeResult{}, fmt.Errorf("write effect: %w", err)
 	}
 	return res, nil
+}
+
+// expired reports whether ctx is done or past its deadline by the wall
+// clock, whether or not its timer has fired yet.
+func expired(ctx context.Context) bool {
+	if ctx.Err() != nil {
+		return true
+	}
+	dl, ok := ctx.Deadline()
+	return ok && !time.Now().Before(dl)
 }
 
 // queryParams is one Query call.

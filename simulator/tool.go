@@ -126,6 +126,12 @@ func (t *Tool) Descriptor() contracts.ToolDescriptor {
 //     effect and answers {"effect_seq": S, "title": …, "written": N}, N
 //     being the number of cards (1 without a cards array), effect happened.
 //
+// A write tool makes no effect once its caller's deadline has passed (or
+// its context ended): checked when the effect's transaction holds the
+// write lock, so a caller that gave up, or a process resumed after a pause
+// past its deadline, never acts after the engine stopped waiting for it;
+// the call is recorded aborted and the context's error returned.
+//
 // Faults may intervene as their kinds say. Errors are a *engine.ToolError
 // with the effect the simulator knows of, the context's error (timeout and
 // slow faults, or a context ending mid-write), ErrSimulatedCrash, or a
@@ -200,7 +206,13 @@ func (t *Tool) Execute(ctx context.Context, c engine.Call) (engine.Result, error
 		DedupOutcome: dedupOutcome,
 	})
 	if err != nil {
+		if expired(ctx) {
+			return engine.Result{}, errors.Join(t.abort(ctx, seq, CallAborted), fmt.Errorf("%s: %w", name, err))
+		}
 		return engine.Result{}, fmt.Errorf("%s: %w", name, err)
+	}
+	if res.Expired {
+		return engine.Result{}, t.abort(ctx, seq, CallAborted)
 	}
 	if res.Cancelled {
 		return engine.Result{}, &engine.ToolError{
@@ -242,9 +254,14 @@ func (t *Tool) read(ctx context.Context, seq int64, args arguments, crashAfter b
 }
 
 // abort records a call the context ended before it acted and returns the
-// context's error. The record is written without the ended context.
+// context's error (DeadlineExceeded for a context past its deadline whose
+// timer has not fired yet). The record is written without the ended
+// context.
 func (t *Tool) abort(ctx context.Context, seq int64, outcome CallOutcome) error {
 	cause := ctx.Err()
+	if cause == nil {
+		cause = context.DeadlineExceeded
+	}
 	if err := t.store.setCallOutcome(context.WithoutCancel(ctx), seq, outcome); err != nil {
 		return errors.Join(cause, fmt.Errorf("%s: %w", t.desc.Name, err))
 	}

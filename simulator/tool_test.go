@@ -291,3 +291,86 @@ func TestToolCancel(t *testing.T) {
 		require.Equal(t, 1, effectCount(t, s.store, "k"))
 	})
 }
+
+// pastDeadline is a context whose deadline has passed by the wall clock
+// but which is not done yet: what a process resumed after being paused
+// past its caller's deadline holds until its timer fires.
+type pastDeadline struct{ context.Context }
+
+func (pastDeadline) Deadline() (time.Time, bool) { return time.Now().Add(-time.Second), true }
+
+// TestToolNoEffectPastDeadline: a write tool makes no effect for a caller
+// whose deadline has passed, even before the context says so: a replica
+// frozen mid-call and resumed after another took its run over must not act
+// behind its back. The call is recorded aborted and answers the deadline's
+// error; a call within its deadline acts as before.
+func TestToolNoEffectPastDeadline(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		ctx  func() (context.Context, context.CancelFunc)
+	}{
+		{"NotFiredYet", func() (context.Context, context.CancelFunc) { return pastDeadline{context.Background()}, func() {} }},
+		{"Expired", func() (context.Context, context.CancelFunc) {
+			return context.WithDeadline(context.Background(), time.Now().Add(-time.Millisecond))
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := newSetup(t)
+			tool := writeTool(s.store, simulator.ToolConfig{Guarantees: &noDedup})
+			ctx, cancel := tc.ctx()
+			defer cancel()
+			_, err := tool.Execute(ctx, call("run_1/act_1", 1))
+			require.ErrorIs(t, err, context.DeadlineExceeded)
+			require.Zero(t, effectCount(t, s.store, "run_1/act_1"))
+			calls, err := s.store.Calls(context.Background())
+			require.NoError(t, err)
+			for _, c := range calls { // an ended context records no call at all
+				require.Equal(t, simulator.CallAborted, c.Outcome)
+			}
+			if tc.name == "NotFiredYet" {
+				require.Len(t, calls, 1, "recorded, then aborted")
+			}
+		})
+	}
+	t.Run("WithinDeadline", func(t *testing.T) {
+		s := newSetup(t)
+		tool := writeTool(s.store, simulator.ToolConfig{Guarantees: &noDedup})
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		res, err := tool.Execute(ctx, call("run_1/act_1", 1))
+		require.NoError(t, err)
+		require.Equal(t, ledger.EffectHappened, res.Effect)
+		require.Equal(t, 1, effectCount(t, s.store, "run_1/act_1"))
+	})
+}
+
+// TestQuiesce: while Quiesce's function runs, no call of the process
+// touches the effect store; the call waiting for it goes on once it
+// returns.
+func TestQuiesce(t *testing.T) {
+	s := newSetup(t)
+	tool := writeTool(s.store, simulator.ToolConfig{Guarantees: &noDedup})
+	done := make(chan error, 1)
+	require.NoError(t, s.store.Quiesce(context.Background(), func() {
+		go func() {
+			_, err := tool.Execute(context.Background(), call("run_1/act_1", 1))
+			done <- err
+		}()
+		select {
+		case err := <-done:
+			t.Fatalf("a call went through while the store was quiesced (%v)", err)
+		case <-time.After(200 * time.Millisecond):
+		}
+	}))
+	select {
+	case err := <-done:
+		require.NoError(t, err)
+	case <-time.After(10 * time.Second):
+		t.Fatal("the call did not go on after Quiesce returned")
+	}
+	require.Equal(t, 1, effectCount(t, s.store, "run_1/act_1"))
+
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	require.ErrorIs(t, s.store.Quiesce(ctx, func() { t.Fatal("ran with an ended context") }), context.Canceled)
+}

@@ -24,6 +24,7 @@ func newFaultMatrixCmd() *cobra.Command {
 	var (
 		scenario, report, binary string
 		python, pythonClient     string
+		postgres                 string
 		seed                     uint64
 		parallel                 int
 		list                     bool
@@ -37,7 +38,12 @@ simulator's own effect store: never two effects for one action, no effect lost, 
 unknown effect in review with a rationale, the event chain valid. The client-driven
 scenarios (client/…, client-server-kill/…) run a real Python agent instead, SIGKILL it
 (or the server) mid-attempt and check the agent's own effect store; they are skipped,
-with the reason, without python3 or the repository's clients/python. Prints a line per
+with the reason, without python3 or the repository's clients/python. The replica scenarios
+(replica/…) run two or three serve processes on one fresh PostgreSQL database (made on the
+--postgres server, dropped after a passing scenario) with short run leases, under load, and
+SIGKILL one of them mid-attempt, or SIGSTOP it past its leases and wake it once another has
+taken its runs over; they are skipped, with the reason, where the server cannot be reached.
+Prints a line per
 scenario and a final table; --report writes the machine-readable report. Exits 1 if any
 expectation fails.`,
 		Args: cobra.NoArgs,
@@ -57,7 +63,8 @@ expectation fails.`,
 				bin = exe
 			}
 			rep, err := faultmatrix.Run(cmd.Context(), faultmatrix.Options{Binary: bin, Filter: scenario, Seed: seed,
-				Parallel: parallel, Progress: cmd.ErrOrStderr(), Python: python, PythonClient: pythonClient})
+				Parallel: parallel, Progress: cmd.ErrOrStderr(), Python: python, PythonClient: pythonClient,
+				Postgres: faultmatrix.PostgresServer(postgres)})
 			if err != nil {
 				return err
 			}
@@ -76,6 +83,7 @@ expectation fails.`,
 		},
 		Example: `  ledger faultmatrix run --report faultmatrix.json
   ledger faultmatrix run --scenario crash/after_tool_call
+  ledger faultmatrix run --scenario replica --postgres 'postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable'
   ledger faultmatrix run --list`,
 	}
 	run.Flags().StringVar(&scenario, "scenario", "", "run one scenario, or every scenario under a prefix (crash/after_tool_call)")
@@ -86,6 +94,7 @@ expectation fails.`,
 	run.Flags().BoolVar(&list, "list", false, "list the scenarios and exit")
 	run.Flags().StringVar(&python, "python", "", "the Python interpreter of the client-driven scenarios (default: python3 on PATH)")
 	run.Flags().StringVar(&pythonClient, "python-client", "", "the directory holding the ledger_client package (default: clients/python found above the working directory or the binary)")
+	run.Flags().StringVar(&postgres, "postgres", "", "the PostgreSQL server of the replica scenarios, a postgres:// URL whose user may create databases (default $"+faultmatrix.EnvPostgres+", else "+faultmatrix.DefaultPostgres+")")
 	cmd.AddCommand(run, newFaultMatrixWritesCmd())
 	return cmd
 }

@@ -31,10 +31,12 @@ const (
 //
 //   - at a point of an attempt: {"point": "after_tool_call", "hit": 1,
 //     "action": "kill"}. The hit-th time (default 1) the point is reached,
-//     the process kills itself (action kill, the default) or arms a store
+//     the process kills itself (action kill, the default), arms a store
 //     failure (action store_error): the engine's next write of an
 //     attempt's outcome fails as a broken disk would make it, and the
-//     process carries on.
+//     process carries on; or freezes itself with SIGSTOP (action stop),
+//     as a process paused by its host would be, and carries on where it
+//     stopped once whoever started it sends SIGCONT (faults_stop.go).
 //   - at a store write: {"action": "kill", "write": 3, "at":
 //     "before_commit"}. The process kills itself at the write-th write of
 //     its ledger store (counted from 1 in the order the writes run, the
@@ -61,6 +63,9 @@ type faults struct {
 	// WriteFault, if set, is the ledger store's write hook (write and
 	// store_full plans).
 	WriteFault func(n int64, at ledger.WritePoint) error
+	// UseEffects, if set, is given the simulator's effect store once it is
+	// open (stop plans, which wait until the process leaves it idle).
+	UseEffects func(*simulator.EffectStore)
 }
 
 // faultsFromEnv reads the fault plan and simulator configuration of the
@@ -94,10 +99,15 @@ func faultsFromEnv() (faults, error) {
 		return f, nil
 	}
 	act := killSelf
-	if plan.Action == "store_error" {
+	switch plan.Action {
+	case "store_error":
 		var armed atomic.Bool
 		act = func() { armed.Store(true) }
 		f.WrapStore = func(s ledger.Store) ledger.Store { return &failingStore{Store: s, armed: &armed} }
+	case actionStop:
+		var effects atomic.Pointer[simulator.EffectStore]
+		f.UseEffects = effects.Store
+		act = func() { stopSelf(effects.Load()) }
 	}
 	var hits atomic.Int64
 	f.Func = func(p engine.FaultPoint) {
@@ -152,8 +162,8 @@ func parseFaultPlan(raw []byte) (faultPlan, error) {
 		return plan, fmt.Errorf("unknown point %q (one of %v)", plan.Point, engine.AllFaultPoints())
 	case plan.Hit < 0:
 		return plan, fmt.Errorf("hit %d: hits are counted from 1", plan.Hit)
-	case plan.Action != "" && plan.Action != "kill" && plan.Action != "store_error":
-		return plan, fmt.Errorf("unknown action %q (kill, store_error or %s)", plan.Action, actionStoreFull)
+	case plan.Action != "" && plan.Action != "kill" && plan.Action != "store_error" && plan.Action != actionStop:
+		return plan, fmt.Errorf("unknown action %q (kill, store_error, %s or %s)", plan.Action, actionStop, actionStoreFull)
 	}
 	if plan.Hit == 0 {
 		plan.Hit = 1
@@ -203,7 +213,7 @@ func openLocalService(ctx context.Context, dbPath, signingKeyFlag, configFlag st
 		return nil, err
 	}
 	return openService(ctx, serviceConfig{DBPath: dbPath, Simulator: f.Simulator, FaultFunc: f.Func,
-		WrapStore: f.WrapStore, WriteFault: f.WriteFault, Logger: discardLogger(), SigningKey: key, Config: cfg, Rules: rules})
+		WrapStore: f.WrapStore, WriteFault: f.WriteFault, OnEffects: f.UseEffects, Logger: discardLogger(), SigningKey: key, Config: cfg, Rules: rules})
 }
 
 // killSelf ends the process at once, as a power cut or OOM kill would: no

@@ -20,6 +20,7 @@ func FuzzParseFaultPlan(f *testing.F) {
 	for _, s := range []string{
 		`{"point": "after_tool_call"}`, `{"point": "after_attempt_recorded", "hit": 2, "action": "kill"}`,
 		`{"point": "after_tool_call", "action": "store_error"}`, `{"point": "cancel_stopping"}`,
+		`{"point": "after_attempt_recorded", "action": "stop"}`, `{"write": 2, "at": "after_commit", "action": "stop"}`,
 		`{"action": "kill", "write": 3, "at": "before_commit"}`, `{"write": 1, "at": "after_commit"}`,
 		`{"write": 1}`, `{"at": "after_commit"}`, `{"write": -1, "at": "after_commit"}`,
 		`{"point": "after_tool_call", "write": 2, "at": "before_commit"}`, `{"write": 2, "at": "before_commit", "action": "store_error"}`,
@@ -44,7 +45,7 @@ func FuzzParseFaultPlan(f *testing.F) {
 			require.True(t, slices.Contains(engine.AllFaultPoints(), plan.Point), "point %q", plan.Point)
 			require.Empty(t, plan.At)
 			require.GreaterOrEqual(t, plan.Hit, 1)
-			require.Contains(t, []string{"kill", "store_error"}, plan.Action)
+			require.Contains(t, []string{"kill", "store_error", actionStop}, plan.Action)
 		}
 		b, err := json.Marshal(plan)
 		require.NoError(t, err)

@@ -19,6 +19,7 @@ func TestFaultEnvironment(t *testing.T) {
 		"PointPlan":      `{"point": "after_tool_call"}`,
 		"StoreErrorPlan": `{"point": "after_tool_call", "hit": 2, "action": "store_error"}`,
 		"WritePlan":      `{"action": "kill", "write": 1000000, "at": "before_commit"}`,
+		"StopPlan":       `{"point": "after_attempt_recorded", "action": "stop"}`,
 	} {
 		t.Run("OK"+name, func(t *testing.T) {
 			t.Setenv(envFaultPlan, plan)
@@ -35,6 +36,7 @@ func TestFaultEnvironment(t *testing.T) {
 		"PlanAtNoWrite":    {envFaultPlan, `{"at": "after_commit"}`, `"at" needs "write"`},
 		"PlanWriteAction":  {envFaultPlan, `{"write": 2, "at": "after_commit", "action": "store_error"}`, "unknown action"},
 		"PlanNegativeHit":  {envFaultPlan, `{"point": "after_tool_call", "hit": -1}`, "counted from 1"},
+		"PlanStopAtWrite":  {envFaultPlan, `{"write": 2, "at": "after_commit", "action": "stop"}`, "unknown action"},
 		// 18446744073710 ms is 2^64 ns and a bit: as a time.Duration it
 		// wrapped around to a slow fault of 448µs.
 		"SimulatorDelayWraps": {envSimulatorConfig, `{"tools": {"cards.write": {"faults": [{"kind": "slow", "delay_ms": 18446744073710}]}}}`, "delay_ms 18446744073710 is more than"},

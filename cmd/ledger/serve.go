@@ -255,7 +255,7 @@ func runServe(ctx context.Context, o *serveOptions, stderr io.Writer) (err error
 	// scan and the first request come after it.
 	var metrics atomic.Pointer[server.Metrics]
 	svc, err := openService(ctx, serviceConfig{DBPath: o.dbPath, EffectsPath: o.effectsPath, Rules: rules, Config: cfg, DevMode: devMode, Simulator: faults.Simulator,
-		FaultFunc: faults.Func, WrapStore: faults.WrapStore, WriteFault: faults.WriteFault, Logger: log, SigningKey: signingKey, LeaseTTL: o.leaseTTL,
+		FaultFunc: faults.Func, WrapStore: faults.WrapStore, WriteFault: faults.WriteFault, OnEffects: faults.UseEffects, Logger: log, SigningKey: signingKey, LeaseTTL: o.leaseTTL,
 		OnDecision: func(d recovery.Decision) {
 			if m := metrics.Load(); m != nil {
 				m.ObserveDecision(d)

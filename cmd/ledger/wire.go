@@ -59,6 +59,9 @@ type serviceConfig struct {
 	// WriteFault is the ledger store's write hook; set only from an
 	// explicit fault plan (faults.go).
 	WriteFault func(n int64, at ledger.WritePoint) error
+	// OnEffects, if set, is given the simulator's effect store once it
+	// is open (a fault plan's stop action).
+	OnEffects func(*simulator.EffectStore)
 	// OnDecision sees every recovery decision (serve counts them).
 	OnDecision func(recovery.Decision)
 	// OnCommit sees every group commit of the store, OnToolCall every
@@ -114,6 +117,9 @@ func openService(ctx context.Context, cfg serviceConfig) (*service, error) {
 	effects, err := simulator.OpenEffectStore(ctx, cfg.EffectsPath, nil)
 	if err != nil {
 		return nil, errors.Join(err, store.Close())
+	}
+	if cfg.OnEffects != nil {
+		cfg.OnEffects(effects)
 	}
 	rt := &service{store: store, effects: effects, log: cfg.Logger}
 	policy, err := approval.NewPolicy(cfg.Rules, approval.Defaults{})

@@ -67,8 +67,9 @@ var owners = map[string][]string{
 	"gorm.io/gorm":            {"ledger/sqlite", "ledger/postgres"},
 	"gorm.io/driver/sqlite":   {"ledger/sqlite"},
 	"gorm.io/driver/postgres": {"ledger/postgres"},
-	// perf: the raw commit floor of PostgreSQL, beside the ledger's driver.
-	"github.com/jackc/pgx/v5":                  {"ledger/postgres", "ledger/postgres/pgtest", "perf"},
+	// perf: the raw commit floor of PostgreSQL, beside the ledger's driver;
+	// faultmatrix: a fresh database for each replica cell, dropped after.
+	"github.com/jackc/pgx/v5":                  {"ledger/postgres", "ledger/postgres/pgtest", "perf", "faultmatrix"},
 	"github.com/labstack/echo/v4":              {"server"},
 	"github.com/santhosh-tekuri/jsonschema/v5": {"contracts"},
 	"sigs.k8s.io/yaml":                         {"contracts"},
