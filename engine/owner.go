@@ -29,13 +29,27 @@ func DefaultOwner() string {
 	return fmt.Sprintf("%s/%d/%s", ownerHost(), os.Getpid(), hex.EncodeToString(b))
 }
 
+// NamedOwner names this process as a lease owner under name, the
+// operator's name for the replica (a pod's, say), instead of its host:
+// <name>/<pid>/<random>. "/" and "~" in name become "_". Another process
+// never tells from a named owner's pid that it is gone, so the runs of a
+// named replica that died are taken over once their leases lapse.
+func NamedOwner(name string) string {
+	b := make([]byte, 4)
+	_, _ = rand.Read(b) // never fails (crypto/rand)
+	return fmt.Sprintf("%s/%d/%s", ownerName.Replace(name), os.Getpid(), hex.EncodeToString(b))
+}
+
+// ownerName keeps an owner's first part free of the separators.
+var ownerName = strings.NewReplacer("/", "_", "~", "_")
+
 // ownerHost is the <host> of this process's default owner.
 var ownerHost = sync.OnceValue(func() string {
 	host, err := os.Hostname()
 	if err != nil || host == "" {
 		host = "localhost"
 	}
-	host = strings.NewReplacer("/", "_", "~", "_").Replace(host)
+	host = ownerName.Replace(host)
 	if scope := processScope(); scope != "" {
 		return host + "~" + scope
 	}

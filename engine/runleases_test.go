@@ -8,6 +8,8 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -343,10 +345,13 @@ func TestOwnerGone(t *testing.T) {
 	_ = child.Wait()
 	require.True(t, engine.OwnerGone(owner), "killed and reaped")
 
+	named := engine.NamedOwner("pod-7/" + host)
+	require.Regexp(t, `^pod-7_`+regexp.QuoteMeta(strings.ReplaceAll(host, "~", "_"))+`/\d+/[0-9a-f]{8}$`, named)
 	for _, o := range []string{
-		fmt.Sprintf("%s/%d/0badc0de", host, os.Getpid()),                      // this process
-		fmt.Sprintf("other-host~123456789abc/%d/0badc0de", child.Process.Pid), // another host, or namespace
-		fmt.Sprintf("%s/%d", host, child.Process.Pid),                         // not a default owner
+		strings.Replace(named, strconv.Itoa(os.Getpid()), strconv.Itoa(child.Process.Pid), 1), // named: never told from its pid
+		fmt.Sprintf("%s/%d/0badc0de", host, os.Getpid()),                                      // this process
+		fmt.Sprintf("other-host~123456789abc/%d/0badc0de", child.Process.Pid),                 // another host, or namespace
+		fmt.Sprintf("%s/%d", host, child.Process.Pid),                                         // not a default owner
 		"worker-1",
 	} {
 		require.False(t, engine.OwnerGone(o), o)

@@ -30,8 +30,11 @@ import (
 // victim, carries a fault plan that strikes at an attempt point:
 //
 //   - kill: it SIGKILLs itself. It is not started again: its runs must be
-//     claimed by a surviving replica (at once, as the survivors see that
-//     its process is gone, or once its leases lapse) and recovered there.
+//     claimed by a surviving replica and recovered there. With two
+//     replicas the survivor sees at once that the victim's process is gone
+//     (same host); the three replicas are named (LEDGER_LEASE_OWNER), as
+//     replicas on different hosts are, so the survivors wait until the
+//     victim's leases lapse.
 //   - stop: it SIGSTOPs itself, holding its runs' leases. A surviving
 //     replica takes them over once the leases lapse and settles every run;
 //     only then is the victim sent SIGCONT, and whatever it still does is
@@ -54,6 +57,11 @@ type replicaCell struct {
 	// stop freezes the victim (SIGSTOP, then SIGCONT) instead of killing it.
 	stop bool
 }
+
+// named reports whether the cell's replicas are named lease owners, whose
+// death another replica cannot see from the pid: the three-replica kill
+// cells, where the takeover waits for the victim's leases to lapse.
+func (c *replicaCell) named() bool { return !c.stop && c.replicas == 3 }
 
 const (
 	// replicaLeaseTTL is the replicas' --lease-ttl: short, so that a
@@ -203,7 +211,10 @@ func (r *replicaDrive) setUp(ctx context.Context) error {
 			return err
 		}
 		h := newHarness(r.opts.Binary, d)
-		h.db, h.effectsPath, h.env = r.db.URL, effects, r.opts.Env
+		h.db, h.effectsPath, h.env = r.db.URL, effects, slices.Clone(r.opts.Env)
+		if r.cell.named() {
+			h.env = append(h.env, fmt.Sprintf("LEDGER_LEASE_OWNER=replica-%d", i))
+		}
 		// No rate limit: the checks read every run's timeline, often.
 		h.args = []string{"--rules", rules, "--effects", effects, "--lease-ttl", replicaLeaseTTL.String(), "--rate-limit", "0"}
 		r.hs = append(r.hs, h)
@@ -627,7 +638,10 @@ func (r *replicaDrive) check(ctx context.Context, failures []string) (Observed, 
 	if obs.Attempts > e.Attempts {
 		fail("an action has %d attempts, want at most %d", obs.Attempts, e.Attempts)
 	}
-	if obs.Runs < 2*r.cell.replicas {
+	// Under load: at least a burst's runs in the database when the victim
+	// was struck. Not one per replica: the victim may be struck on a run
+	// another replica took in, before its own submits were written.
+	if obs.Runs < replicaRuns {
 		fail("only %d runs: not under load", obs.Runs)
 	}
 	switch r.cell.point {

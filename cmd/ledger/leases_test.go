@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"database/sql"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -244,4 +245,39 @@ func TestMigrateConcurrently(t *testing.T) {
 	}
 	_, err := os.Stat(db + ".lock")
 	require.ErrorIs(t, err, os.ErrNotExist, "no lock file any more")
+}
+
+// TestNamedLeaseOwner: LEDGER_LEASE_OWNER names the replica in the leases
+// it takes (name, pid, a random part), and a name that could not be shown
+// as one is refused before anything starts.
+func TestNamedLeaseOwner(t *testing.T) {
+	bin := ledgerBinary(t)
+	dir := t.TempDir()
+	db := filepath.Join(dir, "ledger.db")
+	g := contracts.Guarantees{Query: true}
+	run, action := approvedRun(t, db, g, ledger.BudgetLimits{})
+	sim := `{"tools": {"cards.write": {"guarantees": {"query": true, "dedup": false, "cancel": false}, "timeout_ms": 90000, ` +
+		`"faults": [{"kind": "slow", "calls": [1], "delay_ms": 60000}]}}}`
+	a := startServeProcessEnv(t, bin, []string{envSimulatorConfig + "=" + sim, envLeaseOwner + "=pod/a"}, "--db", db)
+	eventually(t, "the call to be in flight", func() bool {
+		o := readOutcome(t, db, run, action)
+		return o.action.State == ledger.ActionRunning && len(o.attempts) == 1
+	})
+	raw, err := sql.Open("sqlite3", "file:"+db+"?_busy_timeout=5000")
+	require.NoError(t, err)
+	defer raw.Close()
+	var owner string
+	require.NoError(t, raw.QueryRow(`SELECT lease_owner FROM runs WHERE id = ?`, string(run)).Scan(&owner))
+	require.Regexp(t, fmt.Sprintf(`^pod_a/%d/[0-9a-f]{8}$`, a.cmd.Process.Pid), owner)
+	a.stop(t)
+
+	for _, bad := range []string{"two words", strings.Repeat("x", 101)} {
+		cmd := exec.Command(bin, "worker", "--db", db, "--until-idle")
+		cmd.Env = append(cleanEnv(), envLeaseOwner+"="+bad)
+		out, err := cmd.CombinedOutput()
+		var exit *exec.ExitError
+		require.True(t, errors.As(err, &exit), "%q refused: %s", bad, out)
+		require.Equal(t, 2, exit.ExitCode(), "%s", out)
+		require.Contains(t, string(out), envLeaseOwner+" must be")
+	}
 }

@@ -9,7 +9,9 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"strings"
 	"time"
+	"unicode"
 
 	"github.com/actionledger/ledger/approval"
 	"github.com/actionledger/ledger/config"
@@ -80,6 +82,24 @@ type serviceConfig struct {
 // is not given.
 const envLeaseTTL = "LEDGER_LEASE_TTL"
 
+// envLeaseOwner names the replica in the run leases of serve, worker,
+// recover and demo (engine.NamedOwner), instead of its host; unset, the
+// owner is engine.DefaultOwner.
+const envLeaseOwner = "LEDGER_LEASE_OWNER"
+
+// leaseOwnerFromEnv is the lease owner $LEDGER_LEASE_OWNER names; "" if
+// unset.
+func leaseOwnerFromEnv() (string, error) {
+	v := os.Getenv(envLeaseOwner)
+	if v == "" {
+		return "", nil
+	}
+	if len(v) > 100 || strings.IndexFunc(v, func(r rune) bool { return !unicode.IsPrint(r) || unicode.IsSpace(r) }) >= 0 {
+		return "", usagef("%s must be at most 100 printable characters without spaces, not %q", envLeaseOwner, v)
+	}
+	return engine.NamedOwner(v), nil
+}
+
 // leaseTTLFromEnv is $LEDGER_LEASE_TTL; 0 if unset.
 func leaseTTLFromEnv() (time.Duration, error) {
 	v := os.Getenv(envLeaseTTL)
@@ -108,6 +128,10 @@ func openService(ctx context.Context, cfg serviceConfig) (*service, error) {
 			return nil, err
 		}
 		cfg.LeaseTTL = ttl
+	}
+	owner, err := leaseOwnerFromEnv()
+	if err != nil {
+		return nil, err
 	}
 	store, err := openStore(ctx, storeConfig{DB: cfg.DBPath, OnCommit: cfg.OnCommit, WriteFault: cfg.WriteFault,
 		SigningKey: cfg.SigningKey})
@@ -159,7 +183,7 @@ func openService(ctx context.Context, cfg serviceConfig) (*service, error) {
 	}
 	rt.engine, err = engine.New(engine.Config{Store: engineStore, Approvals: rt.approvals, Agents: agents, Logger: cfg.Logger, FaultFunc: cfg.FaultFunc,
 		OnDecision: cfg.OnDecision, OnToolCall: cfg.OnToolCall, Redactor: redactor, Health: health,
-		AttemptTokenKey: attemptTokenKey(key), LeaseTTL: cfg.LeaseTTL})
+		AttemptTokenKey: attemptTokenKey(key), LeaseTTL: cfg.LeaseTTL, Owner: owner})
 	if err != nil {
 		return nil, errors.Join(fmt.Errorf("wire engine: %w", err), rt.Close())
 	}
