@@ -274,6 +274,12 @@ func (d *Driver) snapshot(ctx context.Context, fn func(*reader) error) error {
 // for a concurrent write (a deadlock, a serialisation failure); after
 // Config.WriteAttempts runs it is CodeConflict.
 //
+// A write whose session ended before its COMMIT was sent (sessionLost:
+// the server ended a session frozen mid-write, say) is run again once, on
+// a new session: nothing of it was committed. If that session ends too,
+// the error is the store's failure, as it is. A session lost during the
+// COMMIT is not run again: the write may have committed.
+//
 // A unique violation is run again too, once: when two writes each check
 // that a key is free and then insert it, the second waits on the unique
 // index for the first to commit and is told 23505. Run again, it reads the
@@ -284,10 +290,18 @@ func (d *Driver) Write(ctx context.Context, fn func(ledger.Tx) error) error {
 	if d.writeFault != nil {
 		n = d.writes.Add(1)
 	}
-	uniqueRetried := false
+	uniqueRetried, sessionRetried := false, false
 	for attempt := 1; ; attempt++ {
 		retry, err := d.writeOnce(ctx, n, fn)
+		lost := lostBeforeCommit(err)
+		var u uncommitted
+		if errors.As(err, &u) {
+			err = u.err // the mark is for this loop alone
+		}
 		switch {
+		case !sessionRetried && lost:
+			sessionRetried = true // once: a server that keeps ending sessions is a failing store
+			continue
 		case retry && attempt >= d.attempts:
 			return &ledger.Error{Code: ledger.CodeConflict,
 				Message: fmt.Sprintf("write: a concurrent write changed what it read, %d times: %v", attempt, err), Err: err}
@@ -333,7 +347,7 @@ func (d *Driver) writeOnce(ctx context.Context, n int64, fn func(ledger.Tx) erro
 	}
 	g := d.db.WithContext(ctx).Begin(&sql.TxOptions{Isolation: sql.LevelReadCommitted})
 	if g.Error != nil {
-		return false, wrapErr("begin write", g.Error)
+		return false, beforeCommit(wrapErr("begin write", g.Error))
 	}
 	t := &tx{reader{db: g, st: &txState{}}}
 	ended := false
@@ -351,11 +365,11 @@ func (d *Driver) writeOnce(ctx context.Context, n int64, fn func(ledger.Tx) erro
 	case failed != nil && retryable(failed):
 		return true, failed
 	case err != nil:
-		return retryable(err), err
+		return retryable(err), beforeCommit(err)
 	case failed != nil:
 		// fn went on after a statement failed: PostgreSQL has aborted the
 		// transaction, so nothing of it may be committed.
-		return false, wrapErr("write", failed)
+		return false, beforeCommit(wrapErr("write", failed))
 	}
 	if d.writeFault != nil {
 		if err := d.writeFault(n, ledger.WriteBeforeCommit); err != nil {
@@ -393,4 +407,25 @@ func (d *Driver) SchemaVersion(ctx context.Context) (int, error) {
 		return 0, wrapErr("read schema version", err)
 	}
 	return v, nil
+}
+
+// uncommitted marks an error a write met before it sent its COMMIT.
+type uncommitted struct{ err error }
+
+func (u uncommitted) Error() string { return u.err.Error() }
+func (u uncommitted) Unwrap() error { return u.err }
+
+// beforeCommit marks err, if any, as met before the write's COMMIT.
+func beforeCommit(err error) error {
+	if err == nil {
+		return nil
+	}
+	return uncommitted{err}
+}
+
+// lostBeforeCommit reports whether err is a write's session ending before
+// its COMMIT was sent (sessionLost).
+func lostBeforeCommit(err error) bool {
+	var u uncommitted
+	return errors.As(err, &u) && sessionLost(u.err)
 }

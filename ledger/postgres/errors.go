@@ -2,6 +2,7 @@ package postgres
 
 import (
 	"database/sql"
+	"database/sql/driver"
 	"errors"
 	"strings"
 
@@ -80,4 +81,20 @@ func retryable(err error) bool {
 // notFound is the CodeNotFound of a Get whose row does not exist.
 func notFound(format string, args ...any) error {
 	return ledger.Errorf(ledger.CodeNotFound, format, args...)
+}
+
+// sessionLost reports whether err says the session ended under the
+// transaction: the server ended it (a FATAL error, such as the
+// idle_in_transaction_session_timeout a process frozen mid-write meets,
+// or an administrator's or a shutdown's termination, SQLSTATE 57P0x), the
+// connection broke (class 08), or the driver found it closed before it
+// sent anything. PostgreSQL rolls back a transaction whose session ends
+// before COMMIT, so such a write may be run again on a new session.
+func sessionLost(err error) bool {
+	var pg *pgconn.PgError
+	if errors.As(err, &pg) {
+		return pg.Severity == "FATAL" || pg.Severity == "PANIC" || strings.HasPrefix(pg.Code, "08") ||
+			strings.HasPrefix(pg.Code, "57P")
+	}
+	return errors.Is(err, driver.ErrBadConn) || pgconn.SafeToRetry(err)
 }
