@@ -78,6 +78,10 @@ const (
 	replicaRuns = 3
 	// replicaSettle bounds the time every run has to settle.
 	replicaSettle = 45 * time.Second
+	// replicaReady bounds the time a woken replica takes to be ready: a
+	// lease's renewal, and the store health's hold of 2 s after a failed
+	// write should one have failed, with room to spare.
+	replicaReady = 8 * time.Second
 )
 
 // replicaScenarios are the replica cells: SIGKILL with two and three
@@ -183,8 +187,10 @@ type replicaDrive struct {
 	faultAt, settledAt time.Time
 	// before is what the runs were when the victim was woken (stop cells).
 	before map[ledger.RunID]string
-	// woke says the victim went on from the point once sent SIGCONT.
-	woke bool
+	// woke says the victim went on from the point once sent SIGCONT, and
+	// readyAfter how long after it the victim answered /readyz 200.
+	woke       bool
+	readyAfter time.Duration
 }
 
 // survivor is a replica that is never struck, to read from.
@@ -301,6 +307,7 @@ func (r *replicaDrive) drive(ctx context.Context) error {
 	if err := victim.proc.Process.Signal(syscall.SIGCONT); err != nil {
 		return fmt.Errorf("SIGCONT: %w", err)
 	}
+	woken := time.Now()
 	// Woken, it goes on from the point (the plan says so in its log): its
 	// next write is fenced (or, an idempotent replay, writes nothing), its
 	// call is not made for want of a lease, and its next renewal no longer
@@ -313,8 +320,14 @@ func (r *replicaDrive) drive(ctx context.Context) error {
 		victim.mu.Unlock()
 		time.Sleep(20 * time.Millisecond)
 	}
+	// Woken, it is soon ready again: the write its frozen session held,
+	// which the server ended, runs again on a new session and meets the
+	// lost lease, rather than marking its store failing.
+	if err := r.waitReady(ctx, victim, woken); err != nil {
+		return err
+	}
 	select {
-	case <-time.After(replicaLeaseTTL):
+	case <-time.After(max(0, replicaLeaseTTL-time.Since(woken))):
 	case <-ctx.Done():
 		return ctx.Err()
 	}
@@ -327,6 +340,26 @@ func (r *replicaDrive) drive(ctx context.Context) error {
 	// Submits it answered once woken add runs; they are settled too.
 	r.inflight.Wait()
 	return r.settle(ctx)
+}
+
+// waitReady waits until h answers /readyz 200, at most replicaReady after
+// since.
+func (r *replicaDrive) waitReady(ctx context.Context, h *harness, since time.Time) error {
+	for {
+		code, err := h.do(http.MethodGet, "/readyz", nil, nil, nil)
+		if err == nil && code == http.StatusOK {
+			r.readyAfter = time.Since(since)
+			return nil
+		}
+		if time.Since(since) > replicaReady {
+			return fmt.Errorf("the woken replica was not ready within %s of SIGCONT (last /readyz: %d, %v)", replicaReady, code, err)
+		}
+		select {
+		case <-time.After(50 * time.Millisecond):
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
 }
 
 // waitStruck waits up to d for the victim to be killed (kill cells) or
@@ -512,6 +545,7 @@ func (r *replicaDrive) check(ctx context.Context, failures []string) (Observed, 
 	obs := Observed{Replicas: r.cell.replicas, ChainOK: true}
 	if !r.faultAt.IsZero() && !r.settledAt.IsZero() {
 		obs.SettleMS = r.settledAt.Sub(r.faultAt).Milliseconds()
+		obs.ReadyMS = r.readyAfter.Milliseconds()
 	}
 	summaries, err := r.listRuns()
 	if err != nil {

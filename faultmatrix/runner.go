@@ -96,6 +96,9 @@ type Observed struct {
 	// StaleHolders is how many stale_holder observations were recorded:
 	// late outcomes of a replica that had lost the run's lease.
 	StaleHolders int `json:"stale_holders,omitempty"`
+	// ReadyMS is how long after SIGCONT a frozen replica answered /readyz
+	// 200 (stop cells).
+	ReadyMS int64 `json:"ready_ms,omitempty"`
 }
 
 // Report is the machine-readable result (contracts faultmatrix_report).

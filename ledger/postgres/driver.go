@@ -278,7 +278,9 @@ func (d *Driver) snapshot(ctx context.Context, fn func(*reader) error) error {
 // the server ended a session frozen mid-write, say) is run again once, on
 // a new session: nothing of it was committed. If that session ends too,
 // the error is the store's failure, as it is. A session lost during the
-// COMMIT is not run again: the write may have committed.
+// COMMIT is not run again, since the write may have committed, unless the
+// server says it ended the session for sitting idle in the transaction
+// (SQLSTATE 25P03): then the COMMIT never reached it.
 //
 // A unique violation is run again too, once: when two writes each check
 // that a key is free and then insert it, the second waits on the unique
@@ -378,6 +380,12 @@ func (d *Driver) writeOnce(ctx context.Context, n int64, fn func(ledger.Tx) erro
 	}
 	ended = true
 	if err := g.Commit().Error; err != nil {
+		if hasSQLState(err, sqlstateIdleInTransactionTimeout) {
+			// The server ended the session while it sat in the
+			// transaction, before the COMMIT reached it (a process frozen
+			// mid-write): nothing was committed.
+			return false, beforeCommit(wrapErr("commit", err))
+		}
 		return retryable(err), wrapErr("commit", err)
 	}
 	if d.writeFault != nil {

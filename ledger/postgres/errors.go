@@ -21,6 +21,9 @@ const (
 	sqlstateSerializationFailure = "40001"
 	sqlstateDeadlockDetected     = "40P01"
 	sqlstateDataExceptionClass   = "22"
+	// sqlstateIdleInTransactionTimeout ends a session that sat in a
+	// transaction past idle_in_transaction_session_timeout.
+	sqlstateIdleInTransactionTimeout = "25P03"
 )
 
 // wrapErr is the one place an error becomes the *ledger.Error the driver

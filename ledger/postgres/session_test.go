@@ -45,6 +45,23 @@ func TestWriteAfterSessionEnded(t *testing.T) {
 	require.Equal(t, 1, f.count(t, "runs"))
 	require.Equal(t, 1, f.count(t, "actions"))
 
+	// Frozen after its last statement: the COMMIT is what meets the ended
+	// session, and the server's reason (25P03) says it never committed.
+	calls = 0
+	err = f.d.Write(ctx, func(tx ledger.Tx) error {
+		calls++
+		if err := tx.InsertRun(ctx, newRun("run_3")); err != nil {
+			return err
+		}
+		if calls == 1 {
+			time.Sleep(700 * time.Millisecond)
+		}
+		return nil
+	})
+	require.NoError(t, err, "run again after its COMMIT met the ended session")
+	require.Equal(t, 2, calls)
+	require.Equal(t, 2, f.count(t, "runs"))
+
 	calls = 0
 	err = f.d.Write(ctx, func(tx ledger.Tx) error {
 		calls++
@@ -56,5 +73,5 @@ func TestWriteAfterSessionEnded(t *testing.T) {
 	})
 	requireCode(t, ledger.CodeInternal, err)
 	require.Equal(t, 2, calls, "run again once, not as often as a lost race")
-	require.Equal(t, 1, f.count(t, "runs"), "nothing of the failed write")
+	require.Equal(t, 2, f.count(t, "runs"), "nothing of the failed write")
 }
