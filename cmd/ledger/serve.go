@@ -104,7 +104,8 @@ Several processes (serve, worker) may share one database: each advances and reco
 only the runs whose leases it holds, renewed every third of --lease-ttl (or
 $LEDGER_LEASE_TTL); the runs of a process that stops renewing are taken over by another
 once its leases lapse, or at once when it was a process of this host that no longer
-exists. See docs/operations.md, "Several processes on one database".`,
+exists. $LEDGER_LEASE_OWNER names this replica in its leases (a pod's name, say) in place
+of the host. See docs/operations.md, "Several processes on one database".`,
 		Args: usageArgs(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if addr := os.Getenv(envAddr); addr != "" && !cmd.Flags().Changed("addr") {
