@@ -255,6 +255,39 @@ func TestStoreHealth(t *testing.T) {
 		require.Equal(t, "6s", recs[1]["after"])
 	})
 
+	t.Run("ProbeWriteOnceHoldIsOver", func(t *testing.T) {
+		// A process with nothing else to write: the probe write, due once
+		// Hold has gone without a failure, ends the episode, or, on a disk
+		// still full, fails and starts Hold again.
+		lb, _, h, s, fill := setup(t)
+		run := lb.SubmitRun(t, "k1", ledger.BudgetLimits{})
+		require.False(t, h.probeDue(), "nothing failing")
+		fill(true)
+		_, err := s.TransitionRun(ctx, ledger.RunTransition{ID: run.ID, From: ledger.RunQueued, To: ledger.RunRunning, Actor: "t"})
+		require.Error(t, err)
+		lb.Clock.Advance(time.Second)
+		require.False(t, h.probeDue(), "within Hold of the failure")
+		lb.Clock.Advance(time.Second)
+		require.True(t, h.probeDue())
+		require.ErrorContains(t, s.ProbeWrite(ctx), "database or disk is full", "the probe is a real write")
+		require.EqualValues(t, 1, h.Errors()["probe_write"])
+		require.False(t, h.probeDue(), "its failure starts Hold again")
+		require.Error(t, h.Err())
+
+		fill(false)
+		lb.Clock.Advance(2 * time.Second)
+		require.True(t, h.probeDue())
+		require.NoError(t, s.ProbeWrite(ctx))
+		require.NoError(t, h.Err(), "the probe wrote: sound")
+		require.False(t, h.probeDue())
+		got, err := lb.Store.FindRunByID(ctx, run.ID)
+		require.NoError(t, err)
+		require.Equal(t, ledger.RunQueued, got.State, "the probe changed nothing the ledger reads")
+		report, err := lb.Store.VerifyChain(ctx, run.ID)
+		require.NoError(t, err)
+		require.True(t, report.OK)
+	})
+
 	t.Run("ReadFailuresCountedNotFailing", func(t *testing.T) {
 		lb, _, h, s, _ := setup(t)
 		require.NoError(t, lb.Store.Close())

@@ -17,7 +17,10 @@ import (
 // fail now, so /readyz can say so and a full disk is seen. Writes fail from the first failed write until a write succeeds
 // with no write failed for Hold: a disk that is nearly full lets some
 // writes through (SQLite reuses its WAL after a checkpoint), and one lucky
-// write must not make the store look sound.
+// write must not make the store look sound. Once Hold has passed without a
+// failed write, the engine's pool makes a probe write on its next pass
+// (ledger.Store.ProbeWrite), so that a process with nothing else to write
+// does not stay failing.
 //
 // A failure is an error the store could not help: CodeInternal (I/O, a
 // full disk, a corrupt file) or CodeUnsupportedVersion. The domain's own
@@ -92,7 +95,7 @@ var (
 	storeWrites = [...]string{"submit_run", "transition_run", "create_action", "transition_action", "start_attempt",
 		"finish_attempt", "record_observation", "settle_review", "decide_approval", "expire_approvals", "request_cancel",
 		"transition_cancellation", "settle_cancellations", "add_usage", "record_recovery", "begin_attempt", "renew_lease",
-		"claim_runs", "renew_run_leases", "release_run_lease"}
+		"claim_runs", "renew_run_leases", "release_run_lease", "probe_write"}
 	storeReads = [...]string{"find_run_by_id", "find_runs", "find_action_by_id", "find_actions", "find_attempts",
 		"find_observations", "find_approvals", "find_cancellation", "find_recovery_facts", "find_events", "verify_chain",
 		"find_chain", "count_by_state", "find_attempt_lease", "find_lapsed_leases", "find_agent_decision",
@@ -195,6 +198,18 @@ func (h *StoreHealth) settle(ctx context.Context) {
 	if quiet {
 		h.log.InfoContext(ctx, "store writes succeed again", "failed", n, "after", took.Round(time.Millisecond).String())
 	}
+}
+
+// probeDue reports whether a failing episode has gone Hold without a
+// failed write, so that a probe write (ledger.Store.ProbeWrite) may end
+// it: a process with nothing else to write would otherwise stay failing.
+func (h *StoreHealth) probeDue() bool {
+	if !h.failing.Load() {
+		return false
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.failing.Load() && h.now().Sub(h.last) >= h.hold
 }
 
 // recoveredC returns a channel closed when writes succeed again, or nil
@@ -349,6 +364,13 @@ func (s *watchedStore) RenewRunLeases(ctx context.Context, owner string, leases 
 func (s *watchedStore) ReleaseRunLease(ctx context.Context, l ledger.RunLease) error {
 	err := s.store.ReleaseRunLease(ctx, l)
 	s.h.write(ctx, "release_run_lease", err, true)
+	return err
+}
+
+// ProbeWrite implements ledger.Store: a write that always writes.
+func (s *watchedStore) ProbeWrite(ctx context.Context) error {
+	err := s.store.ProbeWrite(ctx)
+	s.h.write(ctx, "probe_write", err, true)
 	return err
 }
 

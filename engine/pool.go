@@ -134,6 +134,10 @@ func (d *dispatcher) runOnce(ctx context.Context) (time.Duration, bool) {
 	e := d.e
 	e.health.flush(ctx)
 	e.failLogs.Flush(ctx)
+	if e.health.probeDue() {
+		// Its outcome is the health's (the store is watched), nothing else.
+		_ = e.store.ProbeWrite(ctx)
+	}
 	failed := false
 	if _, err := e.approvals.ExpireDue(ctx); err != nil && ctx.Err() == nil {
 		failed = true

@@ -178,6 +178,12 @@ func (s *DB) planned(ctx context.Context, op string, fn func(tx *txn) error) err
 	return nil
 }
 
+// ProbeWrite implements Store: one write of the driver's Probe, outside
+// any run's lease.
+func (s *DB) ProbeWrite(ctx context.Context) error {
+	return s.inTx(WithoutRunLease(ctx), "probe write", func(tx *txn) error { return tx.d.Probe(tx.ctx) })
+}
+
 // wrapErr gives err the op as context and makes sure it is an *Error.
 func wrapErr(op string, err error) error {
 	var e *Error

@@ -216,6 +216,12 @@ type Tx interface {
 	// PutSignature inserts or replaces the signature of a run's head.
 	PutSignature(ctx context.Context, h *HeadSignature) error
 
+	// Probe raises the counter of the store_probes row: a statement that
+	// changes a row each time, so that its write reaches the database's
+	// log and disk, and changes nothing the ledger reads
+	// (Store.ProbeWrite).
+	Probe(ctx context.Context) error
+
 	// Run leases (runleases.go). The ledger has checked the parameters; now
 	// is the Store's clock, which a driver of a database several hosts
 	// share replaces with the database's own.

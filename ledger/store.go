@@ -166,6 +166,12 @@ type Store interface {
 	// snapshot and without loading rows (metrics).
 	CountByState(ctx context.Context) (*Counts, error)
 
+	// ProbeWrite runs one write that reaches the database's log and
+	// commits but changes nothing the ledger reads: the check, while
+	// writes fail (engine.StoreHealth), that they succeed again when
+	// nothing else writes.
+	ProbeWrite(ctx context.Context) error
+
 	// Close releases the database.
 	Close() error
 }

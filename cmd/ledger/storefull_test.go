@@ -194,6 +194,15 @@ func testStoreFull(t *testing.T, disk fullDisk) {
 	}
 	require.Contains(t, logs.String(), "store writes succeed again")
 
+	// Idle, one write fails, the disk is freed, and nothing else writes:
+	// the pool's probe write makes the process ready again by itself.
+	disk.fill(t)
+	code, _ = api.submit("full-5")
+	require.Equal(t, http.StatusInternalServerError, code)
+	require.Equal(t, http.StatusServiceUnavailable, api.status("/readyz"))
+	disk.free(t)
+	eventually(t, "readyz of an idle process to be 200 again", func() bool { return api.status("/readyz") == http.StatusOK })
+
 	require.NoError(t, cmd.Process.Signal(syscall.SIGTERM))
 	require.NoError(t, <-exited, "a clean exit on SIGTERM")
 	stopped = true

@@ -385,6 +385,12 @@ func (t *tx) flushEvents(ctx context.Context) error {
 	return nil
 }
 
+// Probe implements ledger.Tx.
+func (t *tx) Probe(ctx context.Context) error {
+	_, err := t.exec(ctx, sqlrows.ProbeSQL)
+	return wrapErr("probe", err)
+}
+
 // MoveChainHead implements ledger.Tx.
 func (t *tx) MoveChainHead(ctx context.Context, run ledger.RunID, fromSeq, seq int64, hash string) (bool, error) {
 	if err := t.lockRun(ctx, run); err != nil {

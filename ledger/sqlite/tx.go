@@ -106,6 +106,7 @@ var (
 	insertEventSQL       = declare(sqlrows.InsertEventSQL)
 	moveHeadSQL          = declare(sqlrows.MoveChainHeadSQL)
 	upsertSignatureSQL   = declare(sqlrows.PutSignatureSQL)
+	probeSQL             = declare(sqlrows.ProbeSQL)
 )
 
 func (t *tx) InsertRun(_ context.Context, r *ledger.Run) error {
@@ -302,6 +303,13 @@ func (t *tx) MoveChainHead(_ context.Context, run ledger.RunID, fromSeq, seq int
 	return t.execOne(moveHeadSQL, seq, hash, string(run), fromSeq)
 }
 
+// Probe implements ledger.Tx.
+func (t *tx) Probe(context.Context) error {
+	_, err := t.exec(probeSQL)
+	return translate(err)
+}
+
+// PutSignature implements ledger.Tx.
 func (t *tx) PutSignature(_ context.Context, h *ledger.HeadSignature) error {
 	s := sqlrows.SignatureOf(h)
 	_, err := t.exec(upsertSignatureSQL, s.RunID, s.Seq, s.Hash, s.SignedAt, s.KeyID, s.Signature)

@@ -112,6 +112,7 @@ var tests = []test{
 	{"Regressions", testRegressions},
 	{"SettleReviewIsOneTransaction", testSettleReviewIsOneTransaction},
 	{"RunLeases", testRunLeases},
+	{"ProbeWrite", testProbeWrite},
 	{"InvariantsProperty", testInvariantsProperty},
 }
 

@@ -101,6 +101,8 @@ const (
 	// hands back its row.
 	MoveApprovalSQL = `UPDATE approvals SET state = ?, version = version + 1, decided_at = ?, reason = ?,
 	decided_by = COALESCE(?, decided_by) WHERE id = ? AND state = ? RETURNING ` + ApprovalCols
+	// ProbeSQL raises the store probe's counter (ledger.Tx.Probe).
+	ProbeSQL               = `INSERT INTO store_probes (id, probes) VALUES (1, 1) ON CONFLICT (id) DO UPDATE SET probes = store_probes.probes + 1`
 	MoveChainHeadSQL       = `UPDATE runs SET event_seq = ?, event_hash = ? WHERE id = ? AND event_seq = ?`
 	MoveChainHeadFencedSQL = MoveChainHeadSQL + ` AND lease_token = ?`
 	ReleaseRunLeaseSQL     = `UPDATE runs SET lease_owner = NULL, lease_until = 0 WHERE id = ? AND lease_owner = ? AND lease_token = ?`
