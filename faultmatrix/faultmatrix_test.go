@@ -156,7 +156,7 @@ func TestReplicaMatrixSmoke(t *testing.T) {
 		require.Equal(t, 1, rep.Passed, "%s: %v", name, rep.Scenarios[0].Failures)
 		obs := rep.Scenarios[0].Observed
 		require.Equal(t, 2, obs.Replicas)
-		require.GreaterOrEqual(t, obs.Runs, 4)
+		require.GreaterOrEqual(t, obs.Runs, 3, "a burst's runs at least, as the cell's own check asks")
 		require.Positive(t, obs.Interrupted, "a survivor recovered the struck attempt")
 		doc, err := json.Marshal(rep)
 		require.NoError(t, err)
