@@ -3,14 +3,12 @@ package faultmatrix
 import (
 	"context"
 	"crypto/rand"
-	"errors"
 	"fmt"
-	"net/url"
 	"os"
 	"strings"
-	"time"
 
-	"github.com/jackc/pgx/v5"
+	"github.com/actionledger/ledger/ledger/postgres"
+	"github.com/actionledger/ledger/ledger/stores"
 )
 
 // The replica cells run several `serve` processes on one PostgreSQL
@@ -40,61 +38,27 @@ func PostgresServer(flag string) string {
 
 // pgDatabase is one replica cell's database.
 type pgDatabase struct {
-	server *url.URL
-	name   string
+	server, name string
 	// URL is the database's: the server's, with the database as its path.
 	URL string
 }
 
-// errNoPostgres marks a server that cannot be reached: the cell is
-// skipped, not failed.
-var errNoPostgres = errors.New("no PostgreSQL server")
-
 // newPGDatabase creates an empty database with a random name on server.
-// An unreachable server is errNoPostgres.
+// An unreachable server is postgres.ErrUnreachable: the cell is skipped,
+// not failed.
 func newPGDatabase(ctx context.Context, server string) (*pgDatabase, error) {
-	u, err := url.Parse(server)
-	if err != nil || (u.Scheme != "postgres" && u.Scheme != "postgresql") {
-		return nil, fmt.Errorf("faultmatrix: the PostgreSQL server must be a postgres:// URL, not %q", redactedURL(server))
-	}
-	cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	defer cancel()
-	conn, err := pgx.Connect(cctx, server)
-	if err != nil {
-		return nil, fmt.Errorf("%w at %s (set --postgres or %s): %v", errNoPostgres, u.Redacted(), EnvPostgres, err)
-	}
-	defer func() { _ = conn.Close(context.Background()) }()
 	name := "ledger_faultmatrix_" + strings.ToLower(rand.Text()[:16])
-	if _, err := conn.Exec(cctx, "CREATE DATABASE "+pgx.Identifier{name}.Sanitize()); err != nil {
-		return nil, fmt.Errorf("faultmatrix: create database %s on %s: %w", name, u.Redacted(), err)
+	db, err := postgres.CreateDatabase(ctx, server, name)
+	if err != nil {
+		return nil, fmt.Errorf("faultmatrix (set --postgres or %s): %w", EnvPostgres, err)
 	}
-	db := *u
-	db.Path = "/" + name
-	return &pgDatabase{server: u, name: name, URL: db.String()}, nil
+	return &pgDatabase{server: server, name: name, URL: db}, nil
 }
 
 // drop drops the database, closing whatever connections are left to it.
 func (d *pgDatabase) drop(ctx context.Context) error {
-	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	conn, err := pgx.Connect(cctx, d.server.String())
-	if err != nil {
-		return fmt.Errorf("drop database %s: %w", d.name, err)
-	}
-	defer func() { _ = conn.Close(context.Background()) }()
-	if _, err := conn.Exec(cctx, "DROP DATABASE IF EXISTS "+pgx.Identifier{d.name}.Sanitize()+" WITH (FORCE)"); err != nil {
-		return fmt.Errorf("drop database %s: %w", d.name, err)
-	}
-	return nil
+	return postgres.DropDatabase(ctx, d.server, d.name)
 }
 
 // shown is the database's URL without its password.
-func (d *pgDatabase) shown() string { return redactedURL(d.URL) }
-
-func redactedURL(s string) string {
-	u, err := url.Parse(s)
-	if err != nil {
-		return "?"
-	}
-	return u.Redacted()
-}
+func (d *pgDatabase) shown() string { return stores.Shown(d.URL) }

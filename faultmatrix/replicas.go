@@ -20,6 +20,7 @@ import (
 	"github.com/actionledger/ledger/contracts"
 	"github.com/actionledger/ledger/engine"
 	"github.com/actionledger/ledger/ledger"
+	"github.com/actionledger/ledger/ledger/postgres"
 	"github.com/actionledger/ledger/server"
 	"github.com/actionledger/ledger/simulator"
 )
@@ -139,7 +140,7 @@ func replicaRun(ctx context.Context, o Options, sc *Scenario, dir string, res *R
 		return
 	}
 	db, err := newPGDatabase(ctx, PostgresServer(o.Postgres))
-	if errors.Is(err, errNoPostgres) {
+	if errors.Is(err, postgres.ErrUnreachable) {
 		res.Skipped, res.Dir = err.Error(), ""
 		return
 	}

@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/actionledger/ledger/ledger"
+	"github.com/actionledger/ledger/ledger/postgres"
 	"github.com/actionledger/ledger/ledger/sqlite"
 	"github.com/actionledger/ledger/ledger/stores"
 )
@@ -63,15 +64,14 @@ func (s *PostgresServer) Version() string { return s.version }
 // new database's name as its path.
 func (s *PostgresServer) CreateDatabase(ctx context.Context, name string) (string, error) {
 	db := s.prefix + name
-	if err := s.exec(ctx, "CREATE DATABASE "+pgx.Identifier{db}.Sanitize()); err != nil {
-		return "", fmt.Errorf("perf: create database %s: %w", db, err)
+	u, err := postgres.CreateDatabase(ctx, s.server.String(), db)
+	if err != nil {
+		return "", fmt.Errorf("perf: %w", err)
 	}
 	s.mu.Lock()
 	s.made = append(s.made, db)
 	s.mu.Unlock()
-	u := *s.server
-	u.Path = "/" + db
-	return u.String(), nil
+	return u, nil
 }
 
 // Close drops every database CreateDatabase made, WITH (FORCE): whatever
@@ -83,21 +83,11 @@ func (s *PostgresServer) Close(ctx context.Context) error {
 	s.mu.Unlock()
 	var errs []error
 	for _, db := range made {
-		if err := s.exec(ctx, "DROP DATABASE IF EXISTS "+pgx.Identifier{db}.Sanitize()+" WITH (FORCE)"); err != nil {
-			errs = append(errs, fmt.Errorf("perf: drop database %s: %w", db, err))
+		if err := postgres.DropDatabase(ctx, s.server.String(), db); err != nil {
+			errs = append(errs, fmt.Errorf("perf: %w", err))
 		}
 	}
 	return errors.Join(errs...)
-}
-
-// exec runs one statement on a connection of its own to the server's URL.
-func (s *PostgresServer) exec(ctx context.Context, sql string) error {
-	conn, err := pgx.Connect(ctx, s.server.String())
-	if err != nil {
-		return err
-	}
-	_, err = conn.Exec(ctx, sql)
-	return errors.Join(err, conn.Close(ctx))
 }
 
 // openUnsynced opens the Store db names for writing a workload's setup,

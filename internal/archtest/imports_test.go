@@ -43,7 +43,7 @@ var allowed = map[string][]string{
 	"simulator":         {"ledger", "contracts", "approval", "budget", "recovery", "engine", "redact"},
 	"engine":            {"ledger", "contracts", "approval", "budget", "recovery", "redact"},
 	"server":            {"ledger", "contracts", "approval", "budget", "recovery", "engine", "evidence", "simulator", "redact"},
-	"perf":              {"ledger", "ledger/sqlite", "ledger/stores", "contracts", "approval", "recovery", "engine", "evidence", "simulator", "server"},
+	"perf":              {"ledger", "ledger/sqlite", "ledger/postgres", "ledger/stores", "contracts", "approval", "recovery", "engine", "evidence", "simulator", "server"},
 	"faultmatrix":       {"*"},
 	"cmd/ledger":        {"*"},
 	"internal/archtest": {},
@@ -67,9 +67,8 @@ var owners = map[string][]string{
 	"gorm.io/gorm":            {"ledger/sqlite", "ledger/postgres"},
 	"gorm.io/driver/sqlite":   {"ledger/sqlite"},
 	"gorm.io/driver/postgres": {"ledger/postgres"},
-	// perf: the raw commit floor of PostgreSQL, beside the ledger's driver;
-	// faultmatrix: a fresh database for each replica cell, dropped after.
-	"github.com/jackc/pgx/v5":                  {"ledger/postgres", "ledger/postgres/pgtest", "perf", "faultmatrix"},
+	// perf: the raw commit floor of PostgreSQL, beside the ledger's driver.
+	"github.com/jackc/pgx/v5":                  {"ledger/postgres", "ledger/postgres/pgtest", "perf"},
 	"github.com/labstack/echo/v4":              {"server"},
 	"github.com/santhosh-tekuri/jsonschema/v5": {"contracts"},
 	"sigs.k8s.io/yaml":                         {"contracts"},
