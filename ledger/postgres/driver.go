@@ -294,14 +294,10 @@ func (d *Driver) Write(ctx context.Context, fn func(ledger.Tx) error) error {
 	}
 	uniqueRetried, sessionRetried := false, false
 	for attempt := 1; ; attempt++ {
-		retry, err := d.writeOnce(ctx, n, fn)
-		lost := lostBeforeCommit(err)
-		var u uncommitted
-		if errors.As(err, &u) {
-			err = u.err // the mark is for this loop alone
-		}
+		again, err := d.writeOnce(ctx, n, fn)
+		retry := again == afterConflict
 		switch {
-		case !sessionRetried && lost:
+		case again == afterLostSession && !sessionRetried:
 			sessionRetried = true // once: a server that keeps ending sessions is a failing store
 			continue
 		case retry && attempt >= d.attempts:
@@ -333,12 +329,38 @@ func backoff(ctx context.Context, attempt int) error {
 	}
 }
 
+// rerun is whether a write that failed may be run again, and why.
+type rerun uint8
+
+const (
+	// never: the write failed for good, or may have committed.
+	never rerun = iota
+	// afterConflict: PostgreSQL failed it for a concurrent write
+	// (retryable).
+	afterConflict
+	// afterLostSession: its session ended before the COMMIT reached the
+	// server (sessionLost), so nothing of it was committed.
+	afterLostSession
+)
+
+// failedBefore is how a write that failed with err before its COMMIT was
+// sent may be run again.
+func failedBefore(err error) rerun {
+	switch {
+	case retryable(err):
+		return afterConflict
+	case sessionLost(err):
+		return afterLostSession
+	}
+	return never
+}
+
 // writeOnce runs fn (write n, for fault plans) in one READ COMMITTED
-// transaction and commits it; retry is whether the transaction failed for
-// a concurrent write, so that running fn again may succeed.
-func (d *Driver) writeOnce(ctx context.Context, n int64, fn func(ledger.Tx) error) (retry bool, err error) {
+// transaction and commits it; again says whether, and why, running fn
+// again in a new one may succeed where this failed.
+func (d *Driver) writeOnce(ctx context.Context, n int64, fn func(ledger.Tx) error) (again rerun, err error) {
 	if err := ctx.Err(); err != nil {
-		return false, err
+		return never, err
 	}
 	var began time.Time
 	if d.onCommit != nil {
@@ -349,7 +371,7 @@ func (d *Driver) writeOnce(ctx context.Context, n int64, fn func(ledger.Tx) erro
 	}
 	g := d.db.WithContext(ctx).Begin(&sql.TxOptions{Isolation: sql.LevelReadCommitted})
 	if g.Error != nil {
-		return false, beforeCommit(wrapErr("begin write", g.Error))
+		return failedBefore(g.Error), wrapErr("begin write", g.Error)
 	}
 	t := &tx{reader{db: g, st: &txState{}}}
 	ended := false
@@ -365,17 +387,17 @@ func (d *Driver) writeOnce(ctx context.Context, n int64, fn func(ledger.Tx) erro
 	failed := t.st.failed
 	switch {
 	case failed != nil && retryable(failed):
-		return true, failed
+		return afterConflict, failed
 	case err != nil:
-		return retryable(err), beforeCommit(err)
+		return failedBefore(err), err
 	case failed != nil:
 		// fn went on after a statement failed: PostgreSQL has aborted the
 		// transaction, so nothing of it may be committed.
-		return false, beforeCommit(wrapErr("write", failed))
+		return failedBefore(failed), wrapErr("write", failed)
 	}
 	if d.writeFault != nil {
 		if err := d.writeFault(n, ledger.WriteBeforeCommit); err != nil {
-			return false, ledger.Errorf(ledger.CodeInternal, "write %d: before commit: %w", n, err)
+			return never, ledger.Errorf(ledger.CodeInternal, "write %d: before commit: %w", n, err)
 		}
 	}
 	ended = true
@@ -384,14 +406,17 @@ func (d *Driver) writeOnce(ctx context.Context, n int64, fn func(ledger.Tx) erro
 			// The server ended the session while it sat in the
 			// transaction, before the COMMIT reached it (a process frozen
 			// mid-write): nothing was committed.
-			return false, beforeCommit(wrapErr("commit", err))
+			return afterLostSession, wrapErr("commit", err)
 		}
-		return retryable(err), wrapErr("commit", err)
+		if retryable(err) {
+			return afterConflict, wrapErr("commit", err)
+		}
+		return never, wrapErr("commit", err)
 	}
 	if d.writeFault != nil {
 		_ = d.writeFault(n, ledger.WriteAfterCommit) // it can only kill here
 	}
-	return false, nil
+	return never, nil
 }
 
 // passErr returns err as the caller gets it: a *ledger.Error unchanged (the
@@ -415,25 +440,4 @@ func (d *Driver) SchemaVersion(ctx context.Context) (int, error) {
 		return 0, wrapErr("read schema version", err)
 	}
 	return v, nil
-}
-
-// uncommitted marks an error a write met before it sent its COMMIT.
-type uncommitted struct{ err error }
-
-func (u uncommitted) Error() string { return u.err.Error() }
-func (u uncommitted) Unwrap() error { return u.err }
-
-// beforeCommit marks err, if any, as met before the write's COMMIT.
-func beforeCommit(err error) error {
-	if err == nil {
-		return nil
-	}
-	return uncommitted{err}
-}
-
-// lostBeforeCommit reports whether err is a write's session ending before
-// its COMMIT was sent (sessionLost).
-func lostBeforeCommit(err error) bool {
-	var u uncommitted
-	return errors.As(err, &u) && sessionLost(u.err)
 }
