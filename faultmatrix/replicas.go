@@ -370,7 +370,7 @@ func (r *replicaDrive) waitStruck(ctx context.Context, d time.Duration) (bool, e
 	deadline := time.Now().Add(d)
 	for time.Now().Before(deadline) {
 		if r.cell.stop {
-			if st, err := processState(victim.proc.Process.Pid); err == nil && st == "T" {
+			if stopped, err := Stopped(victim.proc.Process.Pid); err == nil && stopped {
 				return true, nil
 			}
 		}
@@ -392,19 +392,21 @@ func (r *replicaDrive) waitStruck(ctx context.Context, d time.Duration) (bool, e
 	return false, nil
 }
 
-// processState is the state letter of /proc/PID/stat (R, S, T, …).
-func processState(pid int) (string, error) {
+// Stopped reports whether the process pid is stopped by a signal
+// (SIGSTOP; state T in /proc/PID/stat, so Linux only): how the replica
+// cells, and the fault plan's own tests, see that a stop plan struck.
+func Stopped(pid int) (bool, error) {
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
 	if err != nil {
-		return "", err
+		return false, err
 	}
 	// pid (comm) state …: comm may hold spaces, so read after the last ')'.
 	s := string(b)
 	fields := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
 	if len(fields) == 0 {
-		return "", fmt.Errorf("/proc/%d/stat: %q", pid, s)
+		return false, fmt.Errorf("/proc/%d/stat: %q", pid, s)
 	}
-	return fields[0], nil
+	return fields[0] == "T", nil
 }
 
 // listRuns lists every run of the database, through a survivor.

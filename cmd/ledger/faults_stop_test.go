@@ -4,8 +4,6 @@ package main
 
 import (
 	"context"
-	"fmt"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -17,25 +15,11 @@ import (
 
 	"github.com/actionledger/ledger/contracts"
 	"github.com/actionledger/ledger/engine"
+	"github.com/actionledger/ledger/faultmatrix"
 	"github.com/actionledger/ledger/ledger"
 	"github.com/actionledger/ledger/ledger/sqlite"
 	"github.com/actionledger/ledger/simulator"
 )
-
-// processState is the state letter of /proc/PID/stat (R, S, T, …).
-func processState(pid int) (string, error) {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return "", err
-	}
-	// pid (comm) state …: comm may hold spaces, so read after the last ')'.
-	s := string(b)
-	fields := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
-	if len(fields) == 0 {
-		return "", fmt.Errorf("/proc/%d/stat: %q", pid, s)
-	}
-	return fields[0], nil
-}
 
 // TestStopPlan: the fault plan's stop action freezes the real process at
 // the point (here after the tool acted, its outcome not recorded) with
@@ -60,8 +44,8 @@ func TestStopPlan(t *testing.T) {
 		<-exited
 	})
 	require.Eventually(t, func() bool {
-		st, err := processState(cmd.Process.Pid)
-		return err == nil && st == "T"
+		stopped, err := faultmatrix.Stopped(cmd.Process.Pid)
+		return err == nil && stopped
 	}, 20*time.Second, 10*time.Millisecond, "the plan stops the process: %s", &out)
 
 	effects, err := simulator.OpenEffectStore(ctx, db+".effects.db", nil)
