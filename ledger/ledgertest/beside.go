@@ -100,17 +100,7 @@ func ColumnsIn(tb testing.TB, db SQL, s string) []string {
 	require.Contains(tb, tables, "events")
 	var found []string
 	for _, table := range tables {
-		rows, err := db.Query(ctx, `SELECT * FROM "`+strings.ReplaceAll(table, `"`, `""`)+`"`)
-		require.NoError(tb, err)
-		cols, err := rows.Columns()
-		require.NoError(tb, err)
-		for rows.Next() {
-			vals := make([]any, len(cols))
-			ptrs := make([]any, len(cols))
-			for i := range vals {
-				ptrs[i] = &vals[i]
-			}
-			require.NoError(tb, rows.Scan(ptrs...))
+		eachRow(tb, db, `SELECT * FROM "`+strings.ReplaceAll(table, `"`, `""`)+`"`, func(cols []string, vals []any) {
 			for i, v := range vals {
 				var text string
 				switch x := v.(type) {
@@ -125,10 +115,29 @@ func ColumnsIn(tb testing.TB, db SQL, s string) []string {
 					found = append(found, col)
 				}
 			}
-		}
-		require.NoError(tb, rows.Err())
-		require.NoError(tb, rows.Close())
+		})
 	}
 	slices.Sort(found)
 	return found
+}
+
+// eachRow runs query on db and calls fn with the columns and the values
+// of each row of its answer, in order.
+func eachRow(tb testing.TB, db SQL, query string, fn func(cols []string, vals []any)) {
+	tb.Helper()
+	rows, err := db.Query(context.Background(), query)
+	require.NoError(tb, err)
+	defer rows.Close()
+	cols, err := rows.Columns()
+	require.NoError(tb, err)
+	for rows.Next() {
+		vals := make([]any, len(cols))
+		ptrs := make([]any, len(cols))
+		for i := range vals {
+			ptrs[i] = &vals[i]
+		}
+		require.NoError(tb, rows.Scan(ptrs...))
+		fn(cols, vals)
+	}
+	require.NoError(tb, rows.Err())
 }

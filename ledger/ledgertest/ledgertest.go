@@ -6,7 +6,6 @@ package ledgertest
 
 import (
 	"context"
-	"database/sql"
 	"encoding/json"
 	"fmt"
 	"path/filepath"
@@ -184,34 +183,15 @@ func ColumnsHolding(tb testing.TB, path, s string) []string {
 // byte for byte.
 func Dump(tb testing.TB, path string) string {
 	tb.Helper()
-	db, err := sql.Open("sqlite3", "file:"+path+"?mode=ro&_busy_timeout=5000")
+	db := SQLiteFile(tb, path)
+	tables, err := db.Tables(context.Background())
 	require.NoError(tb, err)
-	defer db.Close()
-	rows, err := db.Query(`SELECT name FROM sqlite_master WHERE type = 'table' AND name <> 'schema_migrations'
-		AND name NOT LIKE 'sqlite_%' ORDER BY name`)
-	require.NoError(tb, err)
-	var tables []string
-	for rows.Next() {
-		var name string
-		require.NoError(tb, rows.Scan(&name))
-		tables = append(tables, name)
-	}
-	require.NoError(tb, rows.Err())
-	require.NoError(tb, rows.Close())
-
 	var b strings.Builder
 	for _, table := range tables {
-		rows, err := db.Query(fmt.Sprintf(`SELECT * FROM "%s" ORDER BY rowid`, table))
-		require.NoError(tb, err)
-		cols, err := rows.Columns()
-		require.NoError(tb, err)
-		for rows.Next() {
-			vals := make([]any, len(cols))
-			ptrs := make([]any, len(cols))
-			for i := range vals {
-				ptrs[i] = &vals[i]
-			}
-			require.NoError(tb, rows.Scan(ptrs...))
+		if table == "schema_migrations" {
+			continue
+		}
+		eachRow(tb, db, fmt.Sprintf(`SELECT * FROM "%s" ORDER BY rowid`, table), func(cols []string, vals []any) {
 			b.WriteString(table)
 			for i, v := range vals {
 				b.WriteString(" " + cols[i] + "=")
@@ -227,9 +207,7 @@ func Dump(tb testing.TB, path string) string {
 				}
 			}
 			b.WriteByte('\n')
-		}
-		require.NoError(tb, rows.Err())
-		require.NoError(tb, rows.Close())
+		})
 	}
 	return b.String()
 }
