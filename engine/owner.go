@@ -23,21 +23,21 @@ import (
 // DefaultOwner names this process as a lease owner: host, pid and a
 // random part, so that a restarted process with the same pid is another
 // owner.
-func DefaultOwner() string {
-	b := make([]byte, 4)
-	_, _ = rand.Read(b) // never fails (crypto/rand)
-	return fmt.Sprintf("%s/%d/%s", ownerHost(), os.Getpid(), hex.EncodeToString(b))
-}
+func DefaultOwner() string { return ownerOf(ownerHost()) }
 
 // NamedOwner names this process as a lease owner under name, the
 // operator's name for the replica (a pod's, say), instead of its host:
 // <name>/<pid>/<random>. "/" and "~" in name become "_". Another process
 // never tells from a named owner's pid that it is gone, so the runs of a
 // named replica that died are taken over once their leases lapse.
-func NamedOwner(name string) string {
+func NamedOwner(name string) string { return ownerOf(ownerName.Replace(name)) }
+
+// ownerOf is this process as a lease owner under first: first, pid and a
+// random part.
+func ownerOf(first string) string {
 	b := make([]byte, 4)
 	_, _ = rand.Read(b) // never fails (crypto/rand)
-	return fmt.Sprintf("%s/%d/%s", ownerName.Replace(name), os.Getpid(), hex.EncodeToString(b))
+	return fmt.Sprintf("%s/%d/%s", first, os.Getpid(), hex.EncodeToString(b))
 }
 
 // ownerName keeps an owner's first part free of the separators.
