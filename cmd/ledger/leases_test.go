@@ -27,6 +27,11 @@ import (
 	"github.com/actionledger/ledger/simulator"
 )
 
+// slowFirstCall is a simulator config whose cards.write (query only) takes
+// a minute on its first call, within its 90 s timeout.
+const slowFirstCall = `{"tools": {"cards.write": {"guarantees": {"query": true, "dedup": false, "cancel": false}, "timeout_ms": 90000, ` +
+	`"faults": [{"kind": "slow", "calls": [1], "delay_ms": 60000}]}}}`
+
 // TestSeveralProcessesOneDatabase is what the database lock used to
 // prevent: process A holds a call of a query-only tool in flight, and a
 // second process on the same file (worker, recover, migrate, serve) would
@@ -44,9 +49,7 @@ func TestSeveralProcessesOneDatabase(t *testing.T) {
 
 	// A's call (the first of this action) takes a minute, within the
 	// tool's timeout: A's lease is extended to outlast it.
-	sim := `{"tools": {"cards.write": {"guarantees": {"query": true, "dedup": false, "cancel": false}, "timeout_ms": 90000, ` +
-		`"faults": [{"kind": "slow", "calls": [1], "delay_ms": 60000}]}}}`
-	env := []string{envSimulatorConfig + "=" + sim}
+	env := []string{envSimulatorConfig + "=" + slowFirstCall}
 	a := startServeProcessEnv(t, bin, env, "--db", db)
 	inFlight := func() bool {
 		o := readOutcome(t, db, run, action)
@@ -256,9 +259,7 @@ func TestNamedLeaseOwner(t *testing.T) {
 	db := filepath.Join(dir, "ledger.db")
 	g := contracts.Guarantees{Query: true}
 	run, action := approvedRun(t, db, g, ledger.BudgetLimits{})
-	sim := `{"tools": {"cards.write": {"guarantees": {"query": true, "dedup": false, "cancel": false}, "timeout_ms": 90000, ` +
-		`"faults": [{"kind": "slow", "calls": [1], "delay_ms": 60000}]}}}`
-	a := startServeProcessEnv(t, bin, []string{envSimulatorConfig + "=" + sim, envLeaseOwner + "=pod/a"}, "--db", db)
+	a := startServeProcessEnv(t, bin, []string{envSimulatorConfig + "=" + slowFirstCall, envLeaseOwner + "=pod/a"}, "--db", db)
 	eventually(t, "the call to be in flight", func() bool {
 		o := readOutcome(t, db, run, action)
 		return o.action.State == ledger.ActionRunning && len(o.attempts) == 1
