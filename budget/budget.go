@@ -116,6 +116,29 @@ func (p Policy) BeforeStep(run *ledger.Run, now time.Time) Verdict {
 	return runtime(run, now)
 }
 
+// Tokens is the token budget alone, checked on what a run has used
+// including the step at hand: it stops with token_budget_exceeded once the
+// tokens used pass MaxTokens, or once a step reported no usage (the budget
+// can no longer be vouched for). The agent protocol checks it on every
+// proposal, with the proposal's own usage counted, and on every begin,
+// so that a step that spent the budget runs no tool. BeforeStep stops the
+// next step already at MaxTokens.
+func (p Policy) Tokens(run *ledger.Run) Verdict {
+	if run == nil {
+		return missing("run")
+	}
+	l, u := run.Budget.Limits, run.Budget.Used
+	switch {
+	case l.MaxTokens > 0 && u.Tokens > l.MaxTokens:
+		return stop(ledger.StopTokenBudgetExceeded, "run %s used %d tokens, over its budget of %d", run.ID, u.Tokens, l.MaxTokens)
+	case l.MaxTokens > 0 && u.TokensUnavailable:
+		return stop(ledger.StopTokenBudgetExceeded,
+			"token accounting unavailable: a step reported no usage; run %s counted at least %d of %d tokens",
+			run.ID, u.Tokens, l.MaxTokens)
+	}
+	return Verdict{}
+}
+
 // BeforeAttempt is checked before every attempt, including a retry that
 // recovery chooses. Unset (zero) limits never stop. The first that applies,
 // in this order, decides:

@@ -17,6 +17,10 @@ import (
 // when its declaration sets none.
 const DefaultHeartbeatTimeout = 30 * time.Second
 
+// DefaultDecisionTimeout is how long a client tool's agent may leave a
+// recovery decision unanswered when its declaration sets none.
+const DefaultDecisionTimeout = 5 * time.Minute
+
 // Builtins are what this build has that a config file may name without
 // declaring it.
 type Builtins struct {
@@ -53,6 +57,10 @@ type Tool struct {
 	// least HeartbeatTimeout). Both are 0 for a builtin tool.
 	HeartbeatTimeout time.Duration
 	MaxDuration      time.Duration
+	// DecisionTimeout is how long a client tool's agent may leave a
+	// recovery decision unanswered before the action goes to a person
+	// (default DefaultDecisionTimeout); 0 for a builtin tool.
+	DecisionTimeout time.Duration
 }
 
 // Agent is one declared agent.
@@ -210,6 +218,10 @@ func Parse(data []byte, format Format, b Builtins) (*Config, error) {
 			tool.MaxDuration = t.MaxDuration()
 			if tool.MaxDuration <= 0 {
 				tool.MaxDuration = max(t.Timeout(), tool.HeartbeatTimeout)
+			}
+			tool.DecisionTimeout = t.DecisionTimeout()
+			if tool.DecisionTimeout <= 0 {
+				tool.DecisionTimeout = DefaultDecisionTimeout
 			}
 		}
 		c.Tools = append(c.Tools, tool)

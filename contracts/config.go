@@ -76,6 +76,10 @@ type ConfigTool struct {
 	// MaxDurationMS bounds a client tool's lease from the attempt's start;
 	// 0 means not set.
 	MaxDurationMS int64 `json:"max_duration_ms,omitempty"`
+	// DecisionTimeoutMS is how long a client tool's agent may leave a
+	// recovery decision (query, cancel, resend) unanswered before a person
+	// is asked; 0 means not set.
+	DecisionTimeoutMS int64 `json:"decision_timeout_ms,omitempty"`
 }
 
 // HeartbeatTimeout returns HeartbeatTimeoutMS as a duration; 0 means not set.
@@ -83,6 +87,9 @@ func (t *ConfigTool) HeartbeatTimeout() time.Duration { return msDuration(t.Hear
 
 // MaxDuration returns MaxDurationMS as a duration; 0 means not set.
 func (t *ConfigTool) MaxDuration() time.Duration { return msDuration(t.MaxDurationMS) }
+
+// DecisionTimeout returns DecisionTimeoutMS as a duration; 0 means not set.
+func (t *ConfigTool) DecisionTimeout() time.Duration { return msDuration(t.DecisionTimeoutMS) }
 
 // ConfigAgent is one agent of a config file.
 type ConfigAgent struct {

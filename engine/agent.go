@@ -168,11 +168,19 @@ type Agent struct {
 type Lease struct {
 	HeartbeatTimeout time.Duration
 	MaxDuration      time.Duration
+	// DecisionTimeout is how long a recovery decision told to the agent
+	// (query, cancel, resend) may go unanswered before the action goes to
+	// a person (docs/recovery.md); 0 means DefaultDecisionTimeout.
+	DecisionTimeout time.Duration
 }
 
 // DefaultHeartbeatTimeout is a client tool's lease when its declaration
 // sets none.
 const DefaultHeartbeatTimeout = 30 * time.Second
+
+// DefaultDecisionTimeout is how long an agent has to act on a recovery
+// decision about a client tool's call when its declaration sets none.
+const DefaultDecisionTimeout = 5 * time.Minute
 
 // clientTool is a tool a client executes: the engine never calls it.
 type clientTool struct {
@@ -184,13 +192,17 @@ type clientTool struct {
 // makes and reports through the agent protocol; the engine never calls
 // its Execute. A zero lease.HeartbeatTimeout means
 // DefaultHeartbeatTimeout, a zero lease.MaxDuration the descriptor's
-// timeout (and at least the heartbeat timeout).
+// timeout (and at least the heartbeat timeout), a zero
+// lease.DecisionTimeout DefaultDecisionTimeout.
 func ClientTool(d contracts.ToolDescriptor, lease Lease) Tool {
 	if lease.HeartbeatTimeout <= 0 {
 		lease.HeartbeatTimeout = DefaultHeartbeatTimeout
 	}
 	if lease.MaxDuration <= 0 {
 		lease.MaxDuration = max(d.Timeout(), lease.HeartbeatTimeout)
+	}
+	if lease.DecisionTimeout <= 0 {
+		lease.DecisionTimeout = DefaultDecisionTimeout
 	}
 	return &clientTool{desc: d, lease: lease}
 }

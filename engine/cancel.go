@@ -51,14 +51,82 @@ func (e *Engine) Cancel(ctx context.Context, p CancelParams) (ledger.RequestCanc
 // Resolve settles an action in review (recovery.Resolve), with the
 // person's note redacted by the engine's Redactor before it is stored,
 // and notifies the pool so the run goes on.
+//
+// An action of a client-driven run whose effect waits on its agent — an
+// attempt whose lease lapsed, an uncertain action, a retry after an
+// attempt whose effect is unknown — is handed to the person first, with
+// that recorded as a review decision: a person can always settle what an
+// agent that never came back left open.
 func (e *Engine) Resolve(ctx context.Context, p recovery.ResolveParams) (*ledger.Action, error) {
 	p.RedactFunc = e.cfg.Redactor.RedactString
 	a, err := recovery.Resolve(ctx, e.store, p)
+	if ledger.Code(err) == ledger.CodeConflict {
+		if moved, herr := e.reviewForPerson(ctx, p); herr != nil {
+			return nil, herr
+		} else if moved {
+			a, err = recovery.Resolve(ctx, e.store, p)
+		}
+	}
 	if err != nil {
 		return nil, err
 	}
 	e.Notify()
 	return a, nil
+}
+
+// reviewForPerson moves to review an action of a client-driven run that a
+// person asks to settle while it waits on its agent; false if it is no
+// such action (Resolve then answers from the action as it stands).
+func (e *Engine) reviewForPerson(ctx context.Context, p recovery.ResolveParams) (bool, error) {
+	a, err := e.store.FindActionByID(ctx, p.ActionID)
+	if err != nil || a.Tenant != p.Tenant {
+		return false, nil // Resolve has said not found
+	}
+	run, err := e.store.FindRunByID(ctx, a.RunID)
+	if err != nil {
+		return false, err
+	}
+	if !e.ClientDriven(run.Agent) {
+		return false, nil
+	}
+	atts, err := e.store.FindAttempts(ctx, ledger.AttemptFilter{ActionID: &a.ID})
+	if err != nil || len(atts) == 0 {
+		return false, err
+	}
+	last := atts[len(atts)-1]
+	w := ledger.RecordRecoveryParams{ActionID: a.ID, ActionState: a.State, AttemptID: last.ID, Actor: p.Principal,
+		Run: reviewMove(run)}
+	why := "a person asked to settle the action"
+	switch a.State {
+	case ledger.ActionRunning:
+		if live, err := e.leaseLive(ctx, a.ID); err != nil || live {
+			return false, err // in flight: its agent may still report it
+		}
+		why += " after its attempt's lease lapsed with no outcome"
+		w.CloseAttempt = &ledger.CloseAttempt{Status: ledger.AttemptUncertain, ActionState: ledger.ActionUncertain,
+			Error: &ledger.AttemptError{Code: "interrupted", Message: "no outcome was recorded for this attempt: " + why}}
+	case ledger.ActionUncertain:
+		why += " whose effect is unknown"
+	case ledger.ActionApproved:
+		if last.Effect != ledger.EffectUnknown || a.Effect == ledger.EffectRead {
+			return false, nil
+		}
+		why += " before a retry began, with the earlier attempt's effect unknown"
+	default:
+		return false, nil
+	}
+	w.Steps = []ledger.RecoveryStep{{Decision: &ledger.RecoveryDecision{Decision: string(recovery.Review), Rationale: why}}}
+	w.Moves = []ledger.ActionMove{{To: ledger.ActionNeedsReview, Data: map[string]any{"decision": recovery.Review, "rationale": why}}}
+	if w.Run != nil {
+		w.Run.Data = map[string]any{"action_id": a.ID, "rationale": why}
+	}
+	if _, err := e.store.RecordRecovery(ctx, w); err != nil {
+		if ledger.Code(err) == ledger.CodeConflict {
+			return true, nil // moved meanwhile: Resolve answers from what it is now
+		}
+		return false, err
+	}
+	return true, nil
 }
 
 // interruptCall cancels the context of the run's call in flight in this
@@ -116,7 +184,20 @@ func (e *Engine) stepCancel(ctx context.Context, run *ledger.Run, c *ledger.Canc
 	}
 	for _, a := range actions {
 		switch a.State {
-		case ledger.ActionProposed, ledger.ActionAwaitingApproval, ledger.ActionApproved:
+		case ledger.ActionApproved:
+			if a.AttemptCount == 0 {
+				if _, err := e.store.TransitionAction(ctx, ledger.ActionTransition{ID: a.ID, From: a.State, To: ledger.ActionCancelled,
+					Actor: "engine", Data: map[string]any{"cause": "run cancelled"}}); err != nil {
+					return false, err
+				}
+				break
+			}
+			// A retry that has not begun: recovery cancels it, or hands it
+			// to a person if the earlier attempt's effect is unknown.
+			if _, err := e.recoverer.Recover(ctx, run, a); err != nil {
+				return false, err
+			}
+		case ledger.ActionProposed, ledger.ActionAwaitingApproval:
 			if _, err := e.store.TransitionAction(ctx, ledger.ActionTransition{ID: a.ID, From: a.State, To: ledger.ActionCancelled,
 				Actor: "engine", Data: map[string]any{"cause": "run cancelled"}}); err != nil {
 				return false, err

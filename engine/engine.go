@@ -170,6 +170,11 @@ type Engine struct {
 	tokenKey []byte
 	// clientAgents names the agents a client drives, in name order.
 	clientAgents []string
+	// decisionSweep is the sweep's place in the told, unanswered decisions
+	// (sweepDecisions), and minDecisionTimeout the shortest decision
+	// timeout of a client tool: no decision is due before it.
+	decisionSweep      sweepCursor
+	minDecisionTimeout time.Duration
 	// leases are the run leases the engine holds (runleases.go).
 	leases *runLeases
 }
@@ -282,6 +287,9 @@ func New(cfg Config) (*Engine, error) {
 				return nil, fmt.Errorf("engine: agent %s: tool %q registered twice", a.Name, d.Name)
 			}
 			ra.tools[d.Name] = registeredTool{Tool: t, desc: d, args: v}
+			if l, client := LeaseOf(t); client && (e.minDecisionTimeout == 0 || l.DecisionTimeout < e.minDecisionTimeout) {
+				e.minDecisionTimeout = l.DecisionTimeout
+			}
 		}
 		e.agents[a.Name] = ra
 		if a.Driver == DriverClient {
@@ -302,9 +310,10 @@ func (e *Engine) probe(name, version string) (recovery.Probe, bool) {
 			continue
 		}
 		p := recovery.Probe{Tool: recovery.ToolFor(t.desc)}
-		if _, client := LeaseOf(t.Tool); client {
+		if lease, client := LeaseOf(t.Tool); client {
 			// The agent asks its tool for recovery (the agent protocol).
 			p.Client = true
+			p.Tool.DecisionTimeout = lease.DecisionTimeout
 			return p, true
 		}
 		if broken("retry_unknown") {

@@ -98,7 +98,7 @@ var (
 		"claim_runs", "renew_run_leases", "release_run_lease", "probe_write"}
 	storeReads = [...]string{"find_run_by_id", "find_runs", "find_action_by_id", "find_actions", "find_attempts",
 		"find_observations", "find_approvals", "find_cancellation", "find_recovery_facts", "find_events", "verify_chain",
-		"find_chain", "count_by_state", "find_attempt_lease", "find_lapsed_leases", "find_agent_decision",
+		"find_chain", "count_by_state", "find_attempt_lease", "find_lapsed_leases", "find_agent_decision", "find_agent_decisions",
 		"find_run_lease", "find_run_lease_owners"}
 )
 
@@ -433,6 +433,12 @@ func (s *watchedStore) FindAttemptLease(ctx context.Context, id ledger.AttemptID
 func (s *watchedStore) FindLapsedLeases(ctx context.Context, before time.Time, limit int) ([]*ledger.AttemptLease, error) {
 	r, err := s.store.FindLapsedLeases(ctx, before, limit)
 	s.h.read("find_lapsed_leases", err)
+	return r, err
+}
+
+func (s *watchedStore) FindAgentDecisions(ctx context.Context, f ledger.AgentDecisionFilter) ([]*ledger.AgentDecision, error) {
+	r, err := s.store.FindAgentDecisions(ctx, f)
+	s.h.read("find_agent_decisions", err)
 	return r, err
 }
 

@@ -46,6 +46,13 @@ const (
 	CodeOutcomeInvalid  = "outcome_not_allowed"
 	CodeStaleDecision   = "stale_decision"
 	CodeFinishInvalid   = "invalid_finish"
+	// CodeCannotSupersede: the action named by supersedes is of another
+	// run of the tenant, or has begun, or is settled or superseded.
+	CodeCannotSupersede = "cannot_supersede"
+	// CodePendingCap: the proposal would wait for approval while its run
+	// has one pending already and the tenant is at its cap of pending
+	// approvals (ProposeParams.MaxPendingApprovals).
+	CodePendingCap = "too_many_pending_approvals"
 )
 
 // ProtocolError is a protocol step the ledger refused, with a stable code
@@ -85,6 +92,10 @@ type ProposeParams struct {
 	// unavailable.
 	Usage      *Usage
 	Supersedes ledger.ActionID
+	// MaxPendingApprovals, if positive, caps the tenant's pending
+	// approvals and live runs for a proposal that would wait for approval
+	// while its run has one pending already (CodePendingCap).
+	MaxPendingApprovals int
 }
 
 // ProposeResult is the recorded action, the approval it waits for (if

@@ -2,6 +2,8 @@ package engine
 
 import (
 	"context"
+	"sync"
+	"time"
 	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/base64"
@@ -138,12 +140,22 @@ func (e *Engine) Propose(ctx context.Context, p ProposeParams) (ProposeResult, e
 			}
 		}
 	}
+	if p.Supersedes != "" {
+		if err := e.checkSupersedes(ctx, run, p.Supersedes); err != nil {
+			return ProposeResult{}, err
+		}
+	}
 	usage := ledger.AddUsageParams{RunID: run.ID, Steps: 1, TokensUnavailable: p.Usage == nil}
 	if p.Usage != nil {
 		usage.Tokens = p.Usage.InputTokens + p.Usage.OutputTokens
 	}
 	policy := e.policyOf(agent)
 	if v := policy.BeforeStep(run, e.now()); v.Stopped() {
+		return ProposeResult{}, e.stopClient(ctx, run, v, &usage)
+	}
+	// The step's own usage counts before its action is recorded: a
+	// proposal whose model step spent the token budget is refused.
+	if v := policy.Tokens(withUsage(run, usage)); v.Stopped() {
 		return ProposeResult{}, e.stopClient(ctx, run, v, &usage)
 	}
 	if v, err := policy.Loop(historyOf(actions, nil), p.Tool, p.Arguments); err != nil {
@@ -155,8 +167,12 @@ func (e *Engine) Propose(ctx context.Context, p ProposeParams) (ProposeResult, e
 	res, err := e.store.CreateAction(ctx, ledger.CreateActionParams{
 		RunID: run.ID, IdempotencyKey: p.StepKey, Tool: tool.desc.Name, ToolVersion: tool.desc.Version, Effect: tool.desc.Effect,
 		Arguments: p.Arguments, Supersedes: p.Supersedes, Gate: gate.Gate, ApprovalTTL: gate.ApprovalTTL, Actor: p.Caller.Principal,
-		Usage: &usage, GateAudit: gateParams(gate),
+		Usage: &usage, GateAudit: gateParams(gate), MaxPendingApprovals: p.MaxPendingApprovals,
 	})
+	if ledger.Code(err) == ledger.CodeBudgetExceeded && gate.Gate == ledger.ActionAwaitingApproval && p.MaxPendingApprovals > 0 {
+		return ProposeResult{}, protoErr(CodePendingCap, "this run has an approval pending and the tenant has %d approvals pending or runs that may ask for one, its cap: wait for a decision, then propose again",
+			p.MaxPendingApprovals)
+	}
 	if ledger.Code(err) == ledger.CodeConflict {
 		// Another process presented the same step key meanwhile, or the
 		// run moved: answer from what is recorded now.
@@ -171,6 +187,35 @@ func (e *Engine) Propose(ctx context.Context, p ProposeParams) (ProposeResult, e
 	}
 	e.Notify()
 	return ProposeResult{Action: res.Action, Approval: res.Approval, Replayed: res.Duplicate}, nil
+}
+
+// checkSupersedes refuses a supersedes that names no action the run may
+// replace: an unknown action or another tenant's is not found (ids leak
+// nothing); another run's, or one that has begun or is settled, is
+// cannot_supersede.
+func (e *Engine) checkSupersedes(ctx context.Context, run *ledger.Run, id ledger.ActionID) error {
+	old, err := e.store.FindActionByID(ctx, id)
+	if ledger.Code(err) == ledger.CodeNotFound || err == nil && old.Tenant != run.Tenant {
+		return ledger.Errorf(ledger.CodeNotFound, "action %s not found", id)
+	}
+	if err != nil {
+		return err
+	}
+	switch {
+	case old.RunID != run.ID:
+		return protoErr(CodeCannotSupersede, "action %s belongs to another run: only an action of this run can be superseded", id)
+	case old.State != ledger.ActionProposed && old.State != ledger.ActionAwaitingApproval && old.State != ledger.ActionApproved:
+		return protoErr(CodeCannotSupersede, "action %s is %s: only an action that has not begun can be superseded", id, old.State)
+	}
+	return nil
+}
+
+// withUsage is run with usage added to what its budget used.
+func withUsage(run *ledger.Run, usage ledger.AddUsageParams) *ledger.Run {
+	counted := *run
+	counted.Budget.Used.Tokens += usage.Tokens
+	counted.Budget.Used.TokensUnavailable = counted.Budget.Used.TokensUnavailable || usage.TokensUnavailable
+	return &counted
 }
 
 // replayProposal answers a step key the run has seen: the same action for
@@ -269,6 +314,9 @@ func (e *Engine) Begin(ctx context.Context, p BeginParams) (BeginResult, error) 
 	if a.State == ledger.ActionApproved && run.State == ledger.RunRunning {
 		if reason, why := e.retryVerdict(run, a, e.now()); reason != "" {
 			return BeginResult{}, e.stopClient(ctx, run, budget.Verdict{Stop: reason, Rationale: why}, nil)
+		}
+		if v := e.policyOf(agent).Tokens(run); v.Stopped() {
+			return BeginResult{}, e.stopClient(ctx, run, v, nil)
 		}
 	}
 	lease, _ := LeaseOf(tool.Tool) // every tool of a client agent is a ClientTool (New)
@@ -509,7 +557,11 @@ func (e *Engine) replayOutcome(ctx context.Context, att *ledger.Attempt, lease *
 
 // lateOutcome keeps an outcome reported for a closed attempt as evidence,
 // lets a happened in it settle the action as a query's answer would, and
-// refuses the complete with attempt_closed.
+// refuses the complete with attempt_closed. A happened when a later
+// attempt has begun (the effect may have happened twice), or an effect that
+// contradicts the one established for the attempt, goes to a person; a
+// later attempt still in flight is left to finish, and its outcome is
+// recorded when it comes.
 func (e *Engine) lateOutcome(ctx context.Context, run *ledger.Run, a *ledger.Action, att *ledger.Attempt, p CompleteParams, effect ledger.EffectFact) error {
 	closed := protoErr(CodeAttemptClosed, "attempt %s is closed: its lease lapsed or recovery moved on; the outcome is kept as a late_outcome observation", att.ID)
 	recorded := e.redactOutcome(p.Outcome)
@@ -517,44 +569,76 @@ func (e *Engine) lateOutcome(ctx context.Context, run *ledger.Run, a *ledger.Act
 	if err != nil {
 		return err
 	}
-	if att.Effect != ledger.EffectUnknown && effect != att.Effect {
+	reported := effect
+	contradicts := att.Effect != ledger.EffectUnknown && effect != att.Effect
+	if contradicts {
 		effect = ledger.EffectUnknown // contradicting evidence is kept, the established fact stands
 	}
 	if _, _, err := e.store.RecordObservation(ctx, ledger.RecordObservationParams{AttemptID: att.ID, Source: ledger.ObservedLate,
 		Effect: effect, Detail: detail, Actor: p.Caller.Principal}); err != nil {
 		return err
 	}
-	if effect == ledger.EffectHappened {
-		atts, err := e.store.FindAttempts(ctx, ledger.AttemptFilter{ActionID: &a.ID})
-		if err != nil {
-			return err
-		}
-		last := atts[len(atts)-1]
-		if last.ID == att.ID && a.State == ledger.ActionApproved {
-			// Recovery allowed a retry, which has not begun: the effect is
-			// established, so the action is reconciled instead.
-			if _, err := e.store.TransitionAction(ctx, ledger.ActionTransition{ID: a.ID, From: ledger.ActionApproved, To: ledger.ActionSucceeded,
-				Actor: "recovery", Data: map[string]any{"decision": recovery.Reconcile, "attempt_id": att.ID,
-					"rationale": "a late outcome established that the attempt's effect happened before a retry began"}}); err != nil &&
-				ledger.Code(err) != ledger.CodeConflict {
-				return err
-			}
-			return closed
-		}
-		if last.ID != att.ID && a.State == ledger.ActionUncertain {
-			// A later attempt began: the effect may have happened twice.
-			if _, err := e.store.RecordRecovery(ctx, ledger.RecordRecoveryParams{ActionID: a.ID, ActionState: a.State, AttemptID: last.ID,
-				Steps: []ledger.RecoveryStep{{Decision: &ledger.RecoveryDecision{Decision: string(recovery.Review),
-					Rationale: "a late outcome says attempt " + string(att.ID) + " took effect after a later attempt began: a person decides"}}},
-				Moves: []ledger.ActionMove{{To: ledger.ActionNeedsReview}},
-				Run:   reviewMove(run), Actor: "recovery"}); err != nil && ledger.Code(err) != ledger.CodeConflict {
-				return err
-			}
-		} else if _, err := e.recoverClient(ctx, run.ID, a.ID); err != nil && ledger.Code(err) != ledger.CodeConflict {
-			return err
-		}
+	if effect != ledger.EffectHappened && !contradicts {
+		return closed
 	}
+	if a, err = e.store.FindActionByID(ctx, a.ID); err != nil {
+		return err
+	}
+	switch a.State {
+	case ledger.ActionApproved, ledger.ActionRunning, ledger.ActionUncertain:
+	default:
+		return closed // settled, or with a person already: the observation is theirs to weigh
+	}
+	atts, err := e.store.FindAttempts(ctx, ledger.AttemptFilter{ActionID: &a.ID})
+	if err != nil {
+		return err
+	}
+	last := atts[len(atts)-1]
+	switch {
+	case contradicts:
+		err = e.reviewLate(ctx, run, a, last, fmt.Sprintf("a late outcome says attempt %s's effect %s, but it was established as %s: a person decides",
+			att.ID, effectText(reported), att.Effect))
+	case last.ID != att.ID:
+		err = e.reviewLate(ctx, run, a, last, "a late outcome says attempt "+string(att.ID)+" took effect after a later attempt began: the effect may have happened twice, a person decides")
+	case a.State == ledger.ActionApproved:
+		// Recovery allowed a retry, which has not begun: the effect is
+		// established, so the action is reconciled instead.
+		_, err = e.store.TransitionAction(ctx, ledger.ActionTransition{ID: a.ID, From: ledger.ActionApproved, To: ledger.ActionSucceeded,
+			Actor: "recovery", Data: map[string]any{"decision": recovery.Reconcile, "attempt_id": att.ID,
+				"rationale": "a late outcome established that the attempt's effect happened before a retry began"}})
+	default:
+		_, err = e.recoverClient(ctx, run.ID, a.ID)
+	}
+	if err != nil && ledger.Code(err) != ledger.CodeConflict {
+		return err
+	}
+	e.Notify()
 	return closed
+}
+
+// effectText is an effect as a rationale says it.
+func effectText(f ledger.EffectFact) string {
+	switch f {
+	case ledger.EffectHappened:
+		return "happened"
+	case ledger.EffectNotHappened:
+		return "did not happen"
+	}
+	return "is unknown"
+}
+
+// reviewLate hands an action to a person over a late outcome, recording
+// why; its last attempt, if still in flight, is left open.
+func (e *Engine) reviewLate(ctx context.Context, run *ledger.Run, a *ledger.Action, last *ledger.Attempt, why string) error {
+	run, err := e.store.FindRunByID(ctx, run.ID)
+	if err != nil {
+		return err
+	}
+	_, err = e.store.RecordRecovery(ctx, ledger.RecordRecoveryParams{ActionID: a.ID, ActionState: a.State, AttemptID: last.ID,
+		Steps: []ledger.RecoveryStep{{Decision: &ledger.RecoveryDecision{Decision: string(recovery.Review), Rationale: why}}},
+		Moves: []ledger.ActionMove{{To: ledger.ActionNeedsReview, Data: map[string]any{"decision": recovery.Review, "rationale": why}}},
+		Run:   reviewMove(run), Actor: "recovery"})
+	return err
 }
 
 // reviewMove moves a run to needs_review, if it can go there.
@@ -620,6 +704,15 @@ func (e *Engine) Observe(ctx context.Context, p ObserveParams) (ObserveResult, e
 	}
 	if err != nil || told.DecisionID != p.DecisionID || told.Answered || told.Kind != string(p.Kind) {
 		return ObserveResult{}, protoErr(CodeStaleDecision, "decision %s is not the current one about this attempt's action: follow /next", p.DecisionID)
+	}
+	// A decision is answered only while the facts it rests on stand: a
+	// late outcome, or a person, may have settled the action since.
+	a, err := e.store.FindActionByID(ctx, att.ActionID)
+	if err != nil {
+		return ObserveResult{}, err
+	}
+	if a.State != ledger.ActionRunning && a.State != ledger.ActionUncertain || att.Effect != ledger.EffectUnknown {
+		return ObserveResult{}, protoErr(CodeStaleDecision, "decision %s was superseded: action %s is %s now; follow /next", p.DecisionID, a.ID, a.State)
 	}
 	obs := ledger.RecordObservationParams{AttemptID: att.ID, Actor: p.Caller.Principal, DecisionID: p.DecisionID,
 		Detail: e.redactJSON(p.Detail), Effect: ledger.EffectUnknown}
@@ -774,8 +867,30 @@ func (e *Engine) directive(ctx context.Context, run *ledger.Run, agent *register
 			return d, true, nil
 		}
 		d.Kind, d.Rationale = DirectiveExecute, "approved: begin an attempt"
-		if a.AttemptCount > 0 {
+		if a.AttemptCount == 0 {
+			break
+		}
+		atts, err := e.store.FindAttempts(ctx, ledger.AttemptFilter{ActionID: &a.ID})
+		if err != nil {
+			return d, false, err
+		}
+		if len(atts) > 0 {
+			if id := recovery.ResendDecisionID(recovery.Facts{Action: a, Attempt: atts[len(atts)-1]}); id != "" {
+				// A retry after an attempt whose effect is unknown: the
+				// decision told to the agent, until its timeout.
+				d.DecisionID = id
+				if due, err := e.resendDue(ctx, a, id); err != nil || due {
+					if err == nil {
+						_, err = e.recoverer.Recover(ctx, run, a)
+					}
+					return d, err == nil, err
+				}
+			}
+		}
+		if tool, ok := agent.tools[a.Tool]; ok && tool.desc.Guarantees.Dedup {
 			d.Kind, d.Rationale = DirectiveResend, "begin a new attempt: the tool gets the same dedup key"
+		} else {
+			d.Rationale = "begin a new attempt (the last one's effect is established, or the tool only reads)"
 		}
 	case ledger.ActionRunning, ledger.ActionUncertain:
 		atts, err := e.store.FindAttempts(ctx, ledger.AttemptFilter{ActionID: &a.ID})
@@ -818,6 +933,21 @@ func (e *Engine) directive(ctx context.Context, run *ledger.Run, agent *register
 		d.DecisionID = factsID(string(a.ID), a.Version, string(d.Kind))
 	}
 	return d, false, nil
+}
+
+// resendDue reports whether the agent was told the resend id about a and
+// has not begun it within the tool's decision timeout.
+func (e *Engine) resendDue(ctx context.Context, a *ledger.Action, id string) (bool, error) {
+	told, err := e.store.FindAgentDecision(ctx, a.ID)
+	if ledger.Code(err) == ledger.CodeNotFound {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	probe, ok := e.probe(a.Tool, a.ToolVersion)
+	return ok && probe.Tool.DecisionTimeout > 0 && told.DecisionID == id && !told.Answered &&
+		e.now().Sub(told.DecidedAt) >= probe.Tool.DecisionTimeout, nil
 }
 
 // FinishRun ends a client-driven run: completed, or failed with a stop
@@ -893,19 +1023,108 @@ func (e *Engine) FinishRun(ctx context.Context, p FinishParams) (*ledger.Run, er
 
 // sweepLeases applies the recovery table to attempts whose lease lapsed,
 // so that an agent that never comes back leaves its unknown effects in
-// review, not open. It runs with the pool's passes.
+// review, not open; then to the decisions told to agents that have gone
+// unanswered past their tool's decision timeout (sweepDecisions). It runs
+// with the pool's passes. A lapsed attempt whose agent was told a decision
+// since is not listed again (the store leaves it out): it waits for its
+// answer or its timeout, and a backlog of such attempts never keeps the
+// sweep from the others.
 func (e *Engine) sweepLeases(ctx context.Context) error {
-	lapsed, err := e.store.FindLapsedLeases(ctx, e.now(), 100)
+	lapsed, err := e.store.FindLapsedLeases(ctx, e.now(), sweepPage)
 	if err != nil {
 		return err
 	}
 	for _, l := range lapsed {
-		if told, err := e.store.FindAgentDecision(ctx, l.ActionID); err == nil && !told.Answered && told.DecidedAt.After(l.Until) {
-			continue // decided since it lapsed; the agent was told what to do
-		}
 		if _, err := e.recoverClient(ctx, l.RunID, l.ActionID); err != nil && ledger.Code(err) != ledger.CodeConflict {
 			return err
 		}
 	}
+	return e.sweepDecisions(ctx)
+}
+
+// sweepPage is how many lapsed leases, or told decisions, one pass of the
+// sweep reads.
+const sweepPage = 100
+
+// sweepCursor is where the next pass over told decisions starts.
+type sweepCursor struct {
+	mu    sync.Mutex
+	after *ledger.AgentDecision
+}
+
+// sweepDecisions hands to a person each action whose agent was told a
+// decision (query, cancel, resend) and has not acted on it within its
+// tool's decision timeout. Each pass reads one page of the decisions told
+// longer ago than the shortest timeout, from where the last pass stopped,
+// and starts again from the oldest once it reaches the end, so that
+// decisions not due yet (a tool with a longer timeout) never keep the
+// sweep from the rest.
+func (e *Engine) sweepDecisions(ctx context.Context) error {
+	if e.minDecisionTimeout <= 0 {
+		return nil // no client tool
+	}
+	c := &e.decisionSweep
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	now := e.now()
+	told, err := e.store.FindAgentDecisions(ctx, ledger.AgentDecisionFilter{DecidedBefore: now.Add(-e.minDecisionTimeout),
+		After: c.after, Limit: sweepPage})
+	if err != nil {
+		return err
+	}
+	if len(told) < sweepPage {
+		c.after = nil
+	} else {
+		c.after = told[len(told)-1]
+	}
+	for _, d := range told {
+		if err := e.escalateUnanswered(ctx, d, now); err != nil && ledger.Code(err) != ledger.CodeConflict && ledger.Code(err) != ledger.CodeNotFound {
+			return err
+		}
+	}
+	return nil
+}
+
+// escalateUnanswered lets recovery decide again about an action whose
+// agent has left the decision d unanswered past its tool's timeout; the
+// table then hands it to a person if d is still the decision its facts
+// call for. An action whose attempt holds a live lease is in flight, not
+// waiting for an answer.
+func (e *Engine) escalateUnanswered(ctx context.Context, d *ledger.AgentDecision, now time.Time) error {
+	a, err := e.store.FindActionByID(ctx, d.ActionID)
+	if err != nil {
+		return err
+	}
+	probe, ok := e.probe(a.Tool, a.ToolVersion)
+	if !ok || !probe.Client || now.Sub(d.DecidedAt) < probe.Tool.DecisionTimeout {
+		return nil
+	}
+	switch a.State {
+	case ledger.ActionRunning:
+		if live, err := e.leaseLive(ctx, a.ID); err != nil || live {
+			return err
+		}
+	case ledger.ActionApproved:
+		// Only a resend still due: anything else of an approved action is
+		// no question to the agent.
+		atts, err := e.store.FindAttempts(ctx, ledger.AttemptFilter{ActionID: &a.ID})
+		if err != nil || len(atts) == 0 {
+			return err
+		}
+		if recovery.ResendDecisionID(recovery.Facts{Action: a, Attempt: atts[len(atts)-1]}) != d.DecisionID {
+			return nil
+		}
+	case ledger.ActionUncertain:
+	default:
+		return nil
+	}
+	run, err := e.store.FindRunByID(ctx, a.RunID)
+	if err != nil || run.State.Terminal() {
+		return err
+	}
+	if _, err := e.recoverer.Recover(ctx, run, a); err != nil {
+		return err
+	}
+	e.Notify()
 	return nil
 }

@@ -216,7 +216,7 @@ func TestProtocolQueryAnswered(t *testing.T) {
 	obs, err := b.engine.Observe(ctx, engine.ObserveParams{Caller: b.caller, AttemptID: begin.Attempt.ID, DecisionID: q.DecisionID,
 		Kind: engine.ObserveQuery, Effect: ledger.EffectNotHappened})
 	require.NoError(t, err)
-	require.Equal(t, engine.DirectiveResend, obs.Next[0].Kind)
+	require.Equal(t, engine.DirectiveExecute, obs.Next[0].Kind)
 	_, err = b.engine.Observe(ctx, engine.ObserveParams{Caller: b.caller, AttemptID: begin.Attempt.ID, DecisionID: q.DecisionID,
 		Kind: engine.ObserveQuery, Effect: ledger.EffectNotHappened})
 	require.Equal(t, engine.CodeStaleDecision, protoCode(t, err), "a decision is answered once")

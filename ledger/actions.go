@@ -82,6 +82,20 @@ func (s *DB) CreateAction(ctx context.Context, p CreateActionParams) (CreateActi
 		if run.State != RunRunning {
 			return Errorf(CodeConflict, "run %s is %s: actions are recorded only while it runs", p.RunID, run.State)
 		}
+		if p.Gate == ActionAwaitingApproval && p.MaxPendingApprovals > 0 {
+			// A live run holds a place under the cap for the approval it
+			// may ask for: its first pending one takes that place, any
+			// more count against the cap like new runs.
+			mine, err := tx.d.CountPendingApprovals(tx.ctx, p.RunID)
+			if err != nil {
+				return err
+			}
+			if mine > 0 {
+				if err := tx.checkPendingCap(run.Tenant, p.MaxPendingApprovals); err != nil {
+					return err
+				}
+			}
+		}
 		maxSeq, err := tx.d.MaxActionSeq(tx.ctx, p.RunID)
 		if err != nil {
 			return err

@@ -235,6 +235,14 @@ func (tx *txn) finishAttempt(att *Attempt, o attemptOutcome) (*Action, *Observat
 	}
 	action, err := tx.moveAction(ActionTransition{ID: att.ActionID, From: ActionRunning, To: o.ActionState, Actor: o.Actor,
 		Data: map[string]any{"attempt_id": att.ID}}, 0)
+	if Code(err) == CodeConflict {
+		// A person was asked while the attempt ran (evidence that an
+		// earlier attempt took effect came in): its outcome is recorded
+		// all the same, and the action stays in review.
+		if a, ferr := tx.findAction(att.ActionID); ferr == nil && a.State == ActionNeedsReview {
+			return a, obs, nil
+		}
+	}
 	if err != nil {
 		return nil, nil, err
 	}

@@ -106,11 +106,16 @@ type Reader interface {
 	// GetAttemptLeaseByKey returns the lease an action's begin key made.
 	GetAttemptLeaseByKey(ctx context.Context, action ActionID, key string) (*AttemptLease, error)
 	// ListLapsedLeases lists, by (until, attempt), leases with no outcome
-	// that lapsed before before, of attempts still started; limit ≤ 0 is
-	// no limit.
+	// that lapsed before before, of attempts still started, but for those
+	// whose agent was told a decision after the lapse and has not answered
+	// it; limit ≤ 0 is no limit.
 	ListLapsedLeases(ctx context.Context, before time.Time, limit int) ([]*AttemptLease, error)
 	// GetAgentDecision returns the decision last told about an action.
 	GetAgentDecision(ctx context.Context, action ActionID) (*AgentDecision, error)
+	// ListAgentDecisions lists the decisions f selects: told, unanswered,
+	// about actions that are approved, running or uncertain, by
+	// (decided_at, action).
+	ListAgentDecisions(ctx context.Context, f AgentDecisionFilter) ([]*AgentDecision, error)
 
 	// ListEvents lists a run's events in sequence order; sizeHint is how
 	// many there should be (0 if unknown).

@@ -95,9 +95,25 @@ type LeaseStore interface {
 	// FindLapsedLeases lists, oldest first, the leases of attempts still
 	// started whose lease lapsed before the time given, at most limit.
 	FindLapsedLeases(ctx context.Context, before time.Time, limit int) ([]*AttemptLease, error)
+	// FindAgentDecisions lists, oldest first, the decisions agents were
+	// told and have not answered, about actions that are approved, running
+	// or uncertain: those a decision timeout may hand to a person.
+	FindAgentDecisions(ctx context.Context, f AgentDecisionFilter) ([]*AgentDecision, error)
 	// FindAgentDecision returns the decision the agent was last told for
 	// an action (id, kind, whether answered); CodeNotFound if none.
 	FindAgentDecision(ctx context.Context, action ActionID) (AgentDecision, error)
+}
+
+// AgentDecisionFilter selects told decisions nobody has answered yet
+// (Store.FindAgentDecisions).
+type AgentDecisionFilter struct {
+	// DecidedBefore: only decisions told at or before it.
+	DecidedBefore time.Time
+	// After, if set, is the cursor: only decisions after it in
+	// (DecidedAt, ActionID) order.
+	After *AgentDecision
+	// Limit ≤ 0 is no limit.
+	Limit int
 }
 
 // AgentDecision is the recovery decision an agent was last told about an
@@ -241,6 +257,15 @@ func (s *DB) FindLapsedLeases(ctx context.Context, before time.Time, limit int) 
 	out, err := s.reader().ListLapsedLeases(ctx, before, limit)
 	if err != nil {
 		return nil, wrapErr("find lapsed leases", err)
+	}
+	return out, nil
+}
+
+// FindAgentDecisions implements Store.
+func (s *DB) FindAgentDecisions(ctx context.Context, f AgentDecisionFilter) ([]*AgentDecision, error) {
+	out, err := s.reader().ListAgentDecisions(ctx, f)
+	if err != nil {
+		return nil, wrapErr("find agent decisions", err)
 	}
 	return out, nil
 }

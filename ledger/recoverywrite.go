@@ -266,6 +266,14 @@ func (p RecordRecoveryParams) check() error {
 		state = c.ActionState
 	}
 	for _, m := range p.Moves {
+		if state == ActionRunning && m.To == ActionNeedsReview && p.CloseAttempt == nil {
+			// A person is asked while an attempt is in flight (a late
+			// outcome says an earlier one took effect): the attempt stays
+			// open, and its outcome, when it comes, leaves the action in
+			// review (FinishAttempt).
+			state = m.To
+			continue
+		}
 		if owner := ActionEdgeOwner(state, m.To); owner != "" {
 			return Errorf(CodeInvalid, "%s → %s is taken by %s", state, m.To, owner)
 		}

@@ -138,7 +138,11 @@ var actionTransitions = transitions[ActionState]{
 	ActionAwaitingApproval: {ActionApproved, ActionDenied, ActionExpired, ActionCancelled, ActionSuperseded},
 	// approved → succeeded: a retry was allowed, then a late outcome of
 	// the last attempt established that its effect happened (reconciled).
-	ActionApproved: {ActionRunning, ActionCancelled, ActionSuperseded, ActionSucceeded},
+	// approved → needs_review: a retry was allowed after an attempt whose
+	// effect is unknown, and it never began (nobody resent it within the
+	// tool's decision timeout, or the run was cancelled first): a person
+	// settles the earlier attempt's effect.
+	ActionApproved: {ActionRunning, ActionCancelled, ActionSuperseded, ActionSucceeded, ActionNeedsReview},
 	// running → needs_review: a client reported that its call failed but
 	// took effect (docs/agent-protocol.md): a person settles it.
 	ActionRunning:     {ActionSucceeded, ActionFailed, ActionUncertain, ActionNeedsReview},

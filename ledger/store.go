@@ -261,6 +261,12 @@ type CreateActionParams struct {
 	// be durable before the tool is called. If the attempt is refused (a
 	// budget, a cancel), the action is still recorded and StartErr says why.
 	StartAttempt bool
+	// MaxPendingApprovals, if positive, refuses (CodeBudgetExceeded, and
+	// nothing recorded) an action that would wait for approval, when its
+	// run has one pending already, while its tenant's pending approvals
+	// and live runs reach it, as SubmitRun refuses a new run. A run's first
+	// pending approval takes the place its run held under the cap.
+	MaxPendingApprovals int
 }
 
 // GateAudit is why the gate chose an action's state: what an auditor needs

@@ -1,6 +1,8 @@
 package recovery
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"strings"
 	"time"
@@ -54,6 +56,10 @@ type Tool struct {
 	DedupRetention time.Duration
 	// QueryVisibility is how long after a call a query may still miss it.
 	QueryVisibility time.Duration
+	// DecisionTimeout is how long a decision told to an agent (a query, a
+	// cancel or a resend of a client's tool) may go unanswered before a
+	// person is asked instead; 0: forever. Only a client's tool has one.
+	DecisionTimeout time.Duration
 }
 
 // ToolFor returns the recovery view of a tool descriptor.
@@ -95,6 +101,10 @@ type Facts struct {
 	// budget for them (0: 3).
 	QueryFailures    int
 	MaxQueryFailures int
+	// Told is the decision the action's agent was last told and has not
+	// answered (a client's tool; nil if none): Decide hands the action to
+	// a person once it has gone unanswered for Tool.DecisionTimeout.
+	Told *ledger.AgentDecision
 }
 
 // Decision is what to do and why.
@@ -121,6 +131,12 @@ func Decide(f Facts) Decision {
 	case ledger.ActionProposed, ledger.ActionAwaitingApproval:
 		return Decision{Kind: Wait, Rationale: "waiting for approval; it expires when its TTL passes"}
 	case ledger.ActionApproved:
+		if d, ok := unanswered(f, ResendDecisionID(f)); ok {
+			return d
+		}
+		if f.Cancelling && f.Attempt != nil && f.Attempt.Effect == ledger.EffectUnknown && f.Action.Effect != ledger.EffectRead {
+			return Decision{Kind: Review, Rationale: "cancel accepted before the action was tried again, but the effect of its earlier attempt is unknown: a person decides"}
+		}
 		if f.Cancelling {
 			return Decision{Kind: Cancelled, Effect: ledger.EffectNotHappened, Rationale: "cancel accepted before the action started: it never runs"}
 		}
@@ -141,6 +157,18 @@ func decideUncertain(f Facts) Decision {
 	g := f.Tool.Guarantees
 	if f.Attempt != nil && f.Attempt.Effect != ledger.EffectUnknown {
 		return afterEffect(f, f.Attempt.Effect, "the attempt's effect is already established as "+string(f.Attempt.Effect))
+	}
+	if f.Action.Effect == ledger.EffectRead {
+		// A read changes nothing: whatever the call did, doing it again
+		// is safe, and there is no effect for a person to establish.
+		return afterEffect(f, ledger.EffectNotHappened, "a read carries no effect")
+	}
+	if f.Told != nil {
+		for _, k := range []Kind{Query, Cancel} {
+			if d, ok := unanswered(f, DecisionID(f, k)); ok {
+				return d
+			}
+		}
 	}
 	// A run being cancelled: a cancel-capable tool is cancelled first, then
 	// its effect established by query where possible.
@@ -205,6 +233,50 @@ func decideByQuery(f Facts) Decision {
 		return afterEffect(f, ledger.EffectNotHappened, "the query found no effect after its visibility delay")
 	default:
 		return Decision{Kind: Review, Rationale: "the tool answered the query with 'unknown': a person decides"}
+	}
+}
+
+// ResendDecisionID names a resend an agent is told: a new attempt of an
+// approved action whose last attempt's effect is unknown, with the same
+// dedup key. It rests on the action and that attempt only, so that it
+// stays the same until the agent begins the new attempt; "" when the
+// action is no such resend.
+func ResendDecisionID(f Facts) string {
+	if f.Action.State != ledger.ActionApproved || f.Action.Effect == ledger.EffectRead || f.Attempt == nil || f.Attempt.Effect != ledger.EffectUnknown {
+		return ""
+	}
+	return resendID(f.Action.ID, f.Attempt.ID)
+}
+
+func resendID(action ledger.ActionID, attempt ledger.AttemptID) string {
+	h := sha256.Sum256(fmt.Appendf(nil, "%s\x00%s\x00resend", action, attempt))
+	return "dec_" + hex.EncodeToString(h[:])[:32]
+}
+
+// unanswered is the review of an action whose agent was told the decision
+// id and has not answered it within the tool's decision timeout; false if
+// that is not so.
+func unanswered(f Facts, id string) (Decision, bool) {
+	t := f.Told
+	if t == nil || id == "" || t.Answered || t.DecisionID != id || f.Tool.DecisionTimeout <= 0 {
+		return Decision{}, false
+	}
+	waited := f.Now.Sub(t.DecidedAt)
+	if waited < f.Tool.DecisionTimeout {
+		return Decision{}, false
+	}
+	return Decision{Kind: Review, Rationale: fmt.Sprintf("the agent was told to %s %s ago and has not done so within the tool's decision timeout (%s): effect unknown, a person decides",
+		toldVerb(t.Kind), waited.Round(time.Millisecond), f.Tool.DecisionTimeout)}, true
+}
+
+func toldVerb(kind string) string {
+	switch Kind(kind) {
+	case Query:
+		return "query its tool"
+	case Cancel:
+		return "cancel the call"
+	default:
+		return "send the call again"
 	}
 }
 

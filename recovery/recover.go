@@ -155,6 +155,15 @@ func (r *Recoverer) recover(ctx context.Context, lf *ledger.RecoveryFacts) (Deci
 // was written or any tool asked to change anything.
 func (r *Recoverer) pass(ctx context.Context, lf *ledger.RecoveryFacts) (d Decision, stale bool, err error) {
 	f, probe := r.facts(lf)
+	if probe.Client {
+		told, err := r.cfg.Store.FindAgentDecision(ctx, lf.Action.ID)
+		switch {
+		case err == nil && !told.Answered:
+			f.Told = &told
+		case err != nil && ledger.Code(err) != ledger.CodeNotFound:
+			return Decision{}, false, fmt.Errorf("recover %s: %w", lf.Action.ID, err)
+		}
+	}
 	p := pass{facts: lf}
 	write := func(final *Decision) error {
 		withFacts := p.facts != nil
@@ -191,6 +200,11 @@ func (r *Recoverer) pass(ctx context.Context, lf *ledger.RecoveryFacts) (d Decis
 			}
 			f.Cancel = r.cancel(ctx, f, probe, &p)
 		default:
+			if probe.Client && d.Kind == Continue && d.Effect == "" && f.Attempt != nil && f.Attempt.Effect == ledger.EffectUnknown {
+				// The agent is told to resend: the decision stands until it
+				// begins the new attempt, or its timeout hands it to a person.
+				p.tell = &ledger.AgentDecision{ActionID: f.Action.ID, DecisionID: resendID(f.Action.ID, f.Attempt.ID), Kind: "resend"}
+			}
 			return d, stale, write(&d)
 		}
 	}

@@ -50,6 +50,9 @@ type Tool struct {
 	// MaxDurationMS is, for a client tool only, how long after the attempt
 	// began heartbeats may renew its lease.
 	MaxDurationMS int64 `json:"max_duration_ms,omitempty" jsonschema:"minimum=1"`
+	// DecisionTimeoutMS is, for a client tool only, how long its agent may
+	// leave a recovery decision unanswered before a person is asked.
+	DecisionTimeoutMS int64 `json:"decision_timeout_ms,omitempty" jsonschema:"minimum=1"`
 }
 
 // AgentList is GET /v1/agents: the agents the caller's tenant may submit
@@ -130,6 +133,7 @@ func (s *Server) toolView(d contracts.ToolDescriptor) Tool {
 		t.Executor = contracts.ExecutorClient
 		t.HeartbeatTimeoutMS = lease.HeartbeatTimeout.Milliseconds()
 		t.MaxDurationMS = lease.MaxDuration.Milliseconds()
+		t.DecisionTimeoutMS = lease.DecisionTimeout.Milliseconds()
 	}
 	return t
 }

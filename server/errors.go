@@ -94,6 +94,7 @@ var problems = map[string]problemSpec{
 	engine.CodeOutcomeConflict: {http.StatusConflict, "Outcome conflict"},
 	engine.CodeStaleDecision:   {http.StatusConflict, "Stale decision"},
 	engine.CodeNotClientDriven: {http.StatusConflict, "Not client-driven"},
+	engine.CodeCannotSupersede: {http.StatusConflict, "Cannot supersede"},
 	engine.CodeBadToken:        {http.StatusForbidden, "Bad attempt token"},
 }
 

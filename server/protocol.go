@@ -96,7 +96,8 @@ func (s *Server) proposeAction(c echo.Context) error {
 	}
 	ctx := c.Request().Context()
 	res, err := s.engine.Propose(ctx, engine.ProposeParams{Caller: caller, RunID: ledger.RunID(runID), StepKey: key,
-		Tool: req.Tool, Arguments: req.Arguments, Usage: engineUsage(req.Usage), Supersedes: req.Supersedes})
+		Tool: req.Tool, Arguments: req.Arguments, Usage: engineUsage(req.Usage), Supersedes: req.Supersedes,
+		MaxPendingApprovals: s.maxPending})
 	if err != nil {
 		return s.protocolFailure(ctx, err, "run", runID)
 	}
@@ -479,6 +480,9 @@ func (s *Server) protocolFailure(ctx context.Context, err error, kind, id string
 		return err
 	}
 	ae := &apiError{code: pe.Code, detail: pe.Message, err: err}
+	if pe.Code == engine.CodePendingCap {
+		ae.header = retryAfter(PendingApprovalsRetryAfter)
+	}
 	ae.ext.StopReason = pe.StopReason
 	for _, is := range pe.Issues {
 		ae.fields = append(ae.fields, FieldError{Location: "/arguments" + is.Location, Message: is.Message})

@@ -218,7 +218,7 @@ func configAgents(cfg *config.Config, practice engine.Agent) ([]engine.Agent, ma
 			agent := engine.Agent{Name: a.Name, Driver: engine.DriverClient, Tenants: a.Tenants, Policy: a.Policy}
 			for _, name := range a.Tools {
 				t, _ := cfg.Tool(name) // declared, and a client tool: the parser checked
-				lease := engine.Lease{HeartbeatTimeout: t.HeartbeatTimeout, MaxDuration: t.MaxDuration}
+				lease := engine.Lease{HeartbeatTimeout: t.HeartbeatTimeout, MaxDuration: t.MaxDuration, DecisionTimeout: t.DecisionTimeout}
 				agent.Tools = append(agent.Tools, engine.ClientTool(t.Descriptor, lease))
 				leases[name] = lease
 			}

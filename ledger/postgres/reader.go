@@ -270,12 +270,17 @@ func (r *reader) GetAttemptLeaseByKey(ctx context.Context, action ledger.ActionI
 
 // ListLapsedLeases implements ledger.Reader.
 func (r *reader) ListLapsedLeases(ctx context.Context, before time.Time, limit int) ([]*ledger.AttemptLease, error) {
-	var w sqlrows.Where
-	w.Add("outcome_digest IS NULL AND lease_until < ? AND attempt_id IN (SELECT id FROM attempts WHERE status = ?)",
-		sqlrows.Micros(before), string(ledger.AttemptStarted))
+	w := sqlrows.LapsedLeasesWhere(before)
 	out, err := all(ctx, r, w.Query(`SELECT `+sqlrows.LeaseCols+` FROM attempt_leases`, "lease_until, attempt_id", limit), w.Args,
 		sqlrows.ScanLease)
 	return out, wrapErr("list lapsed leases", err)
+}
+
+// ListAgentDecisions implements ledger.Reader.
+func (r *reader) ListAgentDecisions(ctx context.Context, f ledger.AgentDecisionFilter) ([]*ledger.AgentDecision, error) {
+	q, args := sqlrows.ListAgentDecisions(f)
+	out, err := all(ctx, r, q, args, sqlrows.ScanDecision)
+	return out, wrapErr("list agent decisions", err)
 }
 
 // GetAgentDecision implements ledger.Reader.

@@ -337,20 +337,24 @@ func (r reader) GetAttemptLeaseByKey(ctx context.Context, action ledger.ActionID
 }
 
 func (r reader) ListLapsedLeases(ctx context.Context, before time.Time, limit int) ([]*ledger.AttemptLease, error) {
-	q := r.gorm(ctx).Where("outcome_digest IS NULL AND lease_until < ? AND attempt_id IN (SELECT id FROM attempts WHERE status = ?)",
-		sqlrows.Micros(before), string(ledger.AttemptStarted)).Order("lease_until, attempt_id")
-	if limit > 0 {
-		q = q.Limit(limit)
-	}
-	var rows []sqlrows.Lease
-	if err := q.Find(&rows).Error; err != nil {
+	w := sqlrows.LapsedLeasesWhere(before)
+	rows, err := r.c.query(ctx, &stmt{sql: w.Query(`SELECT `+sqlrows.LeaseCols+` FROM attempt_leases`, "lease_until, attempt_id", limit),
+		index: -1}, w.Args...)
+	if err != nil {
 		return nil, translate(err)
 	}
-	out := make([]*ledger.AttemptLease, len(rows))
-	for i := range rows {
-		out[i] = rows[i].ToLease()
+	out, err := sqlrows.ScanAll(rows, sqlrows.ScanLease)
+	return out, translate(err)
+}
+
+func (r reader) ListAgentDecisions(ctx context.Context, f ledger.AgentDecisionFilter) ([]*ledger.AgentDecision, error) {
+	q, args := sqlrows.ListAgentDecisions(f)
+	rows, err := r.c.query(ctx, &stmt{sql: q, index: -1}, args...)
+	if err != nil {
+		return nil, translate(err)
 	}
-	return out, nil
+	out, err := sqlrows.ScanAll(rows, sqlrows.ScanDecision)
+	return out, translate(err)
 }
 
 func (r reader) GetAgentDecision(ctx context.Context, action ledger.ActionID) (*ledger.AgentDecision, error) {

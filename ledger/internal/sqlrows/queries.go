@@ -1,7 +1,9 @@
 package sqlrows
 
 import (
+	"database/sql"
 	"strings"
+	"time"
 
 	"github.com/actionledger/ledger/ledger"
 )
@@ -42,6 +44,42 @@ const (
 	// ListRunLeaseOwnersSQL reads the partial index runs_lease_owner alone.
 	ListRunLeaseOwnersSQL = `SELECT DISTINCT lease_owner FROM runs WHERE lease_owner IS NOT NULL ORDER BY lease_owner`
 )
+
+// ListAgentDecisions is the query of the decisions f selects: told and
+// unanswered, about an action recovery still decides (approved, running,
+// uncertain), in (decided_at, action_id) order; and its arguments.
+func ListAgentDecisions(f ledger.AgentDecisionFilter) (string, []any) {
+	var w Where
+	w.Add("NOT d.answered AND d.decided_at <= ?", Micros(f.DecidedBefore))
+	w.Add("EXISTS (SELECT 1 FROM actions a WHERE a.id = d.action_id AND a.state IN ('approved', 'running', 'uncertain'))")
+	if c := f.After; c != nil {
+		w.Add("(d.decided_at > ? OR (d.decided_at = ? AND d.action_id > ?))", Micros(c.DecidedAt), Micros(c.DecidedAt), string(c.ActionID))
+	}
+	return w.Query(`SELECT d.action_id, d.decision_id, d.kind, d.answered, d.decided_at FROM agent_decisions d`,
+		"d.decided_at, d.action_id", f.Limit), w.Args
+}
+
+// ScanDecision scans a row of DecisionCols.
+func ScanDecision(rows *sql.Rows) (*ledger.AgentDecision, error) {
+	var d Decision
+	if err := rows.Scan(d.Targets()...); err != nil {
+		return nil, err
+	}
+	return d.ToDecision(), nil
+}
+
+// LapsedLeasesWhere selects the leases with no outcome that lapsed before
+// before, of attempts still started, leaving out those whose agent was
+// told a decision since the lapse that it has not answered yet: they wait
+// for the agent (or its decision timeout, ListAgentDecisions), and would
+// otherwise fill every page of the sweep.
+func LapsedLeasesWhere(before time.Time) Where {
+	var w Where
+	w.Add("outcome_digest IS NULL AND lease_until < ? AND attempt_id IN (SELECT id FROM attempts WHERE status = ?)",
+		Micros(before), string(ledger.AttemptStarted))
+	w.Add("NOT EXISTS (SELECT 1 FROM agent_decisions d WHERE d.action_id = attempt_leases.action_id AND NOT d.answered AND d.decided_at >= attempt_leases.lease_until)")
+	return w
+}
 
 // ListRunsBase is the base of a list of runs with their budgets, for
 // Where.Query.
