@@ -32,9 +32,21 @@ var faultAgent []byte
 const (
 	clientAgent  = "fm-agent"
 	clientTenant = "fm"
-	// clientLease is the write tools' heartbeat_timeout: a killed agent's
+	// clientLease is the client tools' heartbeat_timeout: a killed agent's
 	// lease lapses this soon.
 	clientLease = 1000 * time.Millisecond
+	// clientDecisionTimeout is the client tools' decision_timeout: a
+	// recovery decision told to the agent (query, cancel, resend) that
+	// nobody answers this long goes to review.
+	clientDecisionTimeout = 2000 * time.Millisecond
+	// declareDecisionTimeout writes decision_timeout_ms into the client
+	// tools of the scenario config. Off while serve does not know the
+	// field (its config schema refuses an unknown one); the client-gone
+	// cells of query, cancel and dedup tools wait for it.
+	declareDecisionTimeout = false
+	// clientReadTool is the client read tool of the client-read cells:
+	// no guarantees, since a read has no effect to establish.
+	clientReadTool = "fm.read"
 	// redactionKey is the scenario servers' redaction key (a tokens file
 	// takes serve out of dev mode, which needs one).
 	redactionKey = "LEDGER_REDACTION_KEY=faultmatrix-client-redaction-key-0123456789"
@@ -83,28 +95,34 @@ func clientScenarios() []*Scenario {
 }
 
 // clientConfig is the scenario server's config file: the eight client
-// write tools, the agent, and rules that approve each write.
+// write tools, the read tool, the agent, and rules that approve each call.
 func clientConfig() ([]byte, error) {
 	var (
-		tools, names []string
-		rules        []map[string]string
+		tools []string
+		rules []map[string]string
 	)
 	toolDocs := []map[string]any{}
-	for _, g := range guaranteeCombos() {
-		name := clientTool(g)
-		names = append(names, name)
-		toolDocs = append(toolDocs, map[string]any{
-			"name": name, "version": "1", "effect": "write", "executor": "client",
+	add := func(name, effect string, g contracts.Guarantees) {
+		doc := map[string]any{
+			"name": name, "version": "1", "effect": effect, "executor": "client",
 			"arguments_schema": map[string]any{"type": "object", "additionalProperties": false, "required": []string{"text"},
 				"properties": map[string]any{"text": map[string]string{"type": "string"}}},
 			"guarantees":           map[string]bool{"query": g.Query, "dedup": g.Dedup, "cancel": g.Cancel},
 			"timeout_ms":           20000,
 			"heartbeat_timeout_ms": clientLease.Milliseconds(),
 			"max_duration_ms":      20000,
-		})
+		}
+		if declareDecisionTimeout {
+			doc["decision_timeout_ms"] = clientDecisionTimeout.Milliseconds()
+		}
+		toolDocs = append(toolDocs, doc)
+		tools = append(tools, name)
 		rules = append(rules, map[string]string{"tool": name, "decision": "auto_approve"})
 	}
-	tools = names
+	for _, g := range guaranteeCombos() {
+		add(clientTool(g), "write", g)
+	}
+	add(clientReadTool, "read", contracts.Guarantees{})
 	return json.MarshalIndent(map[string]any{
 		"schema_version": "1.0",
 		"tools":          toolDocs,
@@ -114,9 +132,10 @@ func clientConfig() ([]byte, error) {
 	}, "", "  ")
 }
 
-// clientSetup is what a client scenario's agent needs.
+// clientSetup is what a client scenario's agent needs, and the token of
+// the person who settles a review.
 type clientSetup struct {
-	script, agentToken string
+	script, agentToken, approverToken string
 }
 
 // setupClient writes the config, the tokens and the agent's script into the
@@ -159,10 +178,14 @@ func setupClient(h *harness) (clientSetup, error) {
 	if h.token, err = token("fm-auditor", "auditor"); err != nil {
 		return clientSetup{}, err
 	}
+	approverToken, err := token("fm-approver", "approver")
+	if err != nil {
+		return clientSetup{}, err
+	}
 	h.env = append(h.env, redactionKey)
 	h.args = append(h.args, "--config", cfgPath, "--tokens", tokens, "--rate-limit", "0")
 	h.agentStore = filepath.Join(h.dir, "agent-effects.db")
-	return clientSetup{script: script, agentToken: agentToken}, nil
+	return clientSetup{script: script, agentToken: agentToken, approverToken: approverToken}, nil
 }
 
 // agentProc is one run of the Python agent.
@@ -172,10 +195,15 @@ type agentProc struct {
 	done           chan error
 }
 
-// startAgent starts the agent on the scenario's run and tool.
+// startAgent starts the agent on the scenario's run and tool (the read
+// tool for a read cell).
 func startAgent(ctx context.Context, h *harness, cs clientSetup, sc *Scenario, n int, extra ...string) (*agentProc, error) {
+	tool := clientTool(sc.Guarantees)
+	if sc.read {
+		tool, extra = clientReadTool, append([]string{"--read"}, extra...)
+	}
 	args := []string{cs.script, "--ledger", h.url, "--token", cs.agentToken, "--agent", clientAgent, "--run-key", "client-1",
-		"--tool", clientTool(sc.Guarantees), "--effects", h.agentStore, "--pause-dir", h.dir}
+		"--tool", tool, "--effects", h.agentStore, "--pause-dir", h.dir}
 	for flag, on := range map[string]bool{"--query": sc.Guarantees.Query, "--dedup": sc.Guarantees.Dedup, "--cancel": sc.Guarantees.Cancel} {
 		if on {
 			args = append(args, flag)

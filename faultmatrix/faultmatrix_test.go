@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/actionledger/ledger/contracts"
 	"github.com/actionledger/ledger/faultmatrix"
 	"github.com/stretchr/testify/require"
 )
@@ -45,6 +46,16 @@ func TestCatalogue(t *testing.T) {
 	require.Len(t, faultmatrix.Select("budget", 1), 6, "time budgets: two budgets, three crashes each")
 	require.Len(t, faultmatrix.Select("client", 1), 32, "client-driven: four attempt points, eight guarantee combinations")
 	require.GreaterOrEqual(t, len(faultmatrix.Select("client-server-kill", 1)), 2, "the server killed under a client")
+	gone := faultmatrix.Select("client-gone/agent", 1)
+	require.Len(t, gone, 4, "an agent that never comes back: one cell per decision told to a client, and none")
+	var told []contracts.Guarantees
+	for _, sc := range gone {
+		told = append(told, sc.Guarantees)
+	}
+	require.ElementsMatch(t, []contracts.Guarantees{{Query: true}, {Dedup: true}, {Cancel: true}, {}}, told,
+		"query, resend and cancel unanswered, and a tool with no guarantee")
+	require.Len(t, faultmatrix.Select("client-gone/server-kill", 1), 1, "the server killed and restarted once, no agent")
+	require.Len(t, faultmatrix.Select("client-read", 1), 2, "a client read interrupted: the agent killed, the server killed")
 	require.Len(t, faultmatrix.Select("replica/kill", 1), 12, "replicas killed: 2 and 3 replicas, four points, and two without guarantees")
 	require.Len(t, faultmatrix.Select("replica/stop", 1), 4, "a replica frozen at each attempt point")
 	a, b := faultmatrix.Select("", 7), faultmatrix.Select("", 7)

@@ -43,6 +43,9 @@ type harness struct {
 	// python and pyClient run a client agent: the interpreter, and the
 	// directory holding the ledger_client package.
 	python, pyClient string
+	// settle, when set, is how long the scenario's fault took to settle
+	// (the report's settle_ms).
+	settle time.Duration
 
 	mu     sync.Mutex
 	proc   *exec.Cmd
@@ -179,8 +182,15 @@ func (h *harness) tail() string {
 	return s
 }
 
-// do sends a JSON request and decodes a 2xx answer into out.
+// do sends a JSON request with the harness's token and decodes a 2xx
+// answer into out.
 func (h *harness) do(method, path string, header map[string]string, body, out any) (int, error) {
+	return h.doAs(h.token, method, path, header, body, out)
+}
+
+// doAs is do with another bearer token ("" for none): a client cell acts
+// as the agent or as a person.
+func (h *harness) doAs(token, method, path string, header map[string]string, body, out any) (int, error) {
 	var rd io.Reader
 	if body != nil {
 		b, err := json.Marshal(body)
@@ -196,8 +206,8 @@ func (h *harness) do(method, path string, header map[string]string, body, out an
 	if body != nil {
 		req.Header.Set("Content-Type", "application/json")
 	}
-	if h.token != "" {
-		req.Header.Set("Authorization", "Bearer "+h.token)
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
 	}
 	for k, v := range header {
 		req.Header.Set(k, v)

@@ -88,7 +88,8 @@ type Observed struct {
 	Replicas int `json:"replicas,omitempty"`
 	// Runs is how many runs the database held at the end.
 	Runs int `json:"runs,omitempty"`
-	// SettleMS is how long after the fault every run was settled.
+	// SettleMS is how long after the fault every run was settled (a
+	// client-gone cell's: its one run, in review).
 	SettleMS int64 `json:"settle_ms,omitempty"`
 	// Interrupted is how many actions had an attempt a survivor found
 	// interrupted and recovered.
@@ -254,7 +255,7 @@ func runOne(ctx context.Context, o Options, sc *Scenario, dir string) (res Resul
 // scenario's expectation.
 func check(ctx context.Context, h *harness, sc *Scenario, id ledger.RunID, failures []string) (Observed, []string) {
 	fail := func(format string, args ...any) { failures = append(failures, fmt.Sprintf(format, args...)) }
-	obs := Observed{RunID: id}
+	obs := Observed{RunID: id, SettleMS: h.settle.Milliseconds()}
 	run, err := h.run(id)
 	if err != nil {
 		fail("read run: %v", err)

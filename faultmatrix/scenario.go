@@ -29,6 +29,9 @@ type Scenario struct {
 	// python marks a client-driven scenario: it runs a Python agent, and
 	// is skipped where no interpreter or client package is found.
 	python bool
+	// read marks a client cell whose agent's one call is a read of the
+	// client read tool, not a write.
+	read bool
 	// replica marks a replica cell (replicas.go): several processes on one
 	// PostgreSQL database, run by replicaRun instead of drive.
 	replica *replicaCell
@@ -134,7 +137,9 @@ func Catalogue() []*Scenario {
 	)
 	out = append(out, timeBudgetScenarios()...)
 	out = append(out, replicaScenarios()...)
-	return append(out, clientScenarios()...)
+	out = append(out, clientScenarios()...)
+	out = append(out, clientGoneScenarios()...)
+	return append(out, clientReadScenarios()...)
 }
 
 // timeBudgetScenarios kill the process mid-attempt and start it again only

@@ -36,9 +36,10 @@ func newFaultMatrixCmd() *cobra.Command {
 SIGKILL it at the fault point, start it again, let recovery act, and check against the
 simulator's own effect store: never two effects for one action, no effect lost, every
 unknown effect in review with a rationale, the event chain valid. The client-driven
-scenarios (client/…, client-server-kill/…) run a real Python agent instead, SIGKILL it
-(or the server) mid-attempt and check the agent's own effect store; they are skipped,
-with the reason, without python3 or the repository's clients/python. The replica scenarios
+scenarios (client/…, client-server-kill/…, client-gone/…, client-read/…) run a real Python
+agent instead, SIGKILL it (or the server) mid-attempt, start it again or never, and check
+the agent's own effect store; they are skipped, with the reason, without python3 or the
+repository's clients/python. The replica scenarios
 (replica/…) run two or three serve processes on one fresh PostgreSQL database (made on the
 --postgres server, dropped after a passing scenario) with short run leases, under load, and
 SIGKILL one of them mid-attempt, or SIGSTOP it past its leases and wake it once another has

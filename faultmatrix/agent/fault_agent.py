@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The fault matrix's client-driven agent: one write through the ledger, killed where told.
+"""The fault matrix's client-driven agent: one call (a write, or a read) through the ledger, killed where told.
 
 The runner of ``ledger faultmatrix run`` starts it with the ledger's URL, an
 agent token, the run's key, the write tool to call and the path of the
@@ -22,9 +22,19 @@ server is back.
 
 The write tool's guarantees come from ``--query``, ``--dedup``, ``--cancel``:
 with dedup a write is an INSERT OR IGNORE by dedup key, without it a plain
-INSERT, so a blind retry shows as two rows. Only the Python standard
-library and the repository's clients/python are used (on PYTHONPATH, or
-found beside this file in a checkout).
+INSERT, so a blind retry shows as two rows.
+
+With ``--read`` the one call is a read instead (``--tool`` names a read
+tool): it counts the effects of its dedup key and writes none, and each call
+leaves a row in the store's ``reads`` table, so a read run again shows. The
+points are the same (``after_tool_call``: the read answered, the complete
+not sent).
+
+Killed with ``--fault-at`` and never started again, it is an agent that
+never comes back: the runner leaves the run to the ledger and to a person.
+
+Only the Python standard library and the repository's clients/python are
+used (on PYTHONPATH, or found beside this file in a checkout).
 """
 
 import argparse
@@ -67,6 +77,7 @@ class Store:
                 CREATE UNIQUE INDEX IF NOT EXISTS effects_dedup ON effects (dedup_key) WHERE dedup = 1;
                 CREATE TABLE IF NOT EXISTS calls (seq INTEGER PRIMARY KEY AUTOINCREMENT, dedup_key TEXT NOT NULL);
                 CREATE TABLE IF NOT EXISTS cancels (dedup_key TEXT PRIMARY KEY, up_to_call INTEGER NOT NULL);
+                CREATE TABLE IF NOT EXISTS reads (seq INTEGER PRIMARY KEY AUTOINCREMENT, dedup_key TEXT NOT NULL);
             """)
         finally:
             db.close()
@@ -99,6 +110,16 @@ class Store:
         finally:
             db.close()
 
+    def read(self, dedup_key: str) -> Dict[str, Any]:
+        """One call of the read tool under ``dedup_key``: the effects of the key, none made."""
+        db = self._db()
+        try:
+            call = db.execute("INSERT INTO reads (dedup_key) VALUES (?)", (dedup_key,)).lastrowid
+            n = db.execute("SELECT count(*) FROM effects WHERE dedup_key = ?", (dedup_key,)).fetchone()[0]
+            return {"read": call, "effects": int(n)}
+        finally:
+            db.close()
+
     def count(self, dedup_key: str) -> int:
         db = self._db()
         try:
@@ -124,12 +145,13 @@ class Store:
 
 
 class Hands:
-    """The write tool's hands for recovery, as far as its guarantees go."""
+    """The tool's hands for recovery, as far as its guarantees go (a read's execute reads)."""
 
-    def __init__(self, store: Store, query: bool, cancel: bool) -> None:
+    def __init__(self, store: Store, query: bool, cancel: bool, read: bool) -> None:
         self.store = store
         self.can_query = query
         self.can_cancel = cancel
+        self.read = read
 
     def query(self, dedup_key: str) -> str:
         if not self.can_query:
@@ -142,7 +164,14 @@ class Hands:
         return self.store.cancel(dedup_key)
 
     def execute(self, arguments: Any, dedup_key: str) -> Any:
-        return self.store.write(dedup_key, str(arguments["text"]))
+        return call_tool(self.store, self.read, dedup_key, arguments)
+
+
+def call_tool(store: Store, read: bool, dedup_key: str, arguments: Any) -> Dict[str, Any]:
+    """One call of the agent's tool: a read of the key, or a write of the arguments' text."""
+    if read:
+        return store.read(dedup_key)
+    return store.write(dedup_key, str(arguments["text"]))
 
 
 class Points:
@@ -174,29 +203,30 @@ def say(msg: str) -> None:
 
 
 def drive(client: Client, o: argparse.Namespace, store: Store, points: Points) -> Run:
-    """One pass of the agent's loop: submit (or replay), resume, the write, finish."""
+    """One pass of the agent's loop: submit (or replay), resume, the call (a write or a read), finish."""
     run = client.start_run(o.agent, {"text": "fault matrix"}, key=o.run_key)
     if run.replayed:
         run.refresh()
     say("run %s (%s)%s" % (run.id, run.state, ", resumed" if run.replayed else ""))
     if run.state in TERMINAL:
         return run
-    nxt = run.resume({o.tool: Hands(store, o.query, o.cancel)})
+    nxt = run.resume({o.tool: Hands(store, o.query, o.cancel, o.read)})
     kinds = nxt.kinds()
     say("resume: %s" % kinds)
     if "stop" in kinds or "review" in kinds or "wait_approval" in kinds:
         return run.refresh()  # ended, or a person decides now
 
-    action = run.propose(o.tool, {"text": "fault matrix"}, step_key="write")
+    step = "read" if o.read else "write"
+    action = run.propose(o.tool, {"text": "fault matrix"}, step_key=step)
     if action.state == "succeeded":
-        say("the write of this run succeeded already")
+        say("the %s of this run succeeded already" % step)
     else:
         action = client.await_decision(action, timeout=20)
         points.reach("before_attempt_recorded")
         try:
             with run.attempt(action) as call:
                 points.reach("after_attempt_recorded")
-                out = store.write(call.dedup_key, str(call.arguments["text"]))
+                out = call_tool(store, o.read, call.dedup_key, call.arguments)
                 points.reach("after_tool_call")
                 call.succeeded(out)
         except AlreadySettled:
@@ -211,11 +241,12 @@ def main() -> int:
     p.add_argument("--token", required=True, help="a token of role agent bound to --agent")
     p.add_argument("--agent", required=True, help="the agent's name in the ledger's config")
     p.add_argument("--run-key", required=True, help="the run's idempotency key")
-    p.add_argument("--tool", required=True, help="the write tool to call")
+    p.add_argument("--tool", required=True, help="the write tool to call (with --read, the read tool)")
     p.add_argument("--effects", required=True, help="the tool's own SQLite effect store")
     p.add_argument("--query", action="store_true", help="the tool can be queried")
     p.add_argument("--dedup", action="store_true", help="the tool dedups by key")
     p.add_argument("--cancel", action="store_true", help="the tool can cancel")
+    p.add_argument("--read", action="store_true", help="the one call is a read of --tool, not a write")
     p.add_argument("--fault-at", default=os.environ.get("FAULT_AT") or None, choices=POINTS,
                    help="SIGKILL this process at this point (env FAULT_AT)")
     p.add_argument("--pause-at", choices=POINTS, help="wait for the runner at this point")
