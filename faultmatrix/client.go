@@ -39,11 +39,6 @@ const (
 	// recovery decision told to the agent (query, cancel, resend) that
 	// nobody answers this long goes to review.
 	clientDecisionTimeout = 2000 * time.Millisecond
-	// declareDecisionTimeout writes decision_timeout_ms into the client
-	// tools of the scenario config. Off while serve does not know the
-	// field (its config schema refuses an unknown one); the client-gone
-	// cells of query, cancel and dedup tools wait for it.
-	declareDecisionTimeout = false
 	// clientReadTool is the client read tool of the client-read cells:
 	// no guarantees, since a read has no effect to establish.
 	clientReadTool = "fm.read"
@@ -111,9 +106,7 @@ func clientConfig() ([]byte, error) {
 			"timeout_ms":           20000,
 			"heartbeat_timeout_ms": clientLease.Milliseconds(),
 			"max_duration_ms":      20000,
-		}
-		if declareDecisionTimeout {
-			doc["decision_timeout_ms"] = clientDecisionTimeout.Milliseconds()
+			"decision_timeout_ms":  clientDecisionTimeout.Milliseconds(),
 		}
 		toolDocs = append(toolDocs, doc)
 		tools = append(tools, name)
