@@ -2,8 +2,6 @@ package engine
 
 import (
 	"context"
-	"sync"
-	"time"
 	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/base64"
@@ -11,6 +9,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"sync"
+	"time"
 
 	"github.com/actionledger/ledger/budget"
 	"github.com/actionledger/ledger/contracts"

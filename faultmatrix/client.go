@@ -35,9 +35,11 @@ const (
 	// clientLease is the client tools' heartbeat_timeout: a killed agent's
 	// lease lapses this soon.
 	clientLease = 1000 * time.Millisecond
-	// clientDecisionTimeout is the client tools' decision_timeout: a
-	// recovery decision told to the agent (query, cancel, resend) that
-	// nobody answers this long goes to review.
+	// clientDecisionTimeout is the client tools' decision_timeout in the
+	// client-gone cells: a recovery decision told to the agent (query,
+	// cancel, resend) that nobody answers this long goes to review. The
+	// cells whose agent comes back keep the default (five minutes), so
+	// that a slow restart is never taken for an agent that is gone.
 	clientDecisionTimeout = 2000 * time.Millisecond
 	// clientReadTool is the client read tool of the client-read cells:
 	// no guarantees, since a read has no effect to establish.
@@ -91,7 +93,9 @@ func clientScenarios() []*Scenario {
 
 // clientConfig is the scenario server's config file: the eight client
 // write tools, the read tool, the agent, and rules that approve each call.
-func clientConfig() ([]byte, error) {
+// decisionTimeout, if positive, is every client tool's
+// decision_timeout_ms.
+func clientConfig(decisionTimeout time.Duration) ([]byte, error) {
 	var (
 		tools []string
 		rules []map[string]string
@@ -106,7 +110,9 @@ func clientConfig() ([]byte, error) {
 			"timeout_ms":           20000,
 			"heartbeat_timeout_ms": clientLease.Milliseconds(),
 			"max_duration_ms":      20000,
-			"decision_timeout_ms":  clientDecisionTimeout.Milliseconds(),
+		}
+		if decisionTimeout > 0 {
+			doc["decision_timeout_ms"] = decisionTimeout.Milliseconds()
 		}
 		toolDocs = append(toolDocs, doc)
 		tools = append(tools, name)
@@ -132,9 +138,10 @@ type clientSetup struct {
 }
 
 // setupClient writes the config, the tokens and the agent's script into the
-// scenario's directory and points the harness at them.
-func setupClient(h *harness) (clientSetup, error) {
-	cfg, err := clientConfig()
+// scenario's directory and points the harness at them; decisionTimeout is
+// as for clientConfig.
+func setupClient(h *harness, decisionTimeout time.Duration) (clientSetup, error) {
+	cfg, err := clientConfig(decisionTimeout)
 	if err != nil {
 		return clientSetup{}, err
 	}
@@ -268,7 +275,7 @@ func (p *agentProc) runID() ledger.RunID {
 // without the fault, it resumes the run and finishes it.
 func driveClientCrash(p engine.FaultPoint) func(ctx context.Context, h *harness, sc *Scenario) (ledger.RunID, error) {
 	return func(ctx context.Context, h *harness, sc *Scenario) (ledger.RunID, error) {
-		cs, err := setupClient(h)
+		cs, err := setupClient(h, 0)
 		if err != nil {
 			return "", err
 		}
@@ -304,7 +311,7 @@ func driveClientCrash(p engine.FaultPoint) func(ctx context.Context, h *harness,
 // same port.
 func driveServerKill(p engine.FaultPoint) func(ctx context.Context, h *harness, sc *Scenario) (ledger.RunID, error) {
 	return func(ctx context.Context, h *harness, sc *Scenario) (ledger.RunID, error) {
-		cs, err := setupClient(h)
+		cs, err := setupClient(h, 0)
 		if err != nil {
 			return "", err
 		}

@@ -72,7 +72,7 @@ func goneExpectation(p engine.FaultPoint) Expectation {
 // would have.
 func driveClientGone(p engine.FaultPoint, serverKill bool) func(ctx context.Context, h *harness, sc *Scenario) (ledger.RunID, error) {
 	return func(ctx context.Context, h *harness, sc *Scenario) (ledger.RunID, error) {
-		cs, err := setupClient(h)
+		cs, err := setupClient(h, clientDecisionTimeout)
 		if err != nil {
 			return "", err
 		}
