@@ -34,7 +34,9 @@ type Driver interface {
 	// from the start after a serialisation failure, so fn keeps no state
 	// between runs. fn must not keep tx.
 	Write(ctx context.Context, fn func(Tx) error) error
-	// Read runs fn on one consistent snapshot of the database.
+	// Read runs fn on one consistent snapshot of the database, and may
+	// run fn again from the start, on a new snapshot, when the database
+	// ended the session under it, so fn keeps no state between runs.
 	Read(ctx context.Context, fn func(Reader) error) error
 	// Reader is the driver's reader outside any snapshot: each call sees
 	// what was committed when it ran.

@@ -42,6 +42,16 @@
 //     SQLite would only undo the statement: after one, every later call of
 //     the Tx returns that first error, and Write never commits the
 //     transaction, even if fn swallowed the error.
+//   - A session the server ended (an administrator's
+//     pg_terminate_backend, a restart, a failover) or whose connection
+//     broke costs no call that had nothing in flight on it: a read runs
+//     again, once, on another session, and so does a write that had not
+//     sent its COMMIT (Write). The pool does not see such a session die:
+//     it lends it as if alive. So once the driver has met one, the pool
+//     pings each connection before it lends it again and drops the dead
+//     (shouldPing), and the call run again meets a live session. A write
+//     whose COMMIT was sent and whose answer was lost is not run again: it
+//     may have committed.
 //   - Reads in Read run in one REPEATABLE READ READ ONLY transaction; the
 //     Reader outside any snapshot runs each statement on the pool (READ
 //     COMMITTED), and a call that needs several statements takes a
@@ -65,6 +75,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/jackc/pgx/v5/stdlib"
 	"gorm.io/driver/postgres"
 	"gorm.io/gorm"
 	"gorm.io/gorm/logger"
@@ -126,6 +137,10 @@ type Driver struct {
 	// writeFault is Config.WriteFaultFunc; writes numbers the writes.
 	writeFault func(n int64, at ledger.WritePoint) error
 	writes     atomic.Int64
+	// ended counts the sessions the driver found ended under it
+	// (sessionEnded); the pool checks a connection before it lends it
+	// again when this moved since its last check (shouldPing).
+	ended atomic.Uint64
 }
 
 var _ ledger.Driver = (*Driver)(nil)
@@ -178,7 +193,9 @@ func Open(ctx context.Context, cfg Config) (*Driver, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	db, err := gorm.Open(postgres.New(postgres.Config{DSN: withSessionDefaults(cfg.DSN)}), &gorm.Config{
+	d := &Driver{now: cfg.Now, attempts: cfg.WriteAttempts, onCommit: cfg.OnCommit, writeFault: cfg.WriteFaultFunc}
+	db, err := gorm.Open(postgres.New(postgres.Config{DSN: withSessionDefaults(cfg.DSN),
+		OptionOpenDB: []stdlib.OptionOpenDB{stdlib.OptionShouldPing(d.shouldPing)}}), &gorm.Config{
 		Logger:                 logger.Discard,
 		SkipDefaultTransaction: true, // Write and Read open every transaction themselves
 		// pgx caches a prepared statement per connection and statement
@@ -194,8 +211,7 @@ func Open(ctx context.Context, cfg Config) (*Driver, error) {
 	}
 	sqlDB.SetMaxOpenConns(cfg.MaxConns)
 	sqlDB.SetMaxIdleConns(cfg.MaxConns)
-	d := &Driver{db: db, sqlDB: sqlDB, now: cfg.Now, attempts: cfg.WriteAttempts, onCommit: cfg.OnCommit,
-		writeFault: cfg.WriteFaultFunc}
+	d.db, d.sqlDB = db, sqlDB
 	if err := sqlDB.PingContext(ctx); err != nil {
 		_ = sqlDB.Close()
 		return nil, wrapErr("open postgres", err)
@@ -242,11 +258,24 @@ func (d *Driver) Read(ctx context.Context, fn func(ledger.Reader) error) error {
 }
 
 // snapshot runs fn on a reader in one REPEATABLE READ READ ONLY
-// transaction.
+// transaction, and again, once, in a new one, when the server ended the
+// session under it or the connection broke (sessionEnded): a read
+// transaction changes nothing, so it may always run again, and the pool
+// lends a checked session for the second run.
 func (d *Driver) snapshot(ctx context.Context, fn func(*reader) error) error {
+	lost, err := d.snapshotOnce(ctx, fn)
+	if lost && ctx.Err() == nil {
+		_, err = d.snapshotOnce(ctx, fn)
+	}
+	return err
+}
+
+// snapshotOnce is snapshot, run once; lost says that its session ended
+// under it.
+func (d *Driver) snapshotOnce(ctx context.Context, fn func(*reader) error) (lost bool, err error) {
 	g := d.db.WithContext(ctx).Begin(&sql.TxOptions{Isolation: sql.LevelRepeatableRead, ReadOnly: true})
 	if g.Error != nil {
-		return wrapErr("begin read", g.Error)
+		return d.sessionEnded(g.Error), wrapErr("begin read", g.Error)
 	}
 	ended := false
 	defer func() {
@@ -255,17 +284,18 @@ func (d *Driver) snapshot(ctx context.Context, fn func(*reader) error) error {
 		}
 	}()
 	r := &reader{db: g, st: &txState{}}
-	if err := fn(r); err != nil {
-		return err
-	}
-	if r.st.failed != nil {
-		return wrapErr("read", r.st.failed)
+	err = fn(r)
+	switch {
+	case r.st.failed != nil && err == nil:
+		return d.sessionEnded(r.st.failed), wrapErr("read", r.st.failed)
+	case err != nil:
+		return r.st.failed != nil && d.sessionEnded(r.st.failed), err
 	}
 	ended = true
 	if err := g.Commit().Error; err != nil {
-		return wrapErr("end read", err)
+		return d.sessionEnded(err), wrapErr("end read", err)
 	}
-	return nil
+	return false, nil
 }
 
 // Write implements ledger.Driver: fn runs in one READ COMMITTED
@@ -275,8 +305,9 @@ func (d *Driver) snapshot(ctx context.Context, fn func(*reader) error) error {
 // Config.WriteAttempts runs it is CodeConflict.
 //
 // A write whose session ended before its COMMIT was sent (sessionLost:
-// the server ended a session frozen mid-write, say) is run again once, on
-// a new session: nothing of it was committed. If that session ends too,
+// the server ended a session frozen mid-write, or every session of the
+// pool, say) is run again once, on a new session the pool checked
+// (shouldPing): nothing of it was committed. If that session ends too,
 // the error is the store's failure, as it is. A session lost during the
 // COMMIT is not run again, since the write may have committed, unless the
 // server says it ended the session for sitting idle in the transaction
@@ -345,14 +376,58 @@ const (
 
 // failedBefore is how a write that failed with err before its COMMIT was
 // sent may be run again.
-func failedBefore(err error) rerun {
+func (d *Driver) failedBefore(err error) rerun {
 	switch {
 	case retryable(err):
 		return afterConflict
-	case sessionLost(err):
+	case d.sessionEnded(err):
 		return afterLostSession
 	}
 	return never
+}
+
+// sessionEnded reports whether err says that the server ended the session
+// a statement ran on, or that the connection to it broke (sessionLost).
+// When it does, the pool checks each connection before it lends it again
+// (shouldPing): whatever ended one session (an administrator's
+// pg_terminate_backend, a restart, a failover) has usually ended the
+// others the pool holds idle, and a call run again must not meet one.
+func (d *Driver) sessionEnded(err error) bool {
+	if !sessionLost(err) {
+		return false
+	}
+	d.ended.Add(1)
+	return true
+}
+
+// readAgain runs fn, a read on the pool, and runs it again, once, when
+// the server ended the session it ran on or the connection broke
+// (sessionEnded): a read changes nothing, and the pool lends a checked
+// session for the second run.
+func (d *Driver) readAgain(ctx context.Context, fn func() error) error {
+	err := fn()
+	if err != nil && ctx.Err() == nil && d.sessionEnded(err) {
+		err = fn()
+	}
+	return err
+}
+
+// checkedKey is where a connection's CustomData keeps Driver.ended as it
+// was when shouldPing last saw the connection.
+const checkedKey = "ledger.sessions_ended"
+
+// shouldPing is the pool's rule for lending a connection again (pgx's
+// stdlib.OptionShouldPing): ping it first, and drop it for another if the
+// ping fails, when it sat idle over a second (pgx's own rule), or when the
+// driver found a session ended since the pool last lent it. A killed
+// session's connection looks alive until it is used: without the ping,
+// every call that took one would fail, one per pooled connection.
+func (d *Driver) shouldPing(_ context.Context, p stdlib.ShouldPingParams) bool {
+	data := p.Conn.PgConn().CustomData()
+	ended := d.ended.Load()
+	checked, _ := data[checkedKey].(uint64)
+	data[checkedKey] = ended
+	return checked != ended || p.IdleDuration > time.Second
 }
 
 // writeOnce runs fn (write n, for fault plans) in one READ COMMITTED
@@ -371,7 +446,7 @@ func (d *Driver) writeOnce(ctx context.Context, n int64, fn func(ledger.Tx) erro
 	}
 	g := d.db.WithContext(ctx).Begin(&sql.TxOptions{Isolation: sql.LevelReadCommitted})
 	if g.Error != nil {
-		return failedBefore(g.Error), wrapErr("begin write", g.Error)
+		return d.failedBefore(g.Error), wrapErr("begin write", g.Error)
 	}
 	t := &tx{reader{db: g, st: &txState{}}}
 	ended := false
@@ -389,11 +464,11 @@ func (d *Driver) writeOnce(ctx context.Context, n int64, fn func(ledger.Tx) erro
 	case failed != nil && retryable(failed):
 		return afterConflict, failed
 	case err != nil:
-		return failedBefore(err), err
+		return d.failedBefore(err), err
 	case failed != nil:
 		// fn went on after a statement failed: PostgreSQL has aborted the
 		// transaction, so nothing of it may be committed.
-		return failedBefore(failed), wrapErr("write", failed)
+		return d.failedBefore(failed), wrapErr("write", failed)
 	}
 	if d.writeFault != nil {
 		if err := d.writeFault(n, ledger.WriteBeforeCommit); err != nil {
@@ -402,7 +477,9 @@ func (d *Driver) writeOnce(ctx context.Context, n int64, fn func(ledger.Tx) erro
 	}
 	ended = true
 	if err := g.Commit().Error; err != nil {
-		if hasSQLState(err, sqlstateIdleInTransactionTimeout) {
+		// A session lost during the COMMIT is the pool's news as much as
+		// any other (sessionEnded), but the write may have committed.
+		if d.sessionEnded(err) && hasSQLState(err, sqlstateIdleInTransactionTimeout) {
 			// The server ended the session while it sat in the
 			// transaction, before the COMMIT reached it (a process frozen
 			// mid-write): nothing was committed.
@@ -436,7 +513,8 @@ func (d *Driver) LatestSchemaVersion() int { return SchemaVersion() }
 // SchemaVersion implements ledger.Driver.
 func (d *Driver) SchemaVersion(ctx context.Context) (int, error) {
 	var v int
-	if err := d.db.WithContext(ctx).Raw(migrate.VersionSQL).Row().Scan(&v); err != nil {
+	err := d.readAgain(ctx, func() error { return d.db.WithContext(ctx).Raw(migrate.VersionSQL).Row().Scan(&v) })
+	if err != nil {
 		return 0, wrapErr("read schema version", err)
 	}
 	return v, nil

@@ -1,10 +1,13 @@
 package postgres
 
 import (
+	"context"
 	"database/sql"
 	"database/sql/driver"
 	"errors"
+	"io"
 	"strings"
+	"syscall"
 
 	"github.com/jackc/pgx/v5/pgconn"
 	"gorm.io/gorm"
@@ -87,17 +90,26 @@ func notFound(format string, args ...any) error {
 }
 
 // sessionLost reports whether err says the session ended under the
-// transaction: the server ended it (a FATAL error, such as the
+// statement: the server ended it (a FATAL error, such as the
 // idle_in_transaction_session_timeout a process frozen mid-write meets,
 // or an administrator's or a shutdown's termination, SQLSTATE 57P0x), the
-// connection broke (class 08), or the driver found it closed before it
-// sent anything. PostgreSQL rolls back a transaction whose session ends
-// before COMMIT, so such a write may be run again on a new session.
+// connection broke (class 08; an EOF or a reset where an answer should
+// have been, from a server that crashed or a proxy that was restarted;
+// pgx closes such a connection), or the driver found it closed before it
+// sent anything (pgconn.SafeToRetry, database/sql's ErrBadConn). A
+// timeout or a cancellation is the caller's, never a lost session.
+// PostgreSQL rolls back a transaction whose session ends before COMMIT,
+// so a write that failed so may be run again on a new session, and a read
+// always may.
 func sessionLost(err error) bool {
+	if pgconn.Timeout(err) || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return false
+	}
 	var pg *pgconn.PgError
 	if errors.As(err, &pg) {
 		return pg.Severity == "FATAL" || pg.Severity == "PANIC" || strings.HasPrefix(pg.Code, "08") ||
 			strings.HasPrefix(pg.Code, "57P")
 	}
-	return errors.Is(err, driver.ErrBadConn) || pgconn.SafeToRetry(err)
+	return errors.Is(err, driver.ErrBadConn) || pgconn.SafeToRetry(err) || errors.Is(err, io.EOF) ||
+		errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE)
 }

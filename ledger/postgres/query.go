@@ -80,9 +80,29 @@ func (r *reader) exec(ctx context.Context, q string, args ...any) (int64, error)
 	return res.RowsAffected, nil
 }
 
+// read runs fn, one statement and the scan of its answer: on the pool,
+// again once if its session ended (Driver.readAgain); in a transaction,
+// once, since the transaction is what runs again (Driver.Write,
+// Driver.snapshot).
+func (r *reader) read(ctx context.Context, fn func() error) error {
+	if r.pool == nil {
+		return fn()
+	}
+	return r.pool.readAgain(ctx, fn)
+}
+
 // one scans the first row of q's answer into targets and reports whether
 // there was one.
-func (r *reader) one(ctx context.Context, q string, args []any, targets ...any) (bool, error) {
+func (r *reader) one(ctx context.Context, q string, args []any, targets ...any) (found bool, err error) {
+	err = r.read(ctx, func() (err error) {
+		found, err = r.oneOnce(ctx, q, args, targets...)
+		return err
+	})
+	return found, err
+}
+
+// oneOnce is one, run once.
+func (r *reader) oneOnce(ctx context.Context, q string, args []any, targets ...any) (bool, error) {
 	rows, err := r.query(ctx, q, args...)
 	if err != nil {
 		return false, err
@@ -108,7 +128,16 @@ func (r *reader) get(ctx context.Context, what, q string, args []any, targets ..
 
 // all scans every row of q's answer with scan; no row is an empty slice.
 // A failure of the rows themselves (not of scan) is the transaction's.
-func all[T any](ctx context.Context, r *reader, q string, args []any, scan func(*sql.Rows) (T, error)) ([]T, error) {
+func all[T any](ctx context.Context, r *reader, q string, args []any, scan func(*sql.Rows) (T, error)) (out []T, err error) {
+	err = r.read(ctx, func() (err error) {
+		out, err = allOnce(ctx, r, q, args, scan)
+		return err
+	})
+	return out, err
+}
+
+// allOnce is all, run once.
+func allOnce[T any](ctx context.Context, r *reader, q string, args []any, scan func(*sql.Rows) (T, error)) ([]T, error) {
 	rows, err := r.query(ctx, q, args...)
 	if err != nil {
 		return nil, err

@@ -298,14 +298,18 @@ func (r *reader) GetAgentDecision(ctx context.Context, action ledger.ActionID) (
 // ListEvents implements ledger.Reader. The rows are scanned into one slab
 // of Events, sized by sizeHint.
 func (r *reader) ListEvents(ctx context.Context, run ledger.RunID, sizeHint int64) ([]*ledger.Event, error) {
-	rows, err := r.query(ctx, sqlrows.ListEventsSQL, string(run))
+	var out []*ledger.Event
+	err := r.read(ctx, func() error {
+		rows, err := r.query(ctx, sqlrows.ListEventsSQL, string(run))
+		if err != nil {
+			return err
+		}
+		defer func() { _ = rows.Close() }()
+		out, err = sqlrows.ScanEvents(ctx, rows, sizeHint)
+		return r.fail(err)
+	})
 	if err != nil {
 		return nil, wrapErr("list events", err)
-	}
-	defer func() { _ = rows.Close() }()
-	out, err := sqlrows.ScanEvents(ctx, rows, sizeHint)
-	if err != nil {
-		return nil, wrapErr("list events", r.fail(err))
 	}
 	return out, nil
 }

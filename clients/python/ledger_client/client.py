@@ -20,6 +20,11 @@ if TYPE_CHECKING:  # pragma: no cover
 #: Longest wait of one long poll the server honours, in seconds.
 MAX_WAIT_S = 60
 
+#: The statuses after which a request that is safe to send again is sent
+#: again: the server failed (its store, say) or was overloaded, or a proxy
+#: in front of it did, and nothing says the request was refused.
+RETRIED_STATUSES = frozenset((429, 500, 502, 503, 504))
+
 
 class Response:
     """One answer: its status, headers (lower-case names) and decoded JSON body."""
@@ -41,9 +46,15 @@ class Client:
     ``base_url`` is the server's root (``http://127.0.0.1:8080``); ``token`` its
     bearer token (``None`` in dev mode). ``timeout`` bounds each request, in
     seconds (a long poll gets its wait on top). Requests that are safe to send
-    again — reads, and writes with an idempotency key — are retried
-    ``retries`` times when the connection fails, and after ``Retry-After`` when
-    the server answers 429 or ``request_in_progress``.
+    again — reads, writes with an idempotency key (start a run, propose,
+    begin), and the writes the server answers the same when they come again
+    (complete, heartbeat, finish) — are sent again up to ``retries`` times
+    when the connection fails (refused, reset, no answer within ``timeout``)
+    or the server answers 500, 502, 503, 504, 429 or ``request_in_progress``:
+    after ``Retry-After`` when the answer gives one, else after 0.2 s, 0.4 s,
+    0.8 s … (at most 2 s). Any other answer (a 409 ``attempt_closed`` or
+    ``outcome_conflict``, say) is raised at once, and a request that is not
+    safe to send again (abandon, observe, approve …) is sent once.
 
     One client may be shared by threads: each request opens its own
     connection. It remembers the attempts it holds (begun and not yet
@@ -96,11 +107,15 @@ class Client:
         idempotency_key: Optional[str] = None,
         timeout: Optional[float] = None,
         expect: Tuple[int, ...] = (200, 201, 202),
+        replayable: bool = False,
     ) -> Response:
         """Send one request and decode its JSON answer.
 
         A problem document raises the :class:`LedgerError` its code names.
         ``body`` (any JSON value) is sent as ``application/json``.
+        ``replayable`` says that the server answers this request the same
+        when it comes again, so that it is retried as a read is (see
+        :class:`Client`); so is a request with an ``idempotency_key``.
         """
         hdrs = self._headers(headers)
         data = None
@@ -109,7 +124,7 @@ class Client:
             hdrs["Content-Type"] = "application/json"
         if idempotency_key is not None:
             hdrs["Idempotency-Key"] = idempotency_key
-        safe = method in ("GET", "HEAD") or idempotency_key is not None
+        safe = method in ("GET", "HEAD") or idempotency_key is not None or replayable
         url = self.url(path, query)
         limit = self.timeout if timeout is None else timeout
         tries = 0
@@ -130,7 +145,7 @@ class Client:
                     e.close()
             except (urllib.error.URLError, HTTPException, ConnectionError, socket.timeout, OSError) as e:
                 if safe and tries <= self.retries:
-                    time.sleep(min(0.2 * (2 ** (tries - 1)), 2.0))
+                    time.sleep(_backoff(tries))
                     continue
                 raise TransportError("%s %s: %s" % (method, path, e)) from e
             decoded = _decode(raw, rh.get("content-type", ""), method, path, status)
@@ -138,9 +153,9 @@ class Client:
                 return Response(status, rh, decoded)
             retry_after = _retry_after(rh.get("retry-after"))
             err = from_problem(status, decoded if isinstance(decoded, dict) else {}, retry_after)
-            retryable = status == 429 or err.code == "request_in_progress" or status == 503
+            retryable = status in RETRIED_STATUSES or err.code == "request_in_progress"
             if safe and retryable and tries <= self.retries:
-                time.sleep(min(retry_after if retry_after is not None else 0.5, 5.0))
+                time.sleep(min(retry_after, 5.0) if retry_after is not None else _backoff(tries))
                 continue
             raise err
 
@@ -298,12 +313,19 @@ class Client:
         self._hold(att.id)
         return att
 
-    def heartbeat(self, attempt_id: str, token: str, progress: Any = None) -> Heartbeat:
-        """``POST /v1/attempts/{attempt_id}/heartbeat``: renew the lease."""
+    def heartbeat(self, attempt_id: str, token: str, progress: Any = None, retry: bool = True) -> Heartbeat:
+        """``POST /v1/attempts/{attempt_id}/heartbeat``: renew the lease.
+
+        A heartbeat renews the lease from the server's clock, so one sent
+        again renews it again, to the same end: it is retried as a read is
+        (see :class:`Client`). ``retry=False`` sends it once, as the
+        heartbeats of :meth:`Run.call` are: the next beat is their retry,
+        and the call's end never waits for a backoff.
+        """
         body: Dict[str, Any] = {"attempt_token": token}
         if progress is not None:
             body["progress"] = progress
-        b = self.request("POST", "/v1/attempts/" + _seg(attempt_id) + "/heartbeat", body).body
+        b = self.request("POST", "/v1/attempts/" + _seg(attempt_id) + "/heartbeat", body, replayable=retry).body
         return Heartbeat(float(b.get("lease_remaining_s", 0) or 0), bool(b.get("cancel_requested", False)))
 
     def complete(
@@ -317,8 +339,10 @@ class Client:
     ) -> Completed:
         """``POST /v1/attempts/{attempt_id}/complete``: report what the call did.
 
-        Sending the same outcome again answers the same; it is retried on a
-        broken connection.
+        Sending the same outcome again answers the same, so it is retried as
+        a read is (see :class:`Client`): a complete whose answer was lost is
+        recorded once. ``attempt_closed`` and ``outcome_conflict`` are raised
+        at once.
         """
         body: Dict[str, Any] = {"attempt_token": token, "status": status}
         if effect is not None:
@@ -328,7 +352,7 @@ class Client:
         if error is not None:
             body["error"] = dict(error)
         try:
-            b = self._retrying_post("/v1/attempts/" + _seg(attempt_id) + "/complete", body)
+            b = self.request("POST", "/v1/attempts/" + _seg(attempt_id) + "/complete", body, replayable=True).body
         finally:
             self._release(attempt_id)
         return Completed(dict(b.get("attempt") or {}), Action.from_json(b.get("action") or {}), b)
@@ -379,7 +403,11 @@ class Client:
         stop_reason: Optional[str] = None,
         usage: Optional[Mapping[str, int]] = None,
     ) -> Dict[str, Any]:
-        """``POST /v1/runs/{run_id}/finish``: the agent's loop is done (``completed`` or ``failed``)."""
+        """``POST /v1/runs/{run_id}/finish``: the agent's loop is done (``completed`` or ``failed``).
+
+        A replay of the same finish answers the same, so it is retried as a
+        read is (see :class:`Client`).
+        """
         body: Dict[str, Any] = {"outcome": outcome}
         if output is not None:
             body["output"] = output
@@ -387,7 +415,7 @@ class Client:
             body["stop_reason"] = stop_reason
         if usage is not None:
             body["usage"] = dict(usage)
-        return self._retrying_post("/v1/runs/" + _seg(run_id) + "/finish", body)
+        return self.request("POST", "/v1/runs/" + _seg(run_id) + "/finish", body, replayable=True).body
 
     def events(self, run_id: str, last_event_id: Optional[int] = None, reconnect: bool = True) -> Iterator[Event]:
         """``GET /v1/runs/{run_id}/events``: the run's events, oldest first, as they happen.
@@ -399,19 +427,6 @@ class Client:
         return _events.stream(self, run_id, last_event_id, reconnect)
 
     # --------------------------------------------------------------- helpers
-
-    def _retrying_post(self, path: str, body: Any) -> Dict[str, Any]:
-        # A complete or a finish answers a replay of the same body the same,
-        # so it is safe to send again when the connection breaks.
-        tries = 0
-        while True:
-            tries += 1
-            try:
-                return self.request("POST", path, body).body
-            except TransportError:
-                if tries > self.retries:
-                    raise
-                time.sleep(min(0.2 * (2 ** (tries - 1)), 2.0))
 
     def _hold(self, attempt_id: str) -> None:
         with self._lock:
@@ -437,6 +452,11 @@ def _why(a: Action) -> str:
             return ": " + str(p["reason"])
     reason = a.gate.get("reason")
     return ": " + str(reason) if reason else ""
+
+
+def _backoff(tries: int) -> float:
+    """The wait before sending a request again after its ``tries``-th try failed."""
+    return min(0.2 * (2 ** (tries - 1)), 2.0)
 
 
 def _retry_after(v: Optional[str]) -> Optional[float]:

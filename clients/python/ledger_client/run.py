@@ -339,7 +339,7 @@ class ToolCall:
         client = self.run.client
         while not self._stop.wait(interval):
             try:
-                hb = client.heartbeat(att.id, att.token, self.progress)
+                hb = client.heartbeat(att.id, att.token, self.progress, retry=False)
             except AttemptClosed:
                 self.lease_lost = True
                 log.warning("attempt %s: the lease lapsed or the attempt was closed; its outcome will be kept as late", att.id)

@@ -31,12 +31,26 @@ export interface ClientOptions {
   /** The fetch to use (default: the global one). */
   fetch?: typeof fetch;
   /**
-   * How many times a request that is safe to send again (a GET, one with an
-   * idempotency key, a complete, a finish) is sent again after a broken
-   * connection, a 429, a 503 or request_in_progress. Default 2.
+   * How many times a request that is safe to send again is sent again: a
+   * GET, one with an idempotency key (startRun, propose, beginAttempt), and
+   * those the server answers the same when they come again (complete,
+   * heartbeat, finish). It is sent again when the connection fails (refused,
+   * reset, no answer within timeoutMs) or the server answers 500, 502, 503,
+   * 504, 429 or request_in_progress: after Retry-After when the answer gives
+   * one, else after 200 ms, 400 ms, 800 ms … (at most 2 s). Any other answer
+   * (a 409 attempt_closed or outcome_conflict, say) throws at once, and a
+   * request that is not safe to send again (abandon, observe, approve …) is
+   * sent once. Default 2.
    */
   retries?: number;
 }
+
+/**
+ * The statuses after which a request that is safe to send again is sent
+ * again: the server failed (its store, say) or was overloaded, or a proxy in
+ * front of it did, and nothing says the request was refused.
+ */
+const retriedStatuses: ReadonlySet<number> = new Set([429, 500, 502, 503, 504]);
 
 /** Per-request options. */
 export interface RequestOptions {
@@ -114,10 +128,11 @@ export class Client {
         return await this.#once<T>(method, path, options);
       } catch (err) {
         if (!safe || tries >= this.#retries || options.signal?.aborted) throw err;
+        const backoff = Math.min(200 * 2 ** tries, 2000);
         if (err instanceof TransportError) {
-          await sleep(Math.min(200 * 2 ** tries, 2000));
-        } else if (err instanceof RateLimited || err instanceof RequestInProgress || (err instanceof LedgerError && err.status === 503)) {
-          await sleep(Math.min((err.retryAfter ?? 0.5) * 1000, 5000));
+          await sleep(backoff);
+        } else if (err instanceof RateLimited || err instanceof RequestInProgress || (err instanceof LedgerError && retriedStatuses.has(err.status ?? 0))) {
+          await sleep(err.retryAfter !== undefined ? Math.min(err.retryAfter * 1000, 5000) : backoff);
         } else {
           throw err;
         }
@@ -247,14 +262,26 @@ export class Client {
     return { ...res.body, replayed: res.replayed };
   }
 
-  /** POST /v1/attempts/{id}/heartbeat: renews the lease; says whether the run's cancel was accepted. */
-  async heartbeat(attemptId: string, attemptToken: string, progress?: JSONValue): Promise<HeartbeatResponse> {
+  /**
+   * POST /v1/attempts/{id}/heartbeat: renews the lease; says whether the
+   * run's cancel was accepted. A heartbeat renews the lease from the
+   * server's clock, so one sent again renews it again, to the same end: it
+   * is retried as a GET is (ClientOptions.retries). `retry: false` sends it
+   * once, as run.call's heartbeats are: the next beat is their retry, and
+   * the call's end never waits for a backoff.
+   */
+  async heartbeat(attemptId: string, attemptToken: string, progress?: JSONValue, options: { retry?: boolean } = {}): Promise<HeartbeatResponse> {
     const body: Record<string, unknown> = { attempt_token: attemptToken };
     if (progress !== undefined) body.progress = progress;
-    return (await this.request<HeartbeatResponse>("POST", `/v1/attempts/${enc(attemptId)}/heartbeat`, { body })).body;
+    return (await this.request<HeartbeatResponse>("POST", `/v1/attempts/${enc(attemptId)}/heartbeat`, { body, retrySafe: options.retry ?? true })).body;
   }
 
-  /** POST /v1/attempts/{id}/complete: what the call did (sent again on a broken connection: a replay answers the same). */
+  /**
+   * POST /v1/attempts/{id}/complete: what the call did. A replay of the same
+   * outcome answers the same, so it is retried as a GET is
+   * (ClientOptions.retries): a complete whose answer was lost is recorded
+   * once. AttemptClosed and OutcomeConflict throw at once.
+   */
   async complete(attemptId: string, attemptToken: string, outcome: Outcome): Promise<CompleteResponse> {
     const body = { attempt_token: attemptToken, ...outcome };
     const res = await this.request<CompleteResponse>("POST", `/v1/attempts/${enc(attemptId)}/complete`, { body, retrySafe: true });

@@ -196,7 +196,8 @@ export class Run {
     if (options.output !== undefined) body.output = options.output;
     if (options.stopReason) body.stop_reason = options.stopReason;
     if (options.usage) body.usage = options.usage;
-    return (await this.client.request<RunView>("POST", `/v1/runs/${encodeURIComponent(this.id)}/finish`, { body })).body;
+    // A replay of the same finish answers the same: safe to send again.
+    return (await this.client.request<RunView>("POST", `/v1/runs/${encodeURIComponent(this.id)}/finish`, { body, retrySafe: true })).body;
   }
 
   /**
@@ -477,10 +478,13 @@ export class Call {
     return this.#outcome;
   }
 
-  /** Sends a heartbeat now, with progress (stored redacted) if given. */
+  /**
+   * Sends a heartbeat now, with progress (stored redacted) if given, once:
+   * the next beat of the call's heartbeat loop is its retry.
+   */
   async heartbeat(progress?: JSONValue): Promise<void> {
     try {
-      const hb = await this.run.client.heartbeat(this.attempt.id, this.#token, progress);
+      const hb = await this.run.client.heartbeat(this.attempt.id, this.#token, progress, { retry: false });
       this.#heartbeats++;
       this.#leaseRemainingS = hb.lease_remaining_s;
       if (hb.cancel_requested && !this.#cancelRequested) {
