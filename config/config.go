@@ -3,6 +3,7 @@ package config
 import (
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"slices"
@@ -15,7 +16,15 @@ import (
 
 // DefaultHeartbeatTimeout is a client tool's lease after each heartbeat
 // when its declaration sets none.
-const DefaultHeartbeatTimeout = 30 * time.Second
+const DefaultHeartbeatTimeout = contracts.DefaultHeartbeatTimeoutMS * time.Millisecond
+
+// MaxFileBytes is the largest config file Load and Parse take: 1 MiB, far
+// more than any set of tools and agents needs, and little enough to check
+// in a few seconds at worst. A larger file is refused before it is parsed.
+const MaxFileBytes = 1 << 20
+
+// ErrTooLarge is a config file over MaxFileBytes.
+var ErrTooLarge = fmt.Errorf("over the cap of 1 MiB (%d bytes) on a config file", MaxFileBytes)
 
 // Builtins are what this build has that a config file may name without
 // declaring it.
@@ -90,9 +99,9 @@ func (c *Config) Agent(name string) (Agent, bool) {
 }
 
 // Error is a config file that cannot be used, with every problem found in
-// it. It matches contracts.ErrInvalid (a breach of the file's contract) or
-// contracts.ErrUnsupportedVersion (a file of another major version), or
-// wraps the error reading the file.
+// it. It matches contracts.ErrInvalid (a breach of the file's contract),
+// contracts.ErrUnsupportedVersion (a file of another major version) or
+// ErrTooLarge, or wraps the error reading the file.
 type Error struct {
 	// Path is the file.
 	Path string
@@ -149,9 +158,10 @@ func FormatOf(path string) Format {
 }
 
 // Load reads the config file at path (its format by FormatOf) and checks
-// it against b. Any failure is an *Error.
+// it against b. A file over MaxFileBytes is refused before it is read
+// whole. Any failure is an *Error.
 func Load(path string, b Builtins) (*Config, error) {
-	data, err := os.ReadFile(path)
+	data, err := readCapped(path)
 	if err != nil {
 		return nil, &Error{Path: path, Err: err}
 	}
@@ -167,9 +177,38 @@ func Load(path string, b Builtins) (*Config, error) {
 	return c, nil
 }
 
+// readCapped reads the file at path, refusing it (ErrTooLarge) as soon as
+// its size, or what it gives when it has none (a pipe), passes
+// MaxFileBytes.
+func readCapped(path string) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return nil, err
+	}
+	if st.Mode().IsRegular() && st.Size() > MaxFileBytes {
+		return nil, fmt.Errorf("%d bytes, %w", st.Size(), ErrTooLarge)
+	}
+	data, err := io.ReadAll(io.LimitReader(f, MaxFileBytes+1))
+	if err != nil {
+		return nil, err
+	}
+	if len(data) > MaxFileBytes {
+		return nil, fmt.Errorf("more than %d bytes, %w", MaxFileBytes, ErrTooLarge)
+	}
+	return data, nil
+}
+
 // Parse checks a config file's content, written in format, against b. A
 // failure is an *Error without a Path.
 func Parse(data []byte, format Format, b Builtins) (*Config, error) {
+	if len(data) > MaxFileBytes {
+		return nil, &Error{Err: fmt.Errorf("%d bytes, %w", len(data), ErrTooLarge)}
+	}
 	var opts contracts.ConfigOptions
 	builtinTools := map[string]contracts.ToolDescriptor{}
 	for _, d := range b.Tools {

@@ -1,6 +1,7 @@
 package config_test
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -99,6 +100,76 @@ func TestLoad(t *testing.T) {
 		require.NoError(t, err)
 		send, _ := c.Tool("payments.send")
 		require.Equal(t, config.DefaultHeartbeatTimeout, send.MaxDuration)
+	})
+
+	t.Run("MaxDurationBelowTimeout", func(t *testing.T) {
+		// A call shorter than max_duration_ms completes within its lease:
+		// a maximum below the tool's timeout can run, and is accepted.
+		doc := strings.Replace(goodYAML, "timeout_ms: 45000\n    executor: client\n", "timeout_ms: 45000\n    executor: client\n    max_duration_ms: 30000\n", 1)
+		c, err := config.Parse([]byte(doc), config.FormatYAML, builtins)
+		require.NoError(t, err)
+		send, _ := c.Tool("payments.send")
+		require.Equal(t, 30*time.Second, send.MaxDuration)
+	})
+
+	// A lease that can never fit (its first stretch, heartbeat_timeout_ms,
+	// longer than its maximum) would refuse every begin: refused at load,
+	// listed with the file's other problems.
+	t.Run("ErrMaxDurationBelowHeartbeat", func(t *testing.T) {
+		doc := strings.Replace(goodYAML, "max_duration_ms: 60000", "max_duration_ms: 4000", 1)
+		doc = strings.Replace(doc, "timeout_ms: 45000\n    executor: client\n", "timeout_ms: 45000\n    executor: client\n    max_duration_ms: 20000\n", 1)
+		doc += "colour: blue\n"
+		path := write(t, "ledger.yaml", doc)
+		_, err := config.Load(path, builtins)
+		require.ErrorIs(t, err, contracts.ErrInvalid)
+		require.Equal(t, "config file "+path+": 3 problems:\n"+
+			"  /colour: unknown field\n"+
+			"  /tools/0/max_duration_ms: 20000 is shorter than heartbeat_timeout_ms (30000, the default): "+
+			"an attempt's lease could never fit, and every begin would be refused; make it at least 30000, or set a shorter heartbeat_timeout_ms\n"+
+			"  /tools/1/max_duration_ms: 4000 is shorter than heartbeat_timeout_ms (5000): "+
+			"an attempt's lease could never fit, and every begin would be refused; make it at least 5000, or set a shorter heartbeat_timeout_ms", err.Error())
+	})
+
+	// A config file is one YAML document: a second one after "---" would
+	// be ignored silently, so it is refused, at its line.
+	t.Run("ErrSecondDocument", func(t *testing.T) {
+		for name, tail := range map[string]string{
+			"document":       "---\nschema_version: \"1.0\"\ntools: []\n",
+			"empty document": "---\n",
+		} {
+			t.Run(name, func(t *testing.T) {
+				path := write(t, "ledger.yaml", goodYAML+tail)
+				_, err := config.Load(path, builtins)
+				require.ErrorIs(t, err, contracts.ErrInvalid)
+				line := strings.Count(goodYAML, "\n") + 1
+				require.Equal(t, fmt.Sprintf("config file %s: 1 problem:\n  (document): line %d: a second YAML document starts here; "+
+					"a config file is one document: remove the \"---\" and what follows, or merge it into the first", path, line), err.Error())
+			})
+		}
+		// A "---" before the one document starts it: that is one document.
+		c, err := config.Parse([]byte("---\n"+goodYAML), config.FormatYAML, builtins)
+		require.NoError(t, err)
+		require.Len(t, c.Tools, 3)
+	})
+
+	// The file's size is checked before it is parsed: a file over the cap
+	// is refused at once, naming the cap; one of exactly the cap loads.
+	t.Run("ErrTooLarge", func(t *testing.T) {
+		pad := func(n int) string { return goodYAML + "# " + strings.Repeat("x", n-len(goodYAML)-3) + "\n" }
+		at := write(t, "at-cap.yaml", pad(config.MaxFileBytes))
+		_, err := config.Load(at, builtins)
+		require.NoError(t, err)
+
+		over := write(t, "over-cap.yaml", pad(config.MaxFileBytes+1))
+		_, err = config.Load(over, builtins)
+		require.ErrorIs(t, err, config.ErrTooLarge)
+		var ce *config.Error
+		require.ErrorAs(t, err, &ce)
+		require.Equal(t, over, ce.Path)
+		require.Equal(t, "config file "+over+": 1048577 bytes, over the cap of 1 MiB (1048576 bytes) on a config file", err.Error())
+
+		_, err = config.Parse([]byte(pad(config.MaxFileBytes+1)), config.FormatYAML, builtins)
+		require.ErrorIs(t, err, config.ErrTooLarge)
 	})
 
 	t.Run("JSON", func(t *testing.T) {

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"slices"
 	"strconv"
 	"strings"
@@ -78,6 +79,10 @@ type ConfigTool struct {
 	MaxDurationMS int64 `json:"max_duration_ms,omitempty"`
 }
 
+// DefaultHeartbeatTimeoutMS is a client tool's heartbeat_timeout_ms when
+// its declaration sets none.
+const DefaultHeartbeatTimeoutMS = 30000
+
 // HeartbeatTimeout returns HeartbeatTimeoutMS as a duration; 0 means not set.
 func (t *ConfigTool) HeartbeatTimeout() time.Duration { return msDuration(t.HeartbeatTimeoutMS) }
 
@@ -125,8 +130,10 @@ type ConfigOptions struct {
 // a tool or agent declared twice, an agent calling a tool the file does not
 // declare or one the ledger executes, a built-in tool or agent this build
 // does not have (opts), and what this version does not support (executor
-// mcp, driver llm). A schema_version of another major version fails with a
-// *VersionError (ErrUnsupportedVersion) and nothing else is checked.
+// mcp, driver llm), and a client tool whose lease could never fit
+// (max_duration_ms shorter than heartbeat_timeout_ms, given or default). A
+// schema_version of another major version fails with a *VersionError
+// (ErrUnsupportedVersion) and nothing else is checked.
 func ParseConfig(data []byte, opts ConfigOptions) (*Config, error) {
 	subject := SchemaConfig.String()
 	v, err := decodeJSON(data)
@@ -149,6 +156,7 @@ func ParseConfig(data []byte, opts ConfigOptions) (*Config, error) {
 	issues = append(issues, ruleIssues...)
 	issues = append(issues, configNameIssues(v, opts)...)
 	issues = append(issues, configArgumentIssues(v, issues)...)
+	issues = append(issues, configLeaseIssues(v, issues)...)
 	if len(issues) > 0 {
 		return nil, &ValidationError{Subject: subject, Issues: sortIssues(issues)}
 	}
@@ -169,15 +177,27 @@ func ParseConfig(data []byte, opts ConfigOptions) (*Config, error) {
 // ParseConfigYAML is ParseConfig for a config file written in YAML: the
 // YAML is turned into JSON, which ParseConfig then checks. A key that
 // appears twice in its mapping is listed with the others, at its JSON
-// Pointer and with its line; a file that is not YAML at all is refused
-// with the parser's complaint alone.
+// Pointer and with its line, and so is a second document (after "---"),
+// at its line; a file that is not YAML at all is refused with the parser's
+// complaint alone.
 func ParseConfigYAML(data []byte, opts ConfigOptions) (*Config, error) {
 	subject := SchemaConfig.String()
-	var root yamlv3.Node
-	if err := yamlv3.Unmarshal(data, &root); err != nil {
+	var root, next yamlv3.Node
+	d := yamlv3.NewDecoder(bytes.NewReader(data))
+	if err := d.Decode(&root); err != nil && !errors.Is(err, io.EOF) {
 		return nil, &ValidationError{Subject: subject, Issues: yamlIssues(err)}
 	}
 	dups := yamlDuplicateKeys(&root, "")
+	switch err := d.Decode(&next); {
+	case errors.Is(err, io.EOF):
+	case err != nil:
+		return nil, &ValidationError{Subject: subject, Issues: yamlIssues(err)}
+	default:
+		// The converter below reads the first document only: what follows
+		// would be ignored without a word.
+		dups = append(dups, Issue{Message: fmt.Sprintf("line %d: a second YAML document starts here; a config file is one document: "+
+			`remove the "---" and what follows, or merge it into the first`, next.Line)})
+	}
 	j, err := yaml.YAMLToJSON(data)
 	if err != nil {
 		return nil, &ValidationError{Subject: subject, Issues: yamlIssues(err)}
@@ -466,6 +486,53 @@ func configArgumentIssues(v any, found []Issue) []Issue {
 		}
 	}
 	return out
+}
+
+// configLeaseIssues refuses a client tool whose lease could never fit:
+// an attempt's lease starts heartbeat_timeout_ms long (its default when
+// not set) and may never reach past max_duration_ms from the begin, so a
+// maximum shorter than the heartbeat timeout would refuse every begin
+// while /next says execute. A maximum shorter than timeout_ms is accepted:
+// a call that ends within it completes. Entries with an issue of their
+// own at either field are left to it.
+func configLeaseIssues(v any, found []Issue) []Issue {
+	var out []Issue
+	tools := configEntries(v, "tools")
+	for _, i := range sortedKeys(tools) {
+		t := tools[i]
+		at := "/tools/" + strconv.Itoa(i)
+		if executor, _ := t["executor"].(string); Executor(executor) != ExecutorClient || slices.ContainsFunc(found, func(is Issue) bool {
+			return is.Location == at || is.Location == at+"/max_duration_ms" || is.Location == at+"/heartbeat_timeout_ms"
+		}) {
+			continue
+		}
+		maxMS, ok := configInt(t["max_duration_ms"])
+		if !ok {
+			continue // absent: the default is at least the heartbeat timeout
+		}
+		hbMS, ok := configInt(t["heartbeat_timeout_ms"])
+		hb := strconv.FormatInt(hbMS, 10)
+		if !ok {
+			hbMS, hb = DefaultHeartbeatTimeoutMS, strconv.Itoa(DefaultHeartbeatTimeoutMS)+", the default"
+		}
+		if maxMS < hbMS {
+			out = append(out, Issue{Location: at + "/max_duration_ms", Message: fmt.Sprintf(
+				"%d is shorter than heartbeat_timeout_ms (%s): an attempt's lease could never fit, and every begin would be refused; "+
+					"make it at least %d, or set a shorter heartbeat_timeout_ms", maxMS, hb, hbMS)})
+		}
+	}
+	return out
+}
+
+// configInt is a field of a decoded config file as an integer; false if
+// absent or not an integer (the schema reports that).
+func configInt(v any) (int64, bool) {
+	n, ok := v.(json.Number)
+	if !ok {
+		return 0, false
+	}
+	i, err := n.Int64()
+	return i, err == nil
 }
 
 func sortedKeys[V any](m map[int]V) []int {

@@ -178,6 +178,21 @@ func TestServeConfig(t *testing.T) {
 		require.ErrorIs(t, err, os.ErrNotExist, "refused before anything is opened")
 	})
 
+	// A lease that could never fit refuses every begin: serve refuses the
+	// file before it opens anything, at the field's location.
+	t.Run("ErrLeaseCanNeverFit", func(t *testing.T) {
+		dir := t.TempDir()
+		bad := strings.Replace(testConfig, "    heartbeat_timeout_ms: 10000\n", "    heartbeat_timeout_ms: 10000\n    max_duration_ms: 9999\n", 1)
+		path := writeFile(t, dir, "ledger.yaml", bad)
+		db := filepath.Join(dir, "ledger.db")
+		_, _, err := runCLI(t, nil, "serve", "--db", db, "--addr", "127.0.0.1:0", "--config", path)
+		requireExit(t, err, exitUsage)
+		require.Equal(t, "config file "+path+": 1 problem:\n  /tools/0/max_duration_ms: 9999 is shorter than heartbeat_timeout_ms (10000): "+
+			"an attempt's lease could never fit, and every begin would be refused; make it at least 10000, or set a shorter heartbeat_timeout_ms", err.Error())
+		_, err = os.Stat(db)
+		require.ErrorIs(t, err, os.ErrNotExist, "refused before anything is opened")
+	})
+
 	t.Run("ErrUsage", func(t *testing.T) {
 		dir := t.TempDir()
 		cfg := writeFile(t, dir, "ledger.yaml", testConfig)
