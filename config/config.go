@@ -18,9 +18,9 @@ import (
 // when its declaration sets none.
 const DefaultHeartbeatTimeout = contracts.DefaultHeartbeatTimeoutMS * time.Millisecond
 
-// MaxFileBytes is the largest config file Load and Parse take: 1 MiB, far
-// more than any set of tools and agents needs, and little enough to check
-// in a few seconds at worst. A larger file is refused before it is parsed.
+// MaxFileBytes is the largest config file Load and Parse take: 1 MiB, room
+// for thousands of tools, and little enough that checking one ends in
+// seconds. A larger file is refused before it is parsed.
 const MaxFileBytes = 1 << 20
 
 // ErrTooLarge is a config file over MaxFileBytes.

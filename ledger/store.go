@@ -161,9 +161,10 @@ type Store interface {
 	// the run; a write whose context carries none is not fenced.
 	RunLeaseStore
 
-	// CountByState counts every run, action and approval by state, and
-	// every attempt by status and effect, across tenants, from one
-	// snapshot and without loading rows (metrics).
+	// CountByState counts every run, action and approval by state, every
+	// attempt by status and effect, and the runs whose head each signing
+	// key signed last, across tenants, from one snapshot and without
+	// loading rows (metrics; the signing check at start-up).
 	CountByState(ctx context.Context) (*Counts, error)
 
 	// ProbeWrite runs one write that reaches the database's log and

@@ -15,6 +15,7 @@ import (
 	"net/http"
 	"os"
 	"regexp"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -207,15 +208,44 @@ func (t *Tokens) Len() int { return len(t.byHash) }
 
 var hashPattern = regexp.MustCompile(`^[0-9a-f]{64}$`)
 
-// LoadTokens reads and checks a tokens file. See ParseTokens.
+// ErrNoTokens is a tokens file that lists no tokens, which LoadTokens
+// refuses: a server with it would let nobody in.
+var ErrNoTokens = errors.New("the file lists no tokens, so nobody could get in")
+
+// ErrTokensFileWritable is a tokens file that group or others may write,
+// which LoadTokens refuses: whoever writes it decides who may act.
+var ErrTokensFileWritable = errors.New("group or others may write it")
+
+// LoadTokens reads and checks the tokens file a server runs with: what
+// ParseTokens checks, and two things more. The file must list at least
+// one token (ErrNoTokens), and, where files have Unix permissions, neither
+// group nor others may write it (ErrTokensFileWritable); others may read
+// it, since it holds only hashes. A symlink is followed: what it leads to
+// is read, and its permissions are the ones checked.
 func LoadTokens(path string) (*Tokens, error) {
-	data, err := os.ReadFile(path)
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("load tokens: %w", err)
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return nil, fmt.Errorf("load tokens: %w", err)
+	}
+	if perm := st.Mode().Perm(); perm&0o022 != 0 && runtime.GOOS != "windows" {
+		return nil, fmt.Errorf("load tokens %s: %w (mode %04o), and whoever writes it decides who may act: chmod 600 %s",
+			path, ErrTokensFileWritable, perm, path)
+	}
+	data, err := io.ReadAll(f)
 	if err != nil {
 		return nil, fmt.Errorf("load tokens: %w", err)
 	}
 	t, err := ParseTokens(data)
 	if err != nil {
 		return nil, fmt.Errorf("load tokens %s: %w", path, err)
+	}
+	if t.Len() == 0 {
+		return nil, fmt.Errorf("load tokens %s: %w", path, ErrNoTokens)
 	}
 	return t, nil
 }
@@ -226,8 +256,9 @@ func LoadTokens(path string) (*Tokens, error) {
 // no control characters, at most 256 and 128 bytes), at least one known
 // role (submitter, approver, auditor, agent, admin) and, with the role
 // agent and only with it, the agents it drives (agent names as a run
-// submission gives them). An empty array is accepted: a server that lets
-// nobody in. Errors name the entry by index, never a hash.
+// submission gives them). An empty array is accepted here (it is what
+// revoking the last token leaves), though LoadTokens refuses it. Errors
+// name the entry by index, never a hash.
 func ParseTokens(data []byte) (*Tokens, error) {
 	if err := ledger.CheckJSON(data); err != nil {
 		return nil, fmt.Errorf("tokens file: %w", err)

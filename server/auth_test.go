@@ -2,6 +2,7 @@ package server_test
 
 import (
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -138,11 +139,33 @@ func TestLoadTokens(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, 1, tokens.Len())
 	})
-	t.Run("Empty", func(t *testing.T) {
-		tokens, err := server.LoadTokens(write(t, `{"tokens":[]}`))
-		require.NoError(t, err)
-		require.Zero(t, tokens.Len())
+	t.Run("ReadableByOthers", func(t *testing.T) {
+		path := write(t, entry(ok))
+		require.NoError(t, os.Chmod(path, 0o644))
+		tokens, err := server.LoadTokens(path)
+		require.NoError(t, err, "it holds only hashes")
+		require.Equal(t, 1, tokens.Len())
 	})
+	t.Run("ErrEmpty", func(t *testing.T) {
+		// ParseTokens takes it (revoking the last token leaves it); a
+		// server would let nobody in with it.
+		_, err := server.ParseTokens([]byte(`{"tokens":[]}`))
+		require.NoError(t, err)
+		path := write(t, `{"tokens":[]}`)
+		_, err = server.LoadTokens(path)
+		require.ErrorIs(t, err, server.ErrNoTokens)
+		require.Equal(t, "load tokens "+path+": the file lists no tokens, so nobody could get in", err.Error())
+	})
+	for _, mode := range []os.FileMode{0o620, 0o602, 0o666} {
+		t.Run(fmt.Sprintf("ErrWritable/%04o", mode), func(t *testing.T) {
+			path := write(t, entry(ok))
+			require.NoError(t, os.Chmod(path, mode))
+			_, err := server.LoadTokens(path)
+			require.ErrorIs(t, err, server.ErrTokensFileWritable)
+			require.Equal(t, fmt.Sprintf("load tokens %[1]s: group or others may write it (mode %04[2]o), "+
+				"and whoever writes it decides who may act: chmod 600 %[1]s", path, mode), err.Error())
+		})
+	}
 	bad := map[string]struct{ content, msg string }{
 		"not json":             {`{"tokens":`, "json"},
 		"no tokens key":        {`{}`, `"tokens" is required`},

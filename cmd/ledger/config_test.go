@@ -185,7 +185,7 @@ func TestServeConfig(t *testing.T) {
 		bad := strings.Replace(testConfig, "    heartbeat_timeout_ms: 10000\n", "    heartbeat_timeout_ms: 10000\n    max_duration_ms: 9999\n", 1)
 		path := writeFile(t, dir, "ledger.yaml", bad)
 		db := filepath.Join(dir, "ledger.db")
-		_, _, err := runCLI(t, nil, "serve", "--db", db, "--addr", "127.0.0.1:0", "--config", path)
+		_, err := serveRefused(t, "--db", db, "--config", path)
 		requireExit(t, err, exitUsage)
 		require.Equal(t, "config file "+path+": 1 problem:\n  /tools/0/max_duration_ms: 9999 is shorter than heartbeat_timeout_ms (10000): "+
 			"an attempt's lease could never fit, and every begin would be refused; make it at least 10000, or set a shorter heartbeat_timeout_ms", err.Error())

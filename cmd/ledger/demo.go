@@ -19,7 +19,10 @@ import (
 var errDemoFailed = errors.New("demo: expected exactly one effect")
 
 func newDemoCmd() *cobra.Command {
-	var keep, signingKey string
+	var (
+		keep, signingKey string
+		allowUnsigned    bool
+	)
 	cmd := &cobra.Command{
 		Use:   "demo",
 		Short: "Run the whole approval-gated flow once on a temporary database",
@@ -40,24 +43,26 @@ Exits non-zero unless exactly one effect was recorded.`,
 			} else if err := os.MkdirAll(dir, 0o755); err != nil {
 				return err
 			}
-			key, err := signingKeyFrom(signingKey)
+			key, err := signingKeyFrom(warningLogger(cmd.ErrOrStderr()), signingKey)
 			if err != nil {
 				return err
 			}
-			return runDemo(cmd, dir, key)
+			return runDemo(cmd, dir, key, allowUnsigned)
 		},
 		Example: `  ledger demo
   ledger demo --keep ./demo && ledger simulator effects --store ./demo/ledger.db.effects.db`,
 	}
 	cmd.Flags().StringVar(&keep, "keep", "", "keep the databases in this directory instead of a temporary one")
 	cmd.Flags().StringVar(&signingKey, "signing-key", "", "sign chain heads with this Ed25519 key file (env "+envSigningKeyFile+")")
+	cmd.Flags().BoolVar(&allowUnsigned, "allow-unsigned", false, allowUnsignedUsage)
 	return cmd
 }
 
-func runDemo(cmd *cobra.Command, dir string, signingKey ed25519.PrivateKey) error {
+func runDemo(cmd *cobra.Command, dir string, signingKey ed25519.PrivateKey, allowUnsigned bool) error {
 	ctx := cmd.Context()
 	out := cmd.OutOrStdout()
-	rt, err := openService(ctx, serviceConfig{DBPath: filepath.Join(dir, "ledger.db"), Logger: discardLogger(), SigningKey: signingKey})
+	rt, err := openService(ctx, serviceConfig{DBPath: filepath.Join(dir, "ledger.db"), Logger: discardLogger(), SigningKey: signingKey,
+		AllowUnsigned: allowUnsigned, Warnings: warningLogger(cmd.ErrOrStderr())})
 	if err != nil {
 		return err
 	}

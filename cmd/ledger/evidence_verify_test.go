@@ -138,7 +138,7 @@ func TestSigningKey(t *testing.T) {
 		info, err := os.Stat(key)
 		require.NoError(t, err)
 		require.Equal(t, os.FileMode(0o600), info.Mode().Perm())
-		private, err := readSigningKey(key)
+		private, err := readSigningKey(discardLogger(), key)
 		require.NoError(t, err)
 		public, err := readPublicKey(pub)
 		require.NoError(t, err)
@@ -190,7 +190,7 @@ func TestSigningKey(t *testing.T) {
 // signature check.
 func TestEvidenceVerifyReport(t *testing.T) {
 	keyFile, pubFile := signingKey(t)
-	key, err := readSigningKey(keyFile)
+	key, err := readSigningKey(discardLogger(), keyFile)
 	require.NoError(t, err)
 	keyID := ledger.SigningKeyID(key.Public().(ed25519.PublicKey))
 	db, id := evidenceRunSigned(t, key)

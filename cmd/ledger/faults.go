@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"slices"
 	"sync/atomic"
@@ -192,8 +193,9 @@ func (s *failingStore) FinishAttempt(ctx context.Context, p ledger.FinishAttempt
 // openLocalService opens the service on a database file for a local
 // command (recover, worker), with whatever fault plan and simulator
 // settings the process's environment holds, and the signing key of
-// signingKeyFlag or $LEDGER_SIGNING_KEY_FILE if either names one.
-func openLocalService(ctx context.Context, dbPath, signingKeyFlag, configFlag string) (*service, error) {
+// signingKeyFlag or $LEDGER_SIGNING_KEY_FILE if either names one
+// (allowUnsigned: --allow-unsigned). Its warnings go to stderr.
+func openLocalService(ctx context.Context, stderr io.Writer, dbPath, signingKeyFlag, configFlag string, allowUnsigned bool) (*service, error) {
 	f, err := faultsFromEnv()
 	if err != nil {
 		return nil, err
@@ -208,12 +210,14 @@ func openLocalService(ctx context.Context, dbPath, signingKeyFlag, configFlag st
 	if cfg != nil {
 		rules = cfg.Rules
 	}
-	key, err := signingKeyFrom(signingKeyFlag)
+	warnings := warningLogger(stderr)
+	key, err := signingKeyFrom(warnings, signingKeyFlag)
 	if err != nil {
 		return nil, err
 	}
 	return openService(ctx, serviceConfig{DBPath: dbPath, Simulator: f.Simulator, FaultFunc: f.Func,
-		WrapStore: f.WrapStore, WriteFault: f.WriteFault, OnEffects: f.UseEffects, Logger: discardLogger(), SigningKey: key, Config: cfg, Rules: rules})
+		WrapStore: f.WrapStore, WriteFault: f.WriteFault, OnEffects: f.UseEffects, Logger: discardLogger(), SigningKey: key, Config: cfg, Rules: rules,
+		AllowUnsigned: allowUnsigned, Warnings: warnings})
 }
 
 // killSelf ends the process at once, as a power cut or OOM kill would: no

@@ -27,7 +27,7 @@ func (svc *service) recover(ctx context.Context) error {
 func newRecoverCmd() *cobra.Command {
 	var (
 		dbPath, signingKey, configPath string
-		asJSON                         bool
+		asJSON, allowUnsigned          bool
 	)
 	cmd := &cobra.Command{
 		Use:   "recover",
@@ -41,7 +41,7 @@ process holds is that process's to recover, and is counted as held.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx := cmd.Context()
-			svc, err := openLocalService(ctx, dbPath, signingKey, configPath)
+			svc, err := openLocalService(ctx, cmd.ErrOrStderr(), dbPath, signingKey, configPath, allowUnsigned)
 			if err != nil {
 				return err
 			}
@@ -59,6 +59,7 @@ process holds is that process's to recover, and is counted as held.`,
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
 	cmd.Flags().StringVar(&configPath, "config", "", "the operator's config file, as serve's: its agents, tools and rules (env "+envConfig+")")
 	cmd.Flags().StringVar(&signingKey, "signing-key", "", "sign chain heads with this Ed25519 key file (env "+envSigningKeyFile+")")
+	cmd.Flags().BoolVar(&allowUnsigned, "allow-unsigned", false, allowUnsignedUsage)
 	return cmd
 }
 

@@ -44,7 +44,7 @@ func reloadTokens(log *slog.Logger, srv *server.Server, path string) {
 		log.Warn("SIGHUP ignored: dev mode has no tokens file to reload")
 		return
 	}
-	tokens, err := server.LoadTokens(path)
+	tokens, err := loadTokens(log, path)
 	if err == nil {
 		err = srv.SetTokens(tokens)
 	}

@@ -162,6 +162,41 @@ func TestTokensReload(t *testing.T) {
 			require.Zero(t, code, errOut)
 		})
 
+		// A file that parses is still refused when it lists no tokens (it
+		// would lock everyone out) or when others may write it; through a
+		// symlink, what the link leads to is read, checked and logged.
+		t.Run("RefusedFileKeepsTheTokensInForce", func(t *testing.T) {
+			notReloaded := `"msg":"tokens not reloaded; the tokens in force stay"`
+			require.NoError(t, os.WriteFile(tokens, []byte(`{"tokens": []}`), 0o600))
+			p.hup(t, notReloaded)
+			require.Contains(t, p.logs.String(), "the file lists no tokens, so nobody could get in")
+			_, errOut, code := runsList(bob)
+			require.Zero(t, code, errOut)
+
+			carol := newToken("carol", "submitter")
+			require.NoError(t, os.Chmod(tokens, 0o666))
+			p.hup(t, notReloaded)
+			require.Contains(t, p.logs.String(), "group or others may write it (mode 0666), and whoever writes it decides who may act: chmod 600 "+tokens)
+			_, errOut, code = runsList(bob)
+			require.Zero(t, code, errOut)
+			_, _, code = runsList(carol)
+			require.Equal(t, exitAuth, code, "carol's entry was not taken")
+
+			target := filepath.Join(t.TempDir(), "tokens.json")
+			require.NoError(t, os.Rename(tokens, target))
+			require.NoError(t, os.Symlink(target, tokens))
+			require.NoError(t, os.Chmod(target, 0o600))
+			p.hup(t, `"msg":"tokens reloaded"`)
+			target, err := filepath.EvalSymlinks(target) // TMPDIR may be a link itself
+			require.NoError(t, err)
+			require.Contains(t, p.logs.String(), `"level":"WARN","msg":"tokens file is a symlink: its target is read, and its target's permissions checked","file":"`+
+				tokens+`","target":"`+target+`"`)
+			_, errOut, code = runsList(carol)
+			require.Zero(t, code, errOut)
+			_, _, code = runsList(bob)
+			require.Equal(t, exitAuth, code, "the file in force is carol's alone")
+		})
+
 		p.stop(t)
 		for _, tok := range []string{alice, bob} {
 			require.NotContains(t, p.logs.String(), tok, "tokens are never logged")

@@ -54,6 +54,7 @@ type serveOptions struct {
 	rateBurst       int
 	maxPending      int
 	signingKeyPath  string
+	allowUnsigned   bool
 	leaseTTL        time.Duration
 }
 
@@ -70,7 +71,9 @@ Authentication: --tokens (or $LEDGER_TOKENS_FILE) names a JSON file of token has
 {"tokens": [{"sha256": "…", "principal": "alice", "tenant": "acme", "roles": ["submitter"]}]};
 make entries with "ledger token new" and remove them with "ledger token revoke". The
 file is read at start-up and again on SIGHUP, replacing the tokens in force at once; a
-file that does not parse keeps them (logged). Without a tokens file serve runs in DEV
+file that does not parse, lists no tokens, or that group or others may write is refused
+(exit status 2 at start-up; on SIGHUP the tokens in force stay, and the reason is
+logged). A symlink is followed, and its target logged. Without a tokens file serve runs in DEV
 MODE: every request is principal "dev" in tenant "default" with every role, separation
 of duties is relaxed, and --addr must be a loopback address (exit status 2 otherwise).
 
@@ -135,6 +138,7 @@ of the host. See docs/operations.md, "Several processes on one database".`,
 	f.IntVar(&o.maxPending, "max-pending-approvals", server.DefaultMaxPendingApprovals,
 		"per tenant: refuse new runs (429) while this many approvals are pending or runs queued or running; 0 means no cap")
 	f.StringVar(&o.signingKeyPath, "signing-key", "", "sign each run's chain head with this Ed25519 key file (env "+envSigningKeyFile+"; make one with `ledger signing-key new`)")
+	f.BoolVar(&o.allowUnsigned, "allow-unsigned", false, allowUnsignedUsage)
 	return asUsage(cmd)
 }
 
@@ -201,7 +205,7 @@ func runServe(ctx context.Context, o *serveOptions, stderr io.Writer) (err error
 		}
 		log.Warn(devModeWarning, "dev_mode", true, "principal", "dev", "tenant", "default")
 	} else {
-		if tokens, err = server.LoadTokens(tokensPath); err != nil {
+		if tokens, err = loadTokens(log, tokensPath); err != nil {
 			return &usageError{err: fmt.Errorf("tokens file: %w", err)}
 		}
 	}
@@ -242,7 +246,7 @@ func runServe(ctx context.Context, o *serveOptions, stderr io.Writer) (err error
 			"fault_plan", plan, "simulator_config", simCfg)
 	}
 
-	signingKey, err := signingKeyFrom(o.signingKeyPath)
+	signingKey, err := signingKeyFrom(log, o.signingKeyPath)
 	if err != nil {
 		return err
 	}
@@ -256,7 +260,7 @@ func runServe(ctx context.Context, o *serveOptions, stderr io.Writer) (err error
 	// scan and the first request come after it.
 	var metrics atomic.Pointer[server.Metrics]
 	svc, err := openService(ctx, serviceConfig{DBPath: o.dbPath, EffectsPath: o.effectsPath, Rules: rules, Config: cfg, DevMode: devMode, Simulator: faults.Simulator,
-		FaultFunc: faults.Func, WrapStore: faults.WrapStore, WriteFault: faults.WriteFault, OnEffects: faults.UseEffects, Logger: log, SigningKey: signingKey, LeaseTTL: o.leaseTTL,
+		FaultFunc: faults.Func, WrapStore: faults.WrapStore, WriteFault: faults.WriteFault, OnEffects: faults.UseEffects, Logger: log, SigningKey: signingKey, AllowUnsigned: o.allowUnsigned, LeaseTTL: o.leaseTTL,
 		OnDecision: func(d recovery.Decision) {
 			if m := metrics.Load(); m != nil {
 				m.ObserveDecision(d)

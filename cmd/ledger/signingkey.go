@@ -1,14 +1,20 @@
 package main
 
 import (
+	"context"
 	"crypto/ed25519"
 	"crypto/rand"
 	"crypto/x509"
 	"encoding/pem"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
+	"log/slog"
 	"os"
+	"runtime"
+	"slices"
+	"strings"
 
 	"github.com/actionledger/ledger/ledger"
 	"github.com/spf13/cobra"
@@ -35,7 +41,10 @@ recover and demo) signs the head of a run's event chain whenever a write moves i
 evidence reports carry the newest signature. "ledger evidence verify --report FILE
 --public-key FILE" then checks a report without the database, and a chain rewritten
 together with its head no longer verifies. The key stays in its file: the ledger never
-stores or logs it, only its id (16 hex digits of the SHA-256 of the public key).
+stores or logs it, only its id (16 hex digits of the SHA-256 of the public key). A key
+file that group or others may read or write is refused (chmod 600 FILE), as ssh refuses
+such a private key. A database whose heads are signed is refused by a process started
+without a key (exit status 2), unless it is given --allow-unsigned.
 
   new     make a key pair: the private key into --out (mode 0600, never overwritten),
           the public key on stdout (and into --public-out), the key id on stderr.
@@ -104,7 +113,7 @@ func newSigningKeyPublicCmd() *cobra.Command {
 			if keyFile == "" {
 				return usagef("--key is required")
 			}
-			key, err := readSigningKey(keyFile)
+			key, err := readSigningKey(warningLogger(cmd.ErrOrStderr()), keyFile)
 			if err != nil {
 				return err
 			}
@@ -155,8 +164,9 @@ func writeNewFile(path string, data []byte, mode fs.FileMode) error {
 }
 
 // signingKeyFrom reads the signing key named by flag, else by
-// $LEDGER_SIGNING_KEY_FILE; nil if neither names one.
-func signingKeyFrom(flag string) (ed25519.PrivateKey, error) {
+// $LEDGER_SIGNING_KEY_FILE; nil if neither names one. A symlink is
+// logged on log (readSigningKey).
+func signingKeyFrom(log *slog.Logger, flag string) (ed25519.PrivateKey, error) {
 	path := flag
 	if path == "" {
 		path = os.Getenv(envSigningKeyFile)
@@ -164,13 +174,31 @@ func signingKeyFrom(flag string) (ed25519.PrivateKey, error) {
 	if path == "" {
 		return nil, nil
 	}
-	return readSigningKey(path)
+	return readSigningKey(log, path)
 }
 
-// readSigningKey reads an Ed25519 private key from a PEM file. Its errors
-// never quote the file's content.
-func readSigningKey(path string) (ed25519.PrivateKey, error) {
-	raw, err := os.ReadFile(path)
+// readSigningKey reads an Ed25519 private key from a PEM file. As ssh does
+// with a private key, it refuses a file that group or others may read or
+// write, where files have Unix permissions: whoever reads the key can sign
+// chain heads. A symlink is followed, its target's permissions checked,
+// and a warning naming the target logged on log. Its errors never quote
+// the file's content.
+func readSigningKey(log *slog.Logger, path string) (ed25519.PrivateKey, error) {
+	noteSymlink(log, "signing key", path)
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, usagef("signing key: %v", err)
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return nil, usagef("signing key: %v", err)
+	}
+	if perm := st.Mode().Perm(); perm&0o077 != 0 && runtime.GOOS != "windows" {
+		return nil, usagef("signing key %s: group or others may read or write it (mode %04o), and whoever reads it can sign chain heads: chmod 600 %s",
+			path, perm, path)
+	}
+	raw, err := io.ReadAll(f)
 	if err != nil {
 		return nil, usagef("signing key: %v", err)
 	}
@@ -208,4 +236,64 @@ func readPublicKey(path string) (ed25519.PublicKey, error) {
 		return nil, usagef("public key %s: a %T, not an Ed25519 key", path, k)
 	}
 	return pub, nil
+}
+
+// allowUnsignedUsage is the help of --allow-unsigned (serve, worker,
+// recover, demo).
+const allowUnsignedUsage = "without a signing key, write to a database whose chain heads are signed anyway (the heads of the runs this process moves stay unsigned)"
+
+// checkSigners compares the keys that signed the database's chain heads
+// with the process's own. A database with signed heads opened without a
+// key is refused (a usage error naming the database and how to give the
+// key), unless cfg.AllowUnsigned: every run the process moved would end
+// with heads no key signed, and its reports would stop verifying, with
+// nobody told. Heads signed by another key (a rotation, or replicas given
+// different keys) are logged as a warning.
+func checkSigners(ctx context.Context, store *ledger.DB, cfg serviceConfig) error {
+	counts, err := store.CountByState(ctx)
+	if err != nil {
+		return fmt.Errorf("read which keys signed the database's chain heads: %w", err)
+	}
+	var own string
+	if cfg.SigningKey != nil {
+		own = ledger.SigningKeyID(cfg.SigningKey.Public().(ed25519.PublicKey))
+	}
+	var others []string
+	for id := range counts.Signatures {
+		if id != own {
+			others = append(others, id)
+		}
+	}
+	if len(others) == 0 {
+		return nil
+	}
+	slices.Sort(others)
+	shown := make([]string, len(others))
+	for i, id := range others {
+		shown[i] = fmt.Sprintf("%s (%d %s)", id, counts.Signatures[id], plural(counts.Signatures[id], "run", "runs"))
+	}
+	signers := strings.Join(shown, ", ")
+	db := shownDB(cfg.DBPath)
+	switch {
+	case cfg.SigningKey != nil:
+		cfg.Warnings.Warn("this database's chain heads were signed by other keys: the runs this process moves are signed by its own key from now on; "+
+			"keep the others' public keys to check the reports exported before", "db", db, "key_id", own, "other_keys", signers)
+	case cfg.AllowUnsigned:
+		cfg.Warnings.Warn("UNSIGNED: this database's chain heads are signed, and this process has no signing key: "+
+			"the heads of the runs it moves will not be signed", "db", db, "signed_by", signers)
+	default:
+		return usagef("database %s has chain heads signed by %s %s, and this process has no signing key: "+
+			"the runs it moves would get heads no key signed, and their reports would stop verifying. "+
+			"Give the key with --signing-key FILE (or $%s), or --allow-unsigned to write unsigned heads anyway",
+			db, plural(int64(len(others)), "key", "keys"), signers, envSigningKeyFile)
+	}
+	return nil
+}
+
+// plural is one if n is 1, else many.
+func plural(n int64, one, many string) string {
+	if n == 1 {
+		return one
+	}
+	return many
 }

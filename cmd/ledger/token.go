@@ -140,7 +140,7 @@ func readTokensFile(path string) (server.TokensFile, error) {
 // never half of one.
 func writeTokensFile(path string, doc server.TokensFile) error {
 	if doc.Tokens == nil {
-		doc.Tokens = []server.TokenEntry{} // "tokens" is required: [] lets nobody in
+		doc.Tokens = []server.TokenEntry{} // "tokens" is required; a server refuses [] (server.ErrNoTokens)
 	}
 	out, err := json.MarshalIndent(doc, "", "  ")
 	if err != nil {
@@ -271,7 +271,7 @@ here too, with the reason (exit status 2).`,
 				}{rows})
 			}
 			if len(rows) == 0 {
-				_, err := fmt.Fprintln(out, "no tokens: the server lets nobody in")
+				_, err := fmt.Fprintln(out, "no tokens: a server refuses this file (it would let nobody in)")
 				return err
 			}
 			return printTokenRows(out, rows)
@@ -298,7 +298,9 @@ func newTokenRevokeCmd() *cobra.Command {
 --tenant), or the one entry whose hash starts with --sha256 PREFIX (at least 8 hex
 digits, as "ledger token list" shows them; a prefix that matches more than one entry
 is refused). The file is replaced atomically, mode 0600. A running server reads the
-file again on SIGHUP (kill -HUP PID): from then on the revoked tokens get 401.
+file again on SIGHUP (kill -HUP PID): from then on the revoked tokens get 401. A file
+left with no tokens is one a server refuses: it does not start with it, and on SIGHUP
+keeps the tokens in force, so stop the server to shut everyone out.
 
 Prints each entry removed. Nothing matching is exit status 5 and leaves the file as it
 was; so does a file the server would refuse (exit status 2).`,
@@ -339,11 +341,15 @@ was; so does a file the server would refuse (exit status 2).`,
 				fmt.Fprintf(cmd.OutOrStdout(), "revoked %s (tenant %s, roles %s) sha256 %s\n", displayText(r.Principal),
 					displayText(r.Tenant), strings.Join(r.Roles, ","), r.SHA256Prefix)
 			}
-			left := fmt.Sprintf("%d tokens left", len(kept))
 			if len(kept) == 0 {
-				left = "no tokens left: the server will let nobody in"
+				// A server refuses the file (server.ErrNoTokens): SIGHUP
+				// keeps what is in force, the revoked tokens included.
+				fmt.Fprintf(cmd.ErrOrStderr(), "wrote %s (no tokens left). A server refuses a file without tokens: it does not start with it, "+
+					"and on SIGHUP it keeps the tokens in force, the revoked ones included. Stop the server to shut everyone out, "+
+					"or add a token (ledger token new --add-to %s) and send SIGHUP\n", path, path)
+				return nil
 			}
-			fmt.Fprintf(cmd.ErrOrStderr(), "wrote %s (%s); send the server SIGHUP (kill -HUP PID) to apply it\n", path, left)
+			fmt.Fprintf(cmd.ErrOrStderr(), "wrote %s (%d tokens left); send the server SIGHUP (kill -HUP PID) to apply it\n", path, len(kept))
 			return nil
 		},
 		Example: `  ledger token revoke --file tokens.json --principal alice --tenant acme

@@ -187,7 +187,7 @@ func TestTokenList(t *testing.T) {
 		path, _ := tokensFile(t)
 		out, _, err := runCLI(t, nil, "token", "list", "--file", path)
 		require.NoError(t, err)
-		require.Equal(t, "no tokens: the server lets nobody in\n", out)
+		require.Equal(t, "no tokens: a server refuses this file (it would let nobody in)\n", out)
 	})
 
 	t.Run("Environment", func(t *testing.T) {
@@ -287,8 +287,14 @@ func TestTokenRevoke(t *testing.T) {
 		path, _ := tokensFile(t, alice)
 		_, errOut, err := runCLI(t, nil, "token", "revoke", "--file", path, "--principal", "alice")
 		require.NoError(t, err)
-		require.Contains(t, errOut, "the server will let nobody in")
-		require.Empty(t, left(t, path))
+		require.Equal(t, "wrote "+path+" (no tokens left). A server refuses a file without tokens: it does not start with it, "+
+			"and on SIGHUP it keeps the tokens in force, the revoked ones included. Stop the server to shut everyone out, "+
+			"or add a token (ledger token new --add-to "+path+") and send SIGHUP\n", errOut)
+		_, err = server.LoadTokens(path)
+		require.ErrorIs(t, err, server.ErrNoTokens)
+		out, _, err := runCLI(t, nil, "token", "list", "--file", path)
+		require.NoError(t, err, "the token commands still read it")
+		require.Equal(t, "no tokens: a server refuses this file (it would let nobody in)\n", out)
 	})
 
 	t.Run("ErrAmbiguousPrefix", func(t *testing.T) {

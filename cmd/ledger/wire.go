@@ -72,6 +72,12 @@ type serviceConfig struct {
 	OnToolCall func(engine.ToolCallStats)
 	// SigningKey, if set, signs each run's chain head (signingkey.go).
 	SigningKey ed25519.PrivateKey
+	// AllowUnsigned lets a process without SigningKey write to a database
+	// whose chain heads are signed, with a warning (checkSigners).
+	AllowUnsigned bool
+	// Warnings is where the warnings of opening go (checkSigners); nil
+	// means Logger. A command whose Logger discards gives its stderr.
+	Warnings *slog.Logger
 	// LeaseTTL is how long the engine's run leases hold unless renewed;
 	// 0 means $LEDGER_LEASE_TTL, or the engine's default.
 	LeaseTTL time.Duration
@@ -137,6 +143,12 @@ func openService(ctx context.Context, cfg serviceConfig) (*service, error) {
 		SigningKey: cfg.SigningKey})
 	if err != nil {
 		return nil, err
+	}
+	if cfg.Warnings == nil {
+		cfg.Warnings = cfg.Logger
+	}
+	if err := checkSigners(ctx, store, cfg); err != nil {
+		return nil, errors.Join(err, store.Close())
 	}
 	effects, err := simulator.OpenEffectStore(ctx, cfg.EffectsPath, nil)
 	if err != nil {

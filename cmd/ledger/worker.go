@@ -9,7 +9,7 @@ import (
 func newWorkerCmd() *cobra.Command {
 	var (
 		dbPath, signingKey, configPath string
-		untilIdle                      bool
+		untilIdle, allowUnsigned       bool
 	)
 	cmd := &cobra.Command{
 		Use:   "worker",
@@ -23,7 +23,7 @@ fault matrix start this command with a fault plan.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx := cmd.Context()
-			svc, err := openLocalService(ctx, dbPath, signingKey, configPath)
+			svc, err := openLocalService(ctx, cmd.ErrOrStderr(), dbPath, signingKey, configPath, allowUnsigned)
 			if err != nil {
 				return err
 			}
@@ -56,5 +56,6 @@ fault matrix start this command with a fault plan.`,
 	cmd.Flags().BoolVar(&untilIdle, "until-idle", false, "exit once no run can advance without a person")
 	cmd.Flags().StringVar(&configPath, "config", "", "the operator's config file, as serve's: its agents, tools and rules (env "+envConfig+")")
 	cmd.Flags().StringVar(&signingKey, "signing-key", "", "sign chain heads with this Ed25519 key file (env "+envSigningKeyFile+")")
+	cmd.Flags().BoolVar(&allowUnsigned, "allow-unsigned", false, allowUnsignedUsage)
 	return cmd
 }

@@ -2,11 +2,14 @@ package storetest
 
 import (
 	"context"
+	"crypto/ed25519"
+	"crypto/rand"
 	"testing"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/actionledger/ledger/ledger"
+	"github.com/actionledger/ledger/ledger/ledgertest"
 )
 
 func testCountByState(t *testing.T, h Harness) {
@@ -20,6 +23,30 @@ func testCountByState(t *testing.T, h Harness) {
 		require.Empty(t, c.Actions)
 		require.Empty(t, c.Approvals)
 		require.Empty(t, c.Attempts)
+		require.Empty(t, c.Signatures)
+	})
+
+	// Signatures counts the runs whose head's newest signature is each
+	// key's: what a process given no key (or another) learns at start.
+	t.Run("Signatures", func(t *testing.T) {
+		pubA, keyA, err := ed25519.GenerateKey(rand.Reader)
+		require.NoError(t, err)
+		pubB, keyB, err := ed25519.GenerateKey(rand.Reader)
+		require.NoError(t, err)
+		b := openWith(t, h, Options{SigningKey: keyA}, ledgertest.NewClock())
+		b.SubmitRun(t, "a1", ledger.BudgetLimits{})
+		moved := b.SubmitRun(t, "a2", ledger.BudgetLimits{})
+		withB := b.reopen(t, Options{SigningKey: keyB})
+		ledgertest.SubmitRun(t, withB, "b1", ledger.BudgetLimits{})
+		_, err = withB.TransitionRun(ctx, ledger.RunTransition{ID: moved.ID, From: ledger.RunQueued, To: ledger.RunRunning, Actor: "engine"})
+		require.NoError(t, err, "its head is signed by B now")
+		unsigned := b.reopen(t, Options{})
+		ledgertest.SubmitRun(t, unsigned, "none", ledger.BudgetLimits{})
+
+		c, err := unsigned.CountByState(ctx)
+		require.NoError(t, err)
+		require.Equal(t, map[string]int64{ledger.SigningKeyID(pubA): 1, ledger.SigningKeyID(pubB): 2}, c.Signatures)
+		require.Equal(t, int64(4), c.Runs[ledger.RunQueued]+c.Runs[ledger.RunRunning])
 	})
 
 	t.Run("OK", func(t *testing.T) {

@@ -187,19 +187,21 @@ func scanRecoveryFacts(rows *sql.Rows) (*ledger.RecoveryFacts, error) {
 
 // countQueries are the GROUP BY queries of CountByState; each reads an
 // index on state (runs_state, actions_state, attempts_status) or, for
-// approvals, scans a table that holds one row per gated action.
-var countQueries = struct{ runs, actions, approvals, attempts string }{
-	runs:      `SELECT state, COUNT(*) FROM runs GROUP BY state`,
-	actions:   `SELECT state, COUNT(*) FROM actions GROUP BY state`,
-	approvals: `SELECT state, COUNT(*) FROM approvals GROUP BY state`,
-	attempts:  `SELECT status, effect, COUNT(*) FROM attempts GROUP BY status, effect`,
+// approvals and signatures, scans a table that holds one row per gated
+// action, or per signed run.
+var countQueries = struct{ runs, actions, approvals, attempts, signatures string }{
+	runs:       `SELECT state, COUNT(*) FROM runs GROUP BY state`,
+	actions:    `SELECT state, COUNT(*) FROM actions GROUP BY state`,
+	approvals:  `SELECT state, COUNT(*) FROM approvals GROUP BY state`,
+	attempts:   `SELECT status, effect, COUNT(*) FROM attempts GROUP BY status, effect`,
+	signatures: `SELECT key_id, COUNT(*) FROM chain_signatures GROUP BY key_id`,
 }
 
 // CountByState is ledger.Reader's CountByState with q, whose reads must
 // see one snapshot.
 func CountByState(ctx context.Context, q Query) (*ledger.Counts, error) {
 	out := &ledger.Counts{Runs: map[ledger.RunState]int64{}, Actions: map[ledger.ActionState]int64{},
-		Approvals: map[ledger.ApprovalState]int64{}, Attempts: map[ledger.AttemptCountKey]int64{}}
+		Approvals: map[ledger.ApprovalState]int64{}, Attempts: map[ledger.AttemptCountKey]int64{}, Signatures: map[string]int64{}}
 	for _, c := range []struct {
 		q   string
 		put func(string, int64)
@@ -207,6 +209,7 @@ func CountByState(ctx context.Context, q Query) (*ledger.Counts, error) {
 		{countQueries.runs, func(s string, n int64) { out.Runs[ledger.RunState(s)] = n }},
 		{countQueries.actions, func(s string, n int64) { out.Actions[ledger.ActionState(s)] = n }},
 		{countQueries.approvals, func(s string, n int64) { out.Approvals[ledger.ApprovalState(s)] = n }},
+		{countQueries.signatures, func(s string, n int64) { out.Signatures[s] = n }},
 	} {
 		rows, err := q(ctx, c.q)
 		if err != nil {
