@@ -165,7 +165,7 @@ mean little (it opens 20 streams on a run of 300 events).`,
 	})
 	cmd.Flags().StringVar(&o.dir, "dir", "", "make the run's directory in DIR and keep it (default: a temporary directory, removed after)")
 	cmd.Flags().BoolVar(&o.asJSON, "json", false, "print one JSON object instead of the table")
-	cmd.Flags().BoolVar(&o.quick, "quick", false, "smoke run: 300ms per level, 200 recovery runs, 500 events")
+	cmd.Flags().BoolVar(&o.quick, "quick", false, "smoke run: 300ms per level, 200 recovery runs, 500 events, 20 streams on 300 events")
 	cmd.Flags().DurationVar(&o.duration, "duration", 5*time.Second, "how long each action level, each floor half and the round trips run")
 	cmd.Flags().IntVar(&o.recoveryRuns, "recovery-runs", targetRecoveryRuns, "interrupted runs the recovery scan decides")
 	cmd.Flags().IntVar(&o.events, "events", targetEvidenceN, "events of the exported run")
