@@ -97,7 +97,7 @@ var (
 		"transition_cancellation", "settle_cancellations", "add_usage", "record_recovery", "begin_attempt", "renew_lease",
 		"claim_runs", "renew_run_leases", "release_run_lease", "probe_write"}
 	storeReads = [...]string{"find_run_by_id", "find_runs", "find_action_by_id", "find_actions", "find_attempts",
-		"find_observations", "find_approvals", "find_cancellation", "find_recovery_facts", "find_events", "verify_chain",
+		"find_observations", "find_approvals", "find_cancellation", "find_recovery_facts", "find_events", "find_events_after", "verify_chain",
 		"find_chain", "count_by_state", "find_attempt_lease", "find_lapsed_leases", "find_agent_decision", "find_agent_decisions",
 		"find_run_lease", "find_run_lease_owners"}
 )
@@ -481,6 +481,12 @@ func (s *watchedStore) FindRecoveryFacts(ctx context.Context, f ledger.RecoveryF
 func (s *watchedStore) FindEvents(ctx context.Context, run ledger.RunID) ([]*ledger.Event, error) {
 	r, err := s.store.FindEvents(ctx, run)
 	s.h.read("find_events", err)
+	return r, err
+}
+
+func (s *watchedStore) FindEventsAfter(ctx context.Context, f ledger.EventFilter) ([]*ledger.Event, error) {
+	r, err := s.store.FindEventsAfter(ctx, f)
+	s.h.read("find_events_after", err)
 	return r, err
 }
 

@@ -122,6 +122,9 @@ type Reader interface {
 	// ListEvents lists a run's events in sequence order; sizeHint is how
 	// many there should be (0 if unknown).
 	ListEvents(ctx context.Context, run RunID, sizeHint int64) ([]*Event, error)
+	// ListEventsAfter lists, in sequence order, the events f selects
+	// (Store.FindEventsAfter), f already checked.
+	ListEventsAfter(ctx context.Context, f EventFilter) ([]*Event, error)
 	// GetSignature returns the signature of a run's head.
 	GetSignature(ctx context.Context, run RunID) (*HeadSignature, error)
 	// ListRecoveryFacts returns the facts RecoveryFilter selects (see

@@ -744,6 +744,19 @@ func (s *DB) FindEvents(ctx context.Context, run RunID) ([]*Event, error) {
 	return events, nil
 }
 
+// FindEventsAfter returns the events of f.RunID after f.AfterSeq, at most
+// f.Limit of them, in sequence order.
+func (s *DB) FindEventsAfter(ctx context.Context, f EventFilter) ([]*Event, error) {
+	if f.AfterSeq < 0 || f.Limit < 0 {
+		return nil, Errorf(CodeInvalid, "find events after: AfterSeq and Limit cannot be negative")
+	}
+	events, err := s.reader().ListEventsAfter(ctx, f)
+	if err != nil {
+		return nil, wrapErr("find events after", err)
+	}
+	return events, nil
+}
+
 // FindChain reads a run's events, its recorded head, its rows and its
 // head's signature in one read transaction and verifies them: readers that
 // show events, rows and their verdict (timelines, evidence) get all of it

@@ -141,6 +141,13 @@ type Store interface {
 
 	// FindEvents returns a run's events in sequence order.
 	FindEvents(ctx context.Context, run RunID) ([]*Event, error)
+	// FindEventsAfter returns, in sequence order, the events of f.RunID
+	// whose seq is greater than f.AfterSeq, at most f.Limit of them (0: no
+	// limit): what a reader that has seen the chain up to f.AfterSeq has
+	// not seen yet, read in SQL on the (run, seq) index, so its cost grows
+	// with what is new, not with the run. None for an unknown run;
+	// CodeInvalid for a negative AfterSeq or Limit.
+	FindEventsAfter(ctx context.Context, f EventFilter) ([]*Event, error)
 	// VerifyChain walks a run's event chain, checks every row of the run
 	// against the newest event that bound it, and names the first broken
 	// link or changed row. CodeNotFound if the run is unknown.
@@ -318,6 +325,13 @@ type ActionTransition struct {
 	ApprovalTTL time.Duration
 	Actor       string
 	Data        any
+}
+
+// EventFilter selects a page of a run's events: those after a seq.
+type EventFilter struct {
+	RunID    RunID
+	AfterSeq int64 // cursor: events whose seq is greater than this; 0 from the first
+	Limit    int   // 0: no limit
 }
 
 // ActionFilter selects actions. Nil fields match everything.

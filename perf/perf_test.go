@@ -232,3 +232,52 @@ func BenchmarkProtocolCall(b *testing.B) {
 	b.ReportMetric(float64(lv.P(0.50).Microseconds())/1000, "p50-ms")
 	b.ReportMetric(float64(lv.P(0.99).Microseconds())/1000, "p99-ms")
 }
+
+func TestStreams(t *testing.T) { drivers(t, testStreams) }
+
+func testStreams(t *testing.T, newDB func(string) string) {
+	ctx := t.Context()
+	s, err := perf.OpenStreams(ctx, newDB("streams"), 40)
+	require.NoError(t, err)
+	defer s.Close()
+	require.GreaterOrEqual(t, s.Events, 40)
+	for _, n := range []int{0, 3} {
+		lv, err := s.Measure(ctx, n, 20*time.Millisecond, 0, 2)
+		require.NoError(t, err, "%d streams", n)
+		require.Equal(t, n, lv.Streams)
+		require.GreaterOrEqual(t, lv.Window, 20*time.Millisecond)
+		require.GreaterOrEqual(t, lv.CPU, time.Duration(0))
+		require.Len(t, lv.Latencies, 2)
+		require.Positive(t, lv.P(0.5))
+	}
+	_, err = s.Measure(ctx, 1, 0, 0, 1)
+	require.Error(t, err, "no idle window")
+}
+
+// BenchmarkIdleStreams measures idle event streams on a long run beside
+// none, as `ledger bench` does: the process's CPU per second with 100
+// streams open on a run of 3,000 events, each waiting for the next, and
+// the latency of an unrelated request (GET /v1/runs/{other}), b.N of them
+// at each level. Run once (smoke mode, -benchtime 1x), it uses 300 events
+// and 10 streams.
+func BenchmarkIdleStreams(b *testing.B) {
+	ctx := b.Context()
+	events, streams := 3000, 100
+	if b.N == 1 {
+		events, streams = 300, 10
+	}
+	s, err := perf.OpenStreams(ctx, filepath.Join(b.TempDir(), "ledger.db"), events)
+	require.NoError(b, err)
+	defer s.Close()
+	b.ResetTimer()
+	none, err := s.Measure(ctx, 0, 500*time.Millisecond, 0, b.N)
+	require.NoError(b, err)
+	open, err := s.Measure(ctx, streams, 500*time.Millisecond, 0, b.N)
+	require.NoError(b, err)
+	b.StopTimer()
+	b.ReportMetric(none.Cores(), "cores-none")
+	b.ReportMetric(open.Cores(), "cores-streams")
+	b.ReportMetric(float64(none.P(0.50).Microseconds())/1000, "p50-ms-none")
+	b.ReportMetric(float64(open.P(0.50).Microseconds())/1000, "p50-ms-streams")
+	b.ReportMetric(float64(open.P(0.99).Microseconds())/1000, "p99-ms-streams")
+}

@@ -75,6 +75,17 @@ type Identity struct {
 	Agents []string
 }
 
+// key is the identity as one key: its principal in its tenant. The rate
+// limit and the caps on streams and long-polls count by it.
+func (id Identity) key() string { return id.Tenant + "\x00" + id.Principal }
+
+// same reports whether id and o stand for the same principal with the same
+// roles and agents.
+func (id Identity) same(o Identity) bool {
+	return id.Principal == o.Principal && id.Tenant == o.Tenant && slices.Equal(id.Roles, o.Roles) &&
+		slices.Equal(id.Agents, o.Agents)
+}
+
 // Has reports whether the identity holds role r; admin holds every role.
 func (id Identity) Has(r Role) bool {
 	return slices.Contains(id.Roles, r) || slices.Contains(id.Roles, RoleAdmin)
@@ -163,6 +174,10 @@ func (s *Server) findDrivenRuns(ctx context.Context, id Identity, f ledger.RunFi
 
 // identityKey is the private context key of the request's Identity.
 type identityKey struct{}
+
+// tokenHashKey is the private context key of the hash of the request's
+// bearer token; absent in dev mode.
+type tokenHashKey struct{}
 
 func withIdentity(ctx context.Context, id Identity) context.Context {
 	return context.WithValue(ctx, identityKey{}, id)
@@ -423,11 +438,12 @@ func (s *Server) authenticate(next echo.HandlerFunc) echo.HandlerFunc {
 			}
 			id = DevIdentity()
 		} else {
-			known, err := s.lookupToken(r, tokens)
+			known, hash, err := s.lookupToken(r, tokens)
 			if err != nil {
 				return err
 			}
 			id = known
+			r = r.WithContext(context.WithValue(r.Context(), tokenHashKey{}, hash))
 		}
 		c.SetRequest(r.WithContext(withIdentity(r.Context(), id)))
 		return next(c)
@@ -458,29 +474,50 @@ func (s *Server) SetTokens(t *Tokens) error {
 // missing, malformed or unknown token is 401, and spends one of the client
 // address's allowance of 401s; an address that has none left is 429
 // before its token is looked at (Config.RateLimit).
-func (s *Server) lookupToken(r *http.Request, tokens *Tokens) (Identity, error) {
+func (s *Server) lookupToken(r *http.Request, tokens *Tokens) (Identity, string, error) {
 	addr := clientAddress(r.RemoteAddr)
 	if s.authFailures != nil {
 		if empty, retry := s.authFailures.empty(addr); empty {
 			s.metrics.rateLimited.WithLabelValues("address").Inc()
-			return Identity{}, rateLimited("address", retry)
+			return Identity{}, "", rateLimited("address", retry)
 		}
 	}
-	fail := func(detail string) (Identity, error) {
+	fail := func(detail string) (Identity, string, error) {
 		if s.authFailures != nil {
 			s.authFailures.spend(addr)
 		}
-		return Identity{}, &apiError{code: CodeUnauthorized, detail: detail}
+		return Identity{}, "", &apiError{code: CodeUnauthorized, detail: detail}
 	}
 	tok, err := bearer(r)
 	if err != nil {
 		return fail(err.Error())
 	}
-	id, ok := tokens.byHash[HashToken(tok)]
+	hash := HashToken(tok)
+	id, ok := tokens.byHash[hash]
 	if !ok {
 		return fail("unknown token")
 	}
-	return id, nil
+	return id, hash, nil
+}
+
+// tokenInForce returns a check, for a request that goes on (an event
+// stream, a long-poll), of whether the token it came with still stands
+// for id: false once the tokens in force (SetTokens) lack it or give it
+// another identity. Each call costs a pointer comparison until the tokens
+// are swapped. In dev mode it always holds.
+func (s *Server) tokenInForce(c echo.Context, id Identity) func() bool {
+	hash, _ := c.Request().Context().Value(tokenHashKey{}).(string)
+	seen, revoked := s.tokens.Load(), false
+	return func() bool {
+		cur := s.tokens.Load()
+		if revoked || cur == seen {
+			return !revoked // dev mode: nil, for good
+		}
+		seen = cur
+		now, found := cur.byHash[hash]
+		revoked = !found || !now.same(id)
+		return !revoked
+	}
 }
 
 // DevIdentity is who every request is in dev mode: with every role,

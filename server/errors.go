@@ -37,6 +37,12 @@ const (
 	// CodeTooManyPendingApprovals is 429 + Retry-After: the tenant's pending
 	// approvals and live runs reached Config.MaxPendingApprovals.
 	CodeTooManyPendingApprovals = "too_many_pending_approvals"
+	// CodeTooManyStreams is 429 + Retry-After: the principal holds
+	// Config.MaxStreams event streams open already.
+	CodeTooManyStreams = "too_many_streams"
+	// CodeTooManyLongPolls is 429 + Retry-After: the principal holds
+	// Config.MaxLongPolls long-polls waiting already.
+	CodeTooManyLongPolls = "too_many_long_polls"
 	// CodeAgentNotBound is 403: a token with the role agent submitted a run
 	// of an agent it is not bound to.
 	CodeAgentNotBound = "agent_not_bound"
@@ -76,6 +82,8 @@ var problems = map[string]problemSpec{
 	CodeNotReady:                          {http.StatusServiceUnavailable, "Not ready"},
 	CodeRateLimited:                       {http.StatusTooManyRequests, "Too many requests"},
 	CodeTooManyPendingApprovals:           {http.StatusTooManyRequests, "Too many pending approvals"},
+	CodeTooManyStreams:                    {http.StatusTooManyRequests, "Too many event streams"},
+	CodeTooManyLongPolls:                  {http.StatusTooManyRequests, "Too many long-polls"},
 	CodeAgentNotBound:                     {http.StatusForbidden, "Agent not bound"},
 	// The agent protocol's codes (engine.ProtocolError, protocol_errors.go).
 	engine.CodeStepKeyReused:   {http.StatusUnprocessableEntity, "Step key reused"},

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/labstack/echo/v4"
@@ -19,7 +20,12 @@ import (
 // /v1/actions/{action_id}?wait=&version= and the Server-Sent Events of GET
 // /v1/runs/{run_id}/events. Both read the store again at an interval
 // rather than wait for a notification, so they see every writer's
-// changes, this process's or another's.
+// changes, this process's or another's. What one such read costs does not
+// grow with the run: a long-poll reads its action, a stream its run's head
+// and, only when the head has moved, the events after the last one it
+// sent. Each identity holds a bounded number of each at once
+// (Config.MaxStreams, Config.MaxLongPolls), and both end once the token
+// they came with is no longer in force.
 
 const (
 	// MaxWait bounds the wait of a long-poll.
@@ -35,7 +41,52 @@ const (
 	// an event stream, in place of the server's write timeout, which a
 	// wait of MaxWait or a stream would outlast.
 	streamWriteTimeout = 30 * time.Second
+	// eventsPage is how many events a stream reads at a time.
+	eventsPage = 256
 )
+
+// slots counts what each identity (a principal in its tenant) holds open
+// at once of one kind, event streams or waiting long-polls, up to max
+// each; max 0 is no cap.
+type slots struct {
+	max  int
+	code string // the problem code of a refusal
+	what string // what is held, plural, for the problem's detail
+
+	mu   sync.Mutex
+	held map[string]int // by identity; a key at 0 is deleted
+}
+
+func newSlots(maxN int, code, what string) *slots {
+	return &slots{max: maxN, code: code, what: what, held: map[string]int{}}
+}
+
+// take takes one of id's slots and returns the function that gives it
+// back (once, however often it is called); with none left it is 429 code
+// with Retry-After.
+func (l *slots) take(id Identity) (release func(), err error) {
+	if l.max <= 0 {
+		return func() {}, nil
+	}
+	k := id.key()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.held[k] >= l.max {
+		return nil, &apiError{code: l.code, header: retryAfter(WaitRetryAfter),
+			detail: fmt.Sprintf("this principal has %d %s open, the most the server allows; retry after %ds", l.max, l.what, WaitRetryAfter)}
+	}
+	l.held[k]++
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			l.mu.Lock()
+			defer l.mu.Unlock()
+			if l.held[k]--; l.held[k] <= 0 {
+				delete(l.held, k)
+			}
+		})
+	}, nil
+}
 
 // waitQuery is a long-poll's parameters: wait for a version other than
 // version, for at most wait. ok is false when the request does not ask
@@ -96,6 +147,13 @@ func (s *Server) waitAction(c echo.Context, q waitQuery, a *ledger.Action) (*led
 	if !q.ok || a.Version != q.version {
 		return a, nil
 	}
+	id, _ := identityFrom(c) // there: getAction's needRole found it
+	release, err := s.longPolls.take(id)
+	if err != nil {
+		return nil, err
+	}
+	defer release()
+	inForce := s.tokenInForce(c, id)
 	s.extendWriteDeadline(c, q.wait+streamWriteTimeout)
 	ctx := c.Request().Context()
 	timer := time.NewTimer(q.wait)
@@ -109,6 +167,9 @@ func (s *Server) waitAction(c echo.Context, q waitQuery, a *ledger.Action) (*led
 		case <-timer.C:
 			return s.store.FindActionByID(ctx, a.ID)
 		case <-tick.C:
+			if !inForce() {
+				return nil, &apiError{code: CodeUnauthorized, detail: "the token was revoked while the request waited"}
+			}
 			cur, err := s.store.FindActionByID(ctx, a.ID)
 			if err != nil {
 				return nil, err
@@ -152,10 +213,14 @@ func badHeader(name, msg string) error {
 // streamEvents is GET /v1/runs/{run_id}/events: the run's events, oldest
 // first, as Server-Sent Events (id: the seq, event: the type, data: the
 // timeline entry, redacted as /timeline redacts it), from after
-// Last-Event-ID. It reads the store every pollInterval and ends once the
-// run has ended and every event up to the run's head then has been sent.
-// A HEAD request is answered as its GET, the body left out (observe), so
-// it too ends when the run has ended.
+// Last-Event-ID. The 200 and its header go out at once; then every
+// pollInterval it reads the run's head and, if the head has moved past the
+// last event sent, the events after that one, a page at a time. It ends
+// once the run has ended and every event up to the run's head then has
+// been sent, or once the token it was opened with is no longer in force
+// (SetTokens). Each identity holds at most Config.MaxStreams open (429
+// too_many_streams beyond). A HEAD request is answered as its GET, the
+// body left out (observe), so it too ends when the run has ended.
 func (s *Server) streamEvents(c echo.Context) error {
 	caller, err := s.caller(c)
 	if err != nil {
@@ -173,6 +238,13 @@ func (s *Server) streamEvents(c echo.Context) error {
 	if _, err := s.drivableRun(ctx, caller, runID); err != nil {
 		return err
 	}
+	id, _ := identityFrom(c) // there: caller's needRole found it
+	release, err := s.streams.take(id)
+	if err != nil {
+		return err
+	}
+	defer release()
+	inForce := s.tokenInForce(c, id)
 	res := c.Response()
 	h := res.Header()
 	h.Set(echo.HeaderContentType, "text/event-stream")
@@ -189,19 +261,30 @@ func (s *Server) streamEvents(c echo.Context) error {
 		}
 		return nil
 	}
+	// The header at once: the client sees the stream open before the
+	// first read, also when nothing is new.
+	if err := flush(); err != nil {
+		return streamErr(ctx, err)
+	}
 	tick := time.NewTicker(pollInterval)
 	defer tick.Stop()
 	silent := time.Duration(0)
 	for {
+		if !inForce() {
+			return nil // its token was revoked
+		}
 		_ = rc.SetWriteDeadline(s.now().Add(streamWriteTimeout))
-		// The run first: every event up to its head is in what follows.
+		// The run first: every event up to its head is in what follows,
+		// and with nothing new there is nothing more to read.
 		run, err := s.store.FindRunByID(ctx, ledger.RunID(runID))
 		if err != nil {
 			return streamErr(ctx, err)
 		}
-		sent, err := s.writeEvents(c, run.ID, &after)
-		if err != nil {
-			return streamErr(ctx, err)
+		sent := false
+		if run.EventSeq > after {
+			if sent, err = s.writeEvents(c, run.ID, &after, run.EventSeq); err != nil {
+				return streamErr(ctx, err)
+			}
 		}
 		switch {
 		case sent:
@@ -230,40 +313,49 @@ func (s *Server) streamEvents(c echo.Context) error {
 	}
 }
 
-// writeEvents writes the run's events after *after, and moves *after to
-// the last one written; it reports whether it wrote any.
-func (s *Server) writeEvents(c echo.Context, run ledger.RunID, after *int64) (bool, error) {
-	evs, err := s.store.FindEvents(c.Request().Context(), run)
-	if err != nil {
-		return false, err
-	}
+// writeEvents writes the run's events after *after, at least up to head,
+// read eventsPage at a time, and moves *after to the last one written; it
+// reports whether it wrote any.
+func (s *Server) writeEvents(c echo.Context, run ledger.RunID, after *int64, head int64) (bool, error) {
 	sent := false
-	for _, e := range evs {
-		if e.Seq <= *after {
-			continue
-		}
-		te, err := s.timelineEvent(e)
+	for *after < head {
+		evs, err := s.store.FindEventsAfter(c.Request().Context(), ledger.EventFilter{RunID: run, AfterSeq: *after, Limit: eventsPage})
 		if err != nil {
 			return sent, err
 		}
-		line, err := encodeLine(te)
-		if err != nil {
-			return sent, err
+		for _, e := range evs {
+			if err := s.writeEvent(c, e); err != nil {
+				return sent, err
+			}
+			*after, sent = e.Seq, true
 		}
-		msg := make([]byte, 0, len(line)+len(e.Type)+40)
-		msg = append(msg, "id: "...)
-		msg = strconv.AppendInt(msg, e.Seq, 10)
-		msg = append(msg, "\nevent: "...)
-		msg = append(msg, e.Type...)
-		msg = append(msg, "\ndata: "...)
-		msg = append(msg, line...)
-		msg = append(msg, "\n\n"...)
-		if _, err := c.Response().Write(msg); err != nil {
-			return sent, err
+		if len(evs) < eventsPage {
+			break
 		}
-		*after, sent = e.Seq, true
 	}
 	return sent, nil
+}
+
+// writeEvent writes one event as a Server-Sent Event.
+func (s *Server) writeEvent(c echo.Context, e *ledger.Event) error {
+	te, err := s.timelineEvent(e)
+	if err != nil {
+		return err
+	}
+	line, err := encodeLine(te)
+	if err != nil {
+		return err
+	}
+	msg := make([]byte, 0, len(line)+len(e.Type)+40)
+	msg = append(msg, "id: "...)
+	msg = strconv.AppendInt(msg, e.Seq, 10)
+	msg = append(msg, "\nevent: "...)
+	msg = append(msg, e.Type...)
+	msg = append(msg, "\ndata: "...)
+	msg = append(msg, line...)
+	msg = append(msg, "\n\n"...)
+	_, err = c.Response().Write(msg)
+	return err
 }
 
 // timelineEvent is an event as /timeline shows it: its data through the

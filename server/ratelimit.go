@@ -148,7 +148,7 @@ func (s *Server) rateLimitMiddleware(l *limiter) echo.MiddlewareFunc {
 			if !ok {
 				return "", errors.New("route without authentication")
 			}
-			return id.Tenant + "\x00" + id.Principal, nil
+			return id.key(), nil
 		},
 		ErrorHandler: func(_ echo.Context, err error) error {
 			return &apiError{code: string(ledger.CodeInternal), detail: "internal error", err: err}

@@ -36,6 +36,20 @@ const DefaultMaxPendingApprovals = 1000
 // milliseconds.
 const PendingApprovalsRetryAfter = 30
 
+// DefaultMaxStreams and DefaultMaxLongPolls are ledger serve's default
+// caps on each principal's open event streams and waiting long-polls
+// (Config.MaxStreams, Config.MaxLongPolls): an agent needs one stream per
+// run it follows and one long-poll per action it waits on, a handful at a
+// time; a client that opens more is leaking them.
+const (
+	DefaultMaxStreams   = 16
+	DefaultMaxLongPolls = 32
+)
+
+// WaitRetryAfter is the Retry-After, in seconds, of a stream or long-poll
+// refused by its cap: long enough for one of the principal's own to end.
+const WaitRetryAfter = 5
+
 // Config builds a Server.
 type Config struct {
 	// Store is the ledger. Required.
@@ -104,6 +118,16 @@ type Config struct {
 	// 0 means no cap; ledger serve's --max-pending-approvals defaults to
 	// DefaultMaxPendingApprovals.
 	MaxPendingApprovals int
+	// MaxStreams caps the event streams (GET /v1/runs/{run_id}/events)
+	// each identity (a principal in its tenant; in dev mode the one
+	// identity) holds open at once, and MaxLongPolls its long-polls
+	// (GET /v1/actions/{action_id}?wait=) waiting at once: one more is
+	// 429 too_many_streams or too_many_long_polls with Retry-After. A
+	// long-poll answered at once (another version) takes no slot. 0 means
+	// no cap; ledger serve's --max-streams and --max-long-polls default to
+	// DefaultMaxStreams and DefaultMaxLongPolls.
+	MaxStreams   int
+	MaxLongPolls int
 	// ClientTools are the leases of the tools outside agents execute (the
 	// config file's client tools, engine.ClientTool), by tool name: GET
 	// /v1/tools shows them, and every other tool as executed by the
@@ -148,6 +172,10 @@ type Server struct {
 
 	inflightMu sync.Mutex
 	inflight   map[inflightKey]struct{}
+
+	// streams and longPolls count each identity's open event streams and
+	// waiting long-polls (protocol_wait.go).
+	streams, longPolls *slots
 }
 
 // inflightKey is a request identity being processed by this server.
@@ -170,6 +198,9 @@ func New(cfg Config) (*Server, error) {
 	if cfg.MaxPendingApprovals < 0 {
 		return nil, errors.New("server: MaxPendingApprovals cannot be negative")
 	}
+	if cfg.MaxStreams < 0 || cfg.MaxLongPolls < 0 {
+		return nil, errors.New("server: MaxStreams and MaxLongPolls cannot be negative")
+	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -183,6 +214,8 @@ func New(cfg Config) (*Server, error) {
 		log: cfg.Logger, maxBody: cfg.MaxBodyBytes, now: cfg.Now, ready: cfg.ReadyFunc,
 		redactor: cfg.Redactor, beforeSubmit: cfg.beforeSubmit, inflight: map[inflightKey]struct{}{},
 		maxPending: cfg.MaxPendingApprovals, clientTools: maps.Clone(cfg.ClientTools),
+		streams:   newSlots(cfg.MaxStreams, CodeTooManyStreams, "event streams"),
+		longPolls: newSlots(cfg.MaxLongPolls, CodeTooManyLongPolls, "long-polls"),
 	}
 	s.tokens.Store(cfg.Tokens)
 	// The handlers' store failures are counted, and decide readiness,

@@ -58,6 +58,15 @@ const (
 	targetProtocolC32   = 500.0 // agent protocol calls/s at concurrency 32
 )
 
+// The idle event streams' workload: this many streams on a run of this
+// many events (--quick: fewer of both), and at least this many unrelated
+// requests at each level.
+const (
+	benchStreams      = 100
+	benchStreamEvents = 3000
+	benchStreamProbes = 5
+)
+
 // benchConcurrency are the levels of the action workload.
 var benchConcurrency = []int{1, 8, 32}
 
@@ -80,6 +89,8 @@ type benchOptions struct {
 	recoveryRuns int
 	events       int
 	minRoundTrip int // fewest approval round trips, even past duration
+	// streams idle event streams on a run of streamEvents events.
+	streams, streamEvents int
 	// postgres is the URL of a PostgreSQL server to run every workload on
 	// a second time; "" runs SQLite alone.
 	postgres string
@@ -102,6 +113,9 @@ second on the same file system with synchronous=FULL.
                      server, dev mode, the engine's worker pool), p50/p99, and the approve alone
   recovery           one start-up scan over --recovery-runs interrupted runs (query probe)
   evidence           evidence.Build + JSON of a run with --events events
+  idle streams       100 Server-Sent Event streams open on a running run of 3,000 events, each
+                     with nothing left to read, beside none: the process's CPU per second while
+                     nothing else happens, then an unrelated GET /v1/runs/{id}'s p50/p99
   memory             peak RSS of this whole process, which acts as the server, after the
                      action workload
 
@@ -114,7 +128,7 @@ the writes share the driver's connection pool; there is no group commit there.
 
 The table goes to stdout (--json: one JSON object with the machine), progress to stderr.
 --quick is a smoke run (300ms levels, small N) that checks everything works; its figures
-mean little.`,
+mean little (it opens 20 streams on a run of 300 events).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			f := cmd.Flags()
@@ -129,6 +143,7 @@ mean little.`,
 					o.events = 500
 				}
 				o.minRoundTrip = 3
+				o.streams, o.streamEvents = 20, 300
 			}
 			if !f.Changed("postgres") {
 				o.postgres = os.Getenv(envBenchPostgres)
@@ -150,12 +165,13 @@ mean little.`,
 	})
 	cmd.Flags().StringVar(&o.dir, "dir", "", "make the run's directory in DIR and keep it (default: a temporary directory, removed after)")
 	cmd.Flags().BoolVar(&o.asJSON, "json", false, "print one JSON object instead of the table")
-	cmd.Flags().BoolVar(&o.quick, "quick", false, "smoke run: 300ms per level, 200 recovery runs, 500 events")
+	cmd.Flags().BoolVar(&o.quick, "quick", false, "smoke run: 300ms per level, 200 recovery runs, 500 events, 20 streams on 300 events")
 	cmd.Flags().DurationVar(&o.duration, "duration", 5*time.Second, "how long each action level, each floor half and the round trips run")
 	cmd.Flags().IntVar(&o.recoveryRuns, "recovery-runs", targetRecoveryRuns, "interrupted runs the recovery scan decides")
 	cmd.Flags().IntVar(&o.events, "events", targetEvidenceN, "events of the exported run")
 	cmd.Flags().StringVar(&o.postgres, "postgres", "", "also run every workload on fresh databases on this PostgreSQL server, a postgres:// URL (env "+envBenchPostgres+")")
 	o.minRoundTrip = 20
+	o.streams, o.streamEvents = benchStreams, benchStreamEvents
 	return cmd
 }
 
@@ -198,15 +214,18 @@ type benchMachine struct {
 
 // benchSettings are the parameters of the run.
 type benchSettings struct {
-	Quick          bool    `json:"quick"`
-	DurationS      float64 `json:"duration_s"`
-	Synchronous    string  `json:"synchronous"`
-	Concurrency    []int   `json:"concurrency"`
-	ActionsPerRun  int     `json:"actions_per_run"`
-	Driver         string  `json:"driver"`
-	RecoveryRuns   int     `json:"recovery_runs"`
-	Events         int     `json:"events"`
-	RoundTrips     int     `json:"round_trips"`
+	Quick         bool    `json:"quick"`
+	DurationS     float64 `json:"duration_s"`
+	Synchronous   string  `json:"synchronous"`
+	Concurrency   []int   `json:"concurrency"`
+	ActionsPerRun int     `json:"actions_per_run"`
+	Driver        string  `json:"driver"`
+	RecoveryRuns  int     `json:"recovery_runs"`
+	Events        int     `json:"events"`
+	RoundTrips    int     `json:"round_trips"`
+	// Streams idle event streams on a run of StreamEvents events.
+	Streams        int     `json:"streams"`
+	StreamEvents   int     `json:"stream_events"`
 	FloorBeforeCPS float64 `json:"floor_before_commits_per_s"`
 	FloorAfterCPS  float64 `json:"floor_after_commits_per_s"`
 	// Drivers are the drivers the workloads ran on, in order.
@@ -251,6 +270,7 @@ func runBench(ctx context.Context, o benchOptions, stdout, stderr io.Writer) err
 		Quick: o.quick, DurationS: o.duration.Seconds(), Synchronous: "FULL", Concurrency: benchConcurrency,
 		ActionsPerRun: perf.ActionsPerRun, Driver: "goroutines calling engine.Advance",
 		RecoveryRuns: o.recoveryRuns, Events: o.events, Drivers: []string{driverSQLite},
+		Streams: o.streams, StreamEvents: o.streamEvents,
 	}}
 	lite := benchTarget{driver: driverSQLite, dir: dir,
 		newDB:     func(_ context.Context, name string) (string, error) { return filepath.Join(dir, name+".db"), nil },
@@ -430,6 +450,11 @@ func benchOn(ctx context.Context, o benchOptions, t benchTarget, progress0 perf.
 			ms(export.Total()), ms(export.Build), ms(export.Render))
 	}
 
+	none, open, err := benchIdleStreams(ctx, t, o, progress)
+	if err != nil {
+		fail("streams", "idle streams", err)
+	}
+
 	// The figures.
 	rate := func(v float64) *float64 { r := v / floorCPS; return &r }
 	lat := func(msv float64) *float64 { r := msv / floorMS; return &r }
@@ -494,6 +519,7 @@ func benchOn(ctx context.Context, o benchOptions, t benchTarget, progress0 perf.
 		exp.Met = met(ms(export.Total()) < targetEvidenceMS)
 	}
 	figs = append(figs, exp)
+	figs = append(figs, streamFigures(o, none, open, lat)...)
 	if rssOK {
 		figs = append(figs, benchFigure{Key: "peak_rss_mib", Name: "memory: peak RSS", Value: float64(rssKiB) / 1024, Unit: "MiB",
 			Note: "the whole bench process, acting as server, after the action workload"})
@@ -525,6 +551,8 @@ func failedFigure(key string, failed map[string]error) error {
 		return failed["recovery"]
 	case strings.HasPrefix(key, "evidence_"):
 		return failed["evidence"]
+	case strings.HasPrefix(key, "streams_"):
+		return failed["streams"]
 	}
 	return nil
 }
@@ -791,6 +819,64 @@ func benchEvidence(ctx context.Context, t benchTarget, n int, quick bool, progre
 	export, err := perf.ExportMedian(ctx, s, id, evidence.Options{Redactor: r, Now: time.Now}, n, reps)
 	export.Events = events
 	return export, reps, err
+}
+
+// benchIdleStreams writes a running run of o.streamEvents events
+// (perf.OpenStreams, synchronous=OFF: setup) and measures the server with
+// no event stream open, then with o.streams idle ones on that run: the
+// process's CPU over half of --duration, then unrelated requests for the
+// other half, and at least benchStreamProbes of them.
+func benchIdleStreams(ctx context.Context, t benchTarget, o benchOptions, progress perf.Progress) (none, open perf.StreamsLevel, err error) {
+	db, err := t.newDB(ctx, "streams")
+	if err != nil {
+		return none, open, err
+	}
+	setup := time.Now()
+	s, err := perf.OpenStreams(ctx, db, o.streamEvents)
+	if err != nil {
+		return none, open, err
+	}
+	defer s.Close()
+	progress("idle streams: run of %d events written (synchronous=OFF) in %s", s.Events, time.Since(setup).Round(time.Millisecond))
+	half := max(o.duration/2, 100*time.Millisecond)
+	for _, lv := range []struct {
+		n   int
+		out *perf.StreamsLevel
+	}{{0, &none}, {o.streams, &open}} {
+		if *lv.out, err = s.Measure(ctx, lv.n, half, half, benchStreamProbes); err != nil {
+			return none, open, fmt.Errorf("%d streams: %w", lv.n, err)
+		}
+		progress("idle streams: %d open: CPU %.3f cores; unrelated GET p50 %.2f ms, p99 %.2f ms (%d requests)", lv.n,
+			lv.out.Cores(), ms(lv.out.P(0.50)), ms(lv.out.P(0.99)), len(lv.out.Latencies))
+	}
+	return none, open, nil
+}
+
+// streamFigures are the idle streams' figures: CPU and the unrelated
+// request's latency with none and with o.streams open, and their ratios;
+// lat is a time's ratio to the floor.
+func streamFigures(o benchOptions, none, open perf.StreamsLevel, lat func(ms float64) *float64) []benchFigure {
+	with := fmt.Sprintf("%d idle streams on %d events", o.streams, o.streamEvents)
+	// The ratios divide by the level without streams; a CPU time too small
+	// to be read counts as 0.1 ms a second.
+	ratio := func(a, b float64) float64 { return a / max(b, 1e-4) }
+	p := func(l perf.StreamsLevel, q float64) float64 { return ms(l.P(q)) }
+	return []benchFigure{
+		{Key: "streams_none_cpu_cores", Name: "idle server, no streams: CPU", Value: none.Cores(), Unit: "cores",
+			Note: "process CPU time ÷ wall time, nothing asked of the server"},
+		{Key: "streams_open_cpu_cores", Name: with + ": CPU", Value: open.Cores(), Unit: "cores"},
+		{Key: "streams_cpu_ratio", Name: "CPU, streams ÷ none", Value: ratio(open.Cores(), none.Cores()), Unit: "×"},
+		{Key: "streams_none_other_p50_ms", Name: "unrelated GET, no streams, p50", Value: p(none, 0.50), Unit: "ms",
+			RatioToFloor: lat(p(none, 0.50)), Note: "GET /v1/runs/{another run}, one after another, HTTP on loopback"},
+		{Key: "streams_none_other_p99_ms", Name: "unrelated GET, no streams, p99", Value: p(none, 0.99), Unit: "ms",
+			RatioToFloor: lat(p(none, 0.99))},
+		{Key: "streams_open_other_p50_ms", Name: "unrelated GET beside " + with + ", p50", Value: p(open, 0.50), Unit: "ms",
+			RatioToFloor: lat(p(open, 0.50))},
+		{Key: "streams_open_other_p99_ms", Name: "unrelated GET beside " + with + ", p99", Value: p(open, 0.99), Unit: "ms",
+			RatioToFloor: lat(p(open, 0.99))},
+		{Key: "streams_other_p50_ratio", Name: "unrelated GET p50, streams ÷ none", Value: ratio(p(open, 0.50), p(none, 0.50)), Unit: "×"},
+		{Key: "streams_other_p99_ratio", Name: "unrelated GET p99, streams ÷ none", Value: ratio(p(open, 0.99), p(none, 0.99)), Unit: "×"},
+	}
 }
 
 // machineInfo describes the machine; what cannot be read stays empty.

@@ -33,7 +33,10 @@ func TestBench(t *testing.T) {
 			"action_scaling_c32_c1", "approval_round_trip_p50_ms", "approval_round_trip_p99_ms", "approve_request_p50_ms",
 			"approve_request_p99_ms",
 			"protocol_call_c1_p50_ms", "protocol_call_c1_p99_ms", "protocol_call_c1_per_s",
-			"protocol_call_c32_p50_ms", "protocol_call_c32_p99_ms", "protocol_call_c32_per_s", "recovery_scan_s", "recovery_per_run_ms", "evidence_export_ms"}
+			"protocol_call_c32_p50_ms", "protocol_call_c32_p99_ms", "protocol_call_c32_per_s", "recovery_scan_s", "recovery_per_run_ms", "evidence_export_ms",
+			"streams_none_cpu_cores", "streams_open_cpu_cores", "streams_cpu_ratio", "streams_none_other_p50_ms",
+			"streams_none_other_p99_ms", "streams_open_other_p50_ms", "streams_open_other_p99_ms", "streams_other_p50_ratio",
+			"streams_other_p99_ratio"}
 		if _, ok := peakRSSKiB(); ok {
 			want = append(want, "peak_rss_mib")
 		}

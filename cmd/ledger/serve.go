@@ -53,6 +53,8 @@ type serveOptions struct {
 	rateLimit       float64
 	rateBurst       int
 	maxPending      int
+	maxStreams      int
+	maxLongPolls    int
 	signingKeyPath  string
 	allowUnsigned   bool
 	leaseTTL        time.Duration
@@ -96,7 +98,8 @@ Each principal may send --rate-limit requests a second on average and --rate-bur
 once (429 with Retry-After above that); a client address gets the same allowance of
 answers of 401, after which its requests are refused (429) before their token is
 looked at. --rate-limit 0 turns both off. /healthz, /readyz, /metrics and
-/v1/openapi.json are never limited.
+/v1/openapi.json are never limited. Each principal may also hold at most --max-streams
+event streams open and --max-long-polls long-polls waiting at once (429 beyond).
 
 On SIGTERM or SIGINT serve stops accepting connections, waits up to
 --shutdown-timeout for requests in flight, stops the workers (an attempt interrupted
@@ -137,6 +140,8 @@ of the host. See docs/operations.md, "Several processes on one database".`,
 	f.IntVar(&o.rateBurst, "rate-burst", server.DefaultRateBurst, "requests each principal may send at once")
 	f.IntVar(&o.maxPending, "max-pending-approvals", server.DefaultMaxPendingApprovals,
 		"per tenant: refuse new runs (429) while this many approvals are pending or runs queued or running; 0 means no cap")
+	f.IntVar(&o.maxStreams, "max-streams", server.DefaultMaxStreams, "event streams each principal may hold open at once (429 beyond); 0 means no cap")
+	f.IntVar(&o.maxLongPolls, "max-long-polls", server.DefaultMaxLongPolls, "long-polls each principal may have waiting at once (429 beyond); 0 means no cap")
 	f.StringVar(&o.signingKeyPath, "signing-key", "", "sign each run's chain head with this Ed25519 key file (env "+envSigningKeyFile+"; make one with `ledger signing-key new`)")
 	f.BoolVar(&o.allowUnsigned, "allow-unsigned", false, allowUnsignedUsage)
 	return asUsage(cmd)
@@ -189,6 +194,9 @@ func runServe(ctx context.Context, o *serveOptions, stderr io.Writer) (err error
 	}
 	if o.maxPending < 0 {
 		return usagef("--max-pending-approvals cannot be negative (0 means no cap)")
+	}
+	if o.maxStreams < 0 || o.maxLongPolls < 0 {
+		return usagef("--max-streams and --max-long-polls cannot be negative (0 means no cap)")
 	}
 	if _, _, err := net.SplitHostPort(o.addr); err != nil {
 		return usagef("--addr %q: want HOST:PORT: %v", o.addr, err)
@@ -303,6 +311,8 @@ func runServe(ctx context.Context, o *serveOptions, stderr io.Writer) (err error
 		Redaction:           svc.redactor,
 		Version:             Version,
 		MaxPendingApprovals: o.maxPending,
+		MaxStreams:          o.maxStreams,
+		MaxLongPolls:        o.maxLongPolls,
 		ClientTools:         svc.clientTools,
 	})
 	if err != nil {

@@ -220,6 +220,39 @@ func TestServe(t *testing.T) {
 		require.NoError(t, stop())
 	})
 
+	t.Run("StreamsCap", func(t *testing.T) {
+		url, _, stop := startServe(t, "--db", filepath.Join(t.TempDir(), "ledger.db"), "--addr", "127.0.0.1:0",
+			"--max-streams", "1")
+		req, err := http.NewRequest(http.MethodPost, url+"/v1/runs",
+			strings.NewReader(`{"agent":"practice-cards","input":{"title":"Go","markdown":"# Go\n\n## Maps\n\nHash tables.\n"}}`))
+		require.NoError(t, err)
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Idempotency-Key", "k")
+		res, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		var run struct{ ID string }
+		require.NoError(t, json.NewDecoder(res.Body).Decode(&run))
+		require.NoError(t, res.Body.Close())
+		require.Equal(t, http.StatusCreated, res.StatusCode)
+
+		ctx, cancel := context.WithCancel(t.Context())
+		stream := func() *http.Response {
+			req, err := http.NewRequestWithContext(ctx, http.MethodGet, url+"/v1/runs/"+run.ID+"/events", nil)
+			require.NoError(t, err)
+			res, err := http.DefaultClient.Do(req)
+			require.NoError(t, err)
+			return res
+		}
+		first := stream()
+		require.Equal(t, http.StatusOK, first.StatusCode)
+		second := stream()
+		require.Equal(t, http.StatusTooManyRequests, second.StatusCode, "the flag reaches the server")
+		require.NoError(t, second.Body.Close())
+		cancel()
+		_ = first.Body.Close()
+		require.NoError(t, stop())
+	})
+
 	t.Run("TextLogs", func(t *testing.T) {
 		url, logs, stop := startServe(t, "--db", filepath.Join(t.TempDir(), "ledger.db"), "--addr", "localhost:0", "--log-format", "text")
 		require.Contains(t, logs.String(), `level=WARN msg="DEV MODE: no tokens file;`)
@@ -257,6 +290,8 @@ func TestServe(t *testing.T) {
 			"zero burst":              {"--rate-burst", "0"},
 			"positional":              {"extra"},
 			"negative cap":            {"--max-pending-approvals", "-1"},
+			"negative streams cap":    {"--max-streams", "-1"},
+			"negative long-polls cap": {"--max-long-polls", "-1"},
 		} {
 			t.Run(name, func(t *testing.T) {
 				_, _, err := runCLI(t, nil, append([]string{"serve", "--db", db}, args...)...)

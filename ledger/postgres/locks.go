@@ -234,6 +234,17 @@ func (t *tx) ListEvents(ctx context.Context, run ledger.RunID, sizeHint int64) (
 	return t.reader.ListEvents(ctx, run, sizeHint)
 }
 
+// ListEventsAfter implements ledger.Tx, as ListEvents.
+func (t *tx) ListEventsAfter(ctx context.Context, f ledger.EventFilter) ([]*ledger.Event, error) {
+	if err := t.lockRun(ctx, f.RunID); err != nil {
+		return nil, err
+	}
+	if err := t.flushEvents(ctx); err != nil {
+		return nil, err
+	}
+	return t.reader.ListEventsAfter(ctx, f)
+}
+
 // GetAction implements ledger.Tx.
 func (t *tx) GetAction(ctx context.Context, id ledger.ActionID) (*ledger.Action, error) {
 	return lockedRead(ctx, t, entityAction, string(id),

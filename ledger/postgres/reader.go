@@ -314,6 +314,24 @@ func (r *reader) ListEvents(ctx context.Context, run ledger.RunID, sizeHint int6
 	return out, nil
 }
 
+// ListEventsAfter implements ledger.Reader.
+func (r *reader) ListEventsAfter(ctx context.Context, f ledger.EventFilter) ([]*ledger.Event, error) {
+	limit := noLimit // NULL: no limit
+	if f.Limit > 0 {
+		limit = &f.Limit
+	}
+	rows, err := r.query(ctx, sqlrows.ListEventsAfterSQL, string(f.RunID), f.AfterSeq, limit)
+	if err != nil {
+		return nil, wrapErr("list events after", err)
+	}
+	defer func() { _ = rows.Close() }()
+	out, err := sqlrows.ScanEvents(ctx, rows, 0)
+	if err != nil {
+		return nil, wrapErr("list events after", r.fail(err))
+	}
+	return out, nil
+}
+
 // GetSignature implements ledger.Reader.
 func (r *reader) GetSignature(ctx context.Context, run ledger.RunID) (*ledger.HeadSignature, error) {
 	var s sqlrows.Signature

@@ -99,6 +99,30 @@ func TestRunReadsUseIndexes(t *testing.T) {
 	}
 }
 
+// TestEventsAfterUsesIndex checks with EXPLAIN QUERY PLAN that an event
+// stream's poll (ListEventsAfter) searches the events' (run_id, seq) index
+// from the seq on, in order, rather than scanning the run's events or
+// sorting them.
+func TestEventsAfterUsesIndex(t *testing.T) {
+	ctx := context.Background()
+	s, err := Open(ctx, Config{Path: filepath.Join(t.TempDir(), "ledger.db")})
+	require.NoError(t, err)
+	defer s.Close()
+	rows, err := s.r.WithContext(ctx).Raw("EXPLAIN QUERY PLAN "+sqlrows.ListEventsAfterSQL, "run_x", 5, noLimit).Rows()
+	require.NoError(t, err)
+	defer rows.Close()
+	var plan []string
+	for rows.Next() {
+		var id, parent, unused int
+		var detail string
+		require.NoError(t, rows.Scan(&id, &parent, &unused, &detail))
+		plan = append(plan, detail)
+	}
+	require.NoError(t, rows.Err())
+	require.Len(t, plan, 1, "%q", plan)
+	require.Regexp(t, `^SEARCH events USING INDEX \S+ \(run_id=\? AND seq>\?\)$`, plan[0])
+}
+
 // TestMigrationForeignKeysOff checks the runner's way of running a
 // migration with foreign keys off: a dangling reference it would leave
 // rolls it back, and the writer's connection has foreign keys on again.

@@ -374,6 +374,10 @@ func (r reader) GetAgentDecision(ctx context.Context, action ledger.ActionID) (*
 // than through GORM's reflection into rows that are then copied.
 var findChainEventsSQL = declare(sqlrows.ListEventsSQL)
 
+// findEventsAfterSQL reads a page of a run's events after a seq: an event
+// stream's poll.
+var findEventsAfterSQL = declare(sqlrows.ListEventsAfterSQL)
+
 // ListEvents reads run's events. The query runs without the caller's
 // cancellation: for a cancellable context mattn/go-sqlite3 steps every row
 // on a goroutine of its own and hands it back over a channel, which for a
@@ -389,6 +393,25 @@ func (r reader) ListEvents(ctx context.Context, run ledger.RunID, sizeHint int64
 	}
 	defer rows.Close()
 	out, err := sqlrows.ScanEvents(ctx, rows, sizeHint)
+	return out, translate(err)
+}
+
+// ListEventsAfter reads run's events after a seq, as ListEvents reads them
+// all.
+func (r reader) ListEventsAfter(ctx context.Context, f ledger.EventFilter) ([]*ledger.Event, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, translate(err)
+	}
+	limit := noLimit
+	if f.Limit > 0 {
+		limit = f.Limit
+	}
+	rows, err := r.c.query(context.WithoutCancel(ctx), findEventsAfterSQL, string(f.RunID), f.AfterSeq, limit)
+	if err != nil {
+		return nil, translate(err)
+	}
+	defer rows.Close()
+	out, err := sqlrows.ScanEvents(ctx, rows, 0)
 	return out, translate(err)
 }
 

@@ -102,6 +102,7 @@ var tests = []test{
 	{"EventsAppendOnly", testEventsAppendOnly},
 	{"VerifyChainDetectsTampering", testVerifyChainDetectsTampering},
 	{"FindChainEvents", testFindChainEvents},
+	{"FindEventsAfter", testFindEventsAfter},
 	{"VerifyChainDetectsRowEdits", testVerifyChainDetectsRowEdits},
 	{"VerifyChainDetectsMissingAndExtraRows", testVerifyChainDetectsMissingAndExtraRows},
 	{"VerifyChainLegacyRows", testVerifyChainLegacyRows},

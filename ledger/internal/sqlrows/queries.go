@@ -41,6 +41,10 @@ const (
 	(SELECT COUNT(*) FROM (SELECT 1 FROM runs WHERE tenant = ? AND state IN ('queued', 'running') LIMIT ?) AS q)`
 	// ListEventsSQL reads a run's events in chain order, for ScanEvents.
 	ListEventsSQL = `SELECT ` + EventCols + ` FROM events WHERE run_id = ? ORDER BY seq`
+	// ListEventsAfterSQL reads a run's events after a seq in chain order,
+	// on the (run_id, seq) index: run, after, then the limit (the
+	// dialect's "no limit" for none, as CountWaitingSQL).
+	ListEventsAfterSQL = `SELECT ` + EventCols + ` FROM events WHERE run_id = ? AND seq > ? ORDER BY seq LIMIT ?`
 	// ListRunLeaseOwnersSQL reads the partial index runs_lease_owner alone.
 	ListRunLeaseOwnersSQL = `SELECT DISTINCT lease_owner FROM runs WHERE lease_owner IS NOT NULL ORDER BY lease_owner`
 )
