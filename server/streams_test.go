@@ -27,10 +27,37 @@ import (
 // stream ends once its token is revoked.
 
 // eventsRead counts the events a real store hands out through FindEvents
-// and FindEventsAfter: what the server read of the events table.
+// and FindEventsAfter: what the server read of the events table. Each read
+// of a run (a stream's look at the run's head, once a poll) is signalled
+// on polls, if set, without blocking.
 type eventsRead struct {
 	ledger.Store
-	n *atomic.Int64
+	n     *atomic.Int64
+	polls chan struct{}
+}
+
+func (s eventsRead) FindRunByID(ctx context.Context, id ledger.RunID) (*ledger.Run, error) {
+	r, err := s.Store.FindRunByID(ctx, id)
+	select {
+	case s.polls <- struct{}{}:
+	default:
+	}
+	return r, err
+}
+
+// polled waits until the stream has looked at the run n more times.
+func (s eventsRead) polled(t *testing.T, n int) {
+	t.Helper()
+	for len(s.polls) > 0 {
+		<-s.polls
+	}
+	for range n {
+		select {
+		case <-s.polls:
+		case <-time.After(5 * time.Second): // a bound on the wait, not a pause
+			t.Fatalf("the stream did not poll the run %d times within 5 s", n)
+		}
+	}
 }
 
 func (s eventsRead) FindEvents(ctx context.Context, run ledger.RunID) ([]*ledger.Event, error) {
@@ -82,7 +109,7 @@ func openStream(t *testing.T, e *env, raw *httptest.Server, client *http.Client,
 	if after >= 0 {
 		req.Header.Set("Last-Event-ID", strconv.FormatInt(after, 10))
 	}
-	timer := time.AfterFunc(5*time.Second, cancel)
+	timer := time.AfterFunc(5*time.Second, cancel) // a bound on the wait for the header
 	res, err := client.Do(req)
 	stopped := timer.Stop()
 	require.NoError(t, err, "the stream's header within 5 s")
@@ -116,7 +143,7 @@ func (s *stream) next(t *testing.T, d time.Duration) (sse, error) {
 	select {
 	case r := <-got:
 		return r.ev, r.err
-	case <-time.After(d):
+	case <-time.After(d): // a bound on the wait for the event
 		s.close() // ends the read
 		<-got
 		t.Fatalf("no event and no end of the stream within %s", d)
@@ -141,7 +168,9 @@ func getWithin(t *testing.T, e *env, principal, path string, header map[string][
 }
 
 // until calls cond, on the test's goroutine, until it holds, for at most
-// 5 s.
+// 5 s. It asks again every third of a poll interval: what it waits for
+// (a slot given back once the server sees a client leave) shows only in
+// the answer to a new request, with no event to wait on.
 func until(t *testing.T, cond func() bool, what string) {
 	t.Helper()
 	for deadline := time.Now().Add(5 * time.Second); !cond(); time.Sleep(pollInterval / 3) {
@@ -157,7 +186,8 @@ const pollInterval = 150 * time.Millisecond
 // the one new event when one is written — never the run's history again.
 func TestEventStreamReadsOnlyNewEvents(t *testing.T) {
 	var read atomic.Int64
-	e := newProtocolEnv(t, options{config: func(c *server.Config) { c.Store = eventsRead{Store: c.Store, n: &read} }})
+	store := eventsRead{n: &read, polls: make(chan struct{}, 64)}
+	e := newProtocolEnv(t, options{config: func(c *server.Config) { store.Store = c.Store; c.Store = store }})
 	run := e.clientRun(t, "ada", "s1")
 	for range 20 {
 		_, err := e.Store.AddUsage(t.Context(), ledger.AddUsageParams{RunID: run, Steps: 1, Tokens: 1})
@@ -173,7 +203,7 @@ func TestEventStreamReadsOnlyNewEvents(t *testing.T) {
 	require.LessOrEqual(t, read.Load(), int64(1), "the first read: the one event after Last-Event-ID")
 
 	before := read.Load()
-	time.Sleep(6 * pollInterval)
+	store.polled(t, 4)
 	require.Equal(t, before, read.Load(), "an idle stream reads no event again")
 
 	_, err = e.Store.AddUsage(t.Context(), ledger.AddUsageParams{RunID: run, Steps: 1, Tokens: 1})
@@ -181,7 +211,7 @@ func TestEventStreamReadsOnlyNewEvents(t *testing.T) {
 	ev, err = s.next(t, 5*time.Second)
 	require.NoError(t, err)
 	require.Equal(t, head+1, ev.ID)
-	time.Sleep(2 * pollInterval)
+	store.polled(t, 2)
 	require.Equal(t, before+1, read.Load(), "the new event, read once")
 }
 
@@ -219,18 +249,19 @@ func TestEventStreamCap(t *testing.T) {
 		var out []*stream
 		for range capN {
 			// A slot given back is free once the server has seen its
-			// client leave: within a poll interval.
-			deadline := time.Now().Add(5 * time.Second)
-			for {
+			// client leave: within a poll interval. That shows only in
+			// the answer to a new stream, so it is asked again (until).
+			var got *stream
+			until(t, func() bool {
 				s, res := openStream(t, e, raw, client, "ada", run, head)
-				if s != nil {
-					out = append(out, s)
-					break
+				if s == nil {
+					require.Equal(t, http.StatusTooManyRequests, res.StatusCode)
+					require.NoError(t, res.Body.Close())
 				}
-				require.Equal(t, http.StatusTooManyRequests, res.StatusCode)
-				require.True(t, time.Now().Before(deadline), "a slot not given back")
-				time.Sleep(pollInterval / 3)
-			}
+				got = s
+				return s != nil
+			}, "a slot given back")
+			out = append(out, got)
 		}
 		return out
 	}
@@ -339,6 +370,8 @@ func TestLongPollCap(t *testing.T) {
 		for range capN {
 			cancel, status := poll(t)
 			cancels = append(cancels, cancel)
+			// That it waits (and holds its slot) shows only as no
+			// answer: two poll intervals without one.
 			select {
 			case st := <-status:
 				t.Fatalf("a long-poll was answered %d instead of waiting", st)
@@ -397,6 +430,7 @@ func TestEventStreamEndsWhenTokenRevoked(t *testing.T) {
 		_ = res.Body.Close()
 		polled <- res.StatusCode
 	}()
+	// That it waits shows only as no answer: two poll intervals without one.
 	select {
 	case st := <-polled:
 		t.Fatalf("the long-poll was answered %d before the tokens changed", st)
@@ -426,7 +460,7 @@ func TestEventStreamEndsWhenTokenRevoked(t *testing.T) {
 	select {
 	case st := <-polled:
 		require.Equal(t, http.StatusUnauthorized, st, "the revoked token's long-poll")
-	case <-time.After(5 * time.Second):
+	case <-time.After(5 * time.Second): // a bound on the wait for the answer
 		t.Fatal("the revoked token's long-poll still waits")
 	}
 	requireProblem(t, e.get(t, "ada", "/v1/runs/"+string(run)+"/events"), http.StatusUnauthorized, "unauthorized")
