@@ -13,7 +13,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/actionledger/ledger/approval"
 	"github.com/actionledger/ledger/contracts"
 	"github.com/actionledger/ledger/engine"
 	"github.com/actionledger/ledger/ledger"
@@ -55,21 +54,10 @@ func OpenProtocol(ctx context.Context, db string) (*Protocol, error) {
 		TimeoutMS:       30000}
 	agent := engine.Agent{Name: ProtocolAgent, Driver: engine.DriverClient,
 		Tools: []engine.Tool{engine.ClientTool(desc, engine.Lease{})}}
-	policy, err := approval.NewPolicy(nil, approval.Defaults{})
+	eng, ts, err := serve(store, agent)
 	if err != nil {
 		return nil, errors.Join(err, store.Close())
 	}
-	svc := approval.NewService(store, policy, func(n string) (contracts.ToolDescriptor, bool) { return desc, n == desc.Name },
-		approval.Options{RelaxSeparationOfDuties: true})
-	eng, err := engine.New(engine.Config{Store: store, Approvals: svc, Agents: []engine.Agent{agent}})
-	if err != nil {
-		return nil, errors.Join(err, store.Close())
-	}
-	srv, err := server.New(server.Config{Store: store, Engine: eng, Approvals: svc})
-	if err != nil {
-		return nil, errors.Join(err, store.Close())
-	}
-	ts := httptest.NewServer(srv.Handler())
 	return &Protocol{Store: store, Engine: eng, URL: ts.URL, ts: ts,
 		Client: &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 256}, Timeout: 30 * time.Second}}, nil
 }

@@ -15,9 +15,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/actionledger/ledger/approval"
-	"github.com/actionledger/ledger/contracts"
-	"github.com/actionledger/ledger/engine"
 	"github.com/actionledger/ledger/ledger"
 	"github.com/actionledger/ledger/server"
 )
@@ -78,23 +75,10 @@ func openStreams(ctx context.Context, store *ledger.DB, events int) (*Streams, e
 	if err != nil {
 		return nil, err
 	}
-	policy, err := approval.NewPolicy(nil, approval.Defaults{})
+	_, ts, err := serve(store)
 	if err != nil {
 		return nil, err
 	}
-	svc := approval.NewService(store, policy, func(string) (contracts.ToolDescriptor, bool) { return contracts.ToolDescriptor{}, false },
-		approval.Options{RelaxSeparationOfDuties: true})
-	// The engine is never started: nothing but the requests made here
-	// runs in the server.
-	eng, err := engine.New(engine.Config{Store: store, Approvals: svc})
-	if err != nil {
-		return nil, err
-	}
-	srv, err := server.New(server.Config{Store: store, Engine: eng, Approvals: svc})
-	if err != nil {
-		return nil, err
-	}
-	ts := httptest.NewServer(srv.Handler())
 	return &Streams{Store: store, URL: ts.URL, Run: run.ID, Other: other.ID, Events: n, ts: ts,
 		client: &http.Client{Transport: &http.Transport{}, Timeout: 60 * time.Second}}, nil
 }

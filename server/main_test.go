@@ -247,6 +247,12 @@ func (e *env) writeTokens(t testing.TB) *server.Tokens {
 		e.tokens[name] = tok
 		f.Tokens = append(f.Tokens, line)
 	}
+	return loadTokensFile(t, f)
+}
+
+// loadTokensFile writes f as a tokens file and loads it as serve does.
+func loadTokensFile(t testing.TB, f server.TokensFile) *server.Tokens {
+	t.Helper()
 	data, err := json.Marshal(f)
 	require.NoError(t, err)
 	path := filepath.Join(t.TempDir(), "tokens.json")

@@ -3,13 +3,10 @@ package server_test
 import (
 	"bufio"
 	"context"
-	"encoding/json"
 	"errors"
 	"io"
 	"net/http"
 	"net/http/httptest"
-	"os"
-	"path/filepath"
 	"strconv"
 	"sync/atomic"
 	"testing"
@@ -178,6 +175,28 @@ func until(t *testing.T, cond func() bool, what string) {
 	}
 }
 
+// longPoll starts a GET of url as principal, straight to the server, and
+// returns its cancel and, once it is answered, its status (0 if it failed).
+func longPoll(t *testing.T, e *env, client *http.Client, url, principal string) (context.CancelFunc, <-chan int) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(t.Context())
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	require.NoError(t, err)
+	req.Header.Set("Authorization", "Bearer "+e.tokens[principal])
+	status := make(chan int, 1)
+	go func() {
+		res, err := client.Do(req)
+		if err != nil {
+			status <- 0
+			return
+		}
+		_, _ = io.Copy(io.Discard, res.Body)
+		_ = res.Body.Close()
+		status <- res.StatusCode
+	}()
+	return cancel, status
+}
+
 // pollInterval is the server's: how often a stream reads the store.
 const pollInterval = 150 * time.Millisecond
 
@@ -344,25 +363,7 @@ func TestLongPollCap(t *testing.T) {
 	probe := path + "?wait=0.1&version=" + strconv.FormatInt(a.Version, 10)
 	raw, client := rawServer(t, e)
 
-	// poll starts a long-poll as ada and returns its cancel and its answer.
-	poll := func(t *testing.T) (context.CancelFunc, <-chan int) {
-		ctx, cancel := context.WithCancel(t.Context())
-		req, err := http.NewRequestWithContext(ctx, http.MethodGet, raw.URL+wait, nil)
-		require.NoError(t, err)
-		req.Header.Set("Authorization", "Bearer "+e.tokens["ada"])
-		status := make(chan int, 1)
-		go func() {
-			res, err := client.Do(req)
-			if err != nil {
-				status <- 0
-				return
-			}
-			_, _ = io.Copy(io.Discard, res.Body)
-			_ = res.Body.Close()
-			status <- res.StatusCode
-		}()
-		return cancel, status
-	}
+	poll := func(t *testing.T) (context.CancelFunc, <-chan int) { return longPoll(t, e, client, raw.URL+wait, "ada") }
 	// waiting starts capN long-polls, one after another, each seen
 	// waiting (not answered, refused or not, within two poll intervals).
 	waiting := func(t *testing.T) []context.CancelFunc {
@@ -415,21 +416,7 @@ func TestEventStreamEndsWhenTokenRevoked(t *testing.T) {
 	kept, _ := openStream(t, e, raw, client, "root", run, head)
 	require.NotNil(t, kept)
 
-	req, err := http.NewRequestWithContext(t.Context(), http.MethodGet,
-		raw.URL+"/v1/actions/"+string(a.ID)+"?wait=30s&version="+strconv.FormatInt(a.Version, 10), nil)
-	require.NoError(t, err)
-	req.Header.Set("Authorization", "Bearer "+e.tokens["ada"])
-	polled := make(chan int, 1)
-	go func() {
-		res, err := client.Do(req)
-		if err != nil {
-			polled <- 0
-			return
-		}
-		_, _ = io.Copy(io.Discard, res.Body)
-		_ = res.Body.Close()
-		polled <- res.StatusCode
-	}()
+	_, polled := longPoll(t, e, client, raw.URL+"/v1/actions/"+string(a.ID)+"?wait=30s&version="+strconv.FormatInt(a.Version, 10), "ada")
 	// That it waits shows only as no answer: two poll intervals without one.
 	select {
 	case st := <-polled:
@@ -447,15 +434,9 @@ func TestEventStreamEndsWhenTokenRevoked(t *testing.T) {
 		f.Tokens = append(f.Tokens, server.TokenEntry{SHA256: server.HashToken(tok), Principal: name, Tenant: p.tenant,
 			Roles: p.roles, Agents: p.agents})
 	}
-	data, err := json.Marshal(f)
-	require.NoError(t, err)
-	file := filepath.Join(t.TempDir(), "tokens.json")
-	require.NoError(t, os.WriteFile(file, data, 0o600))
-	tokens, err := server.LoadTokens(file)
-	require.NoError(t, err)
-	require.NoError(t, e.srv.SetTokens(tokens))
+	require.NoError(t, e.srv.SetTokens(loadTokensFile(t, f)))
 
-	_, err = revoked.next(t, 5*time.Second)
+	_, err := revoked.next(t, 5*time.Second)
 	require.ErrorIs(t, err, io.EOF, "the revoked token's stream ends")
 	select {
 	case st := <-polled:

@@ -75,17 +75,7 @@ func TestRunReadsUseIndexes(t *testing.T) {
 	for name, read := range reads {
 		t.Run(name, func(t *testing.T) {
 			query := s.r.ToSQL(read)
-			rows, err := s.r.WithContext(ctx).Raw("EXPLAIN QUERY PLAN " + query).Rows()
-			require.NoError(t, err)
-			defer rows.Close()
-			var plan []string
-			for rows.Next() {
-				var id, parent, unused int
-				var detail string
-				require.NoError(t, rows.Scan(&id, &parent, &unused, &detail))
-				plan = append(plan, detail)
-			}
-			require.NoError(t, rows.Err())
+			plan := queryPlan(t, s, query)
 			for _, step := range plan {
 				require.NotRegexp(t, `^SCAN (observations|approvals)\b`, step, "plan of %s: %q", query, plan)
 				// The partial index holds only unsettled rows: scanning it
@@ -99,16 +89,10 @@ func TestRunReadsUseIndexes(t *testing.T) {
 	}
 }
 
-// TestEventsAfterUsesIndex checks with EXPLAIN QUERY PLAN that an event
-// stream's poll (ListEventsAfter) searches the events' (run_id, seq) index
-// from the seq on, in order, rather than scanning the run's events or
-// sorting them.
-func TestEventsAfterUsesIndex(t *testing.T) {
-	ctx := context.Background()
-	s, err := Open(ctx, Config{Path: filepath.Join(t.TempDir(), "ledger.db")})
-	require.NoError(t, err)
-	defer s.Close()
-	rows, err := s.r.WithContext(ctx).Raw("EXPLAIN QUERY PLAN "+sqlrows.ListEventsAfterSQL, "run_x", 5, noLimit).Rows()
+// queryPlan is the detail of each step of SQLite's plan for query.
+func queryPlan(t *testing.T, s *Driver, query string, args ...any) []string {
+	t.Helper()
+	rows, err := s.r.WithContext(context.Background()).Raw("EXPLAIN QUERY PLAN "+query, args...).Rows()
 	require.NoError(t, err)
 	defer rows.Close()
 	var plan []string
@@ -119,6 +103,19 @@ func TestEventsAfterUsesIndex(t *testing.T) {
 		plan = append(plan, detail)
 	}
 	require.NoError(t, rows.Err())
+	return plan
+}
+
+// TestEventsAfterUsesIndex checks with EXPLAIN QUERY PLAN that an event
+// stream's poll (ListEventsAfter) searches the events' (run_id, seq) index
+// from the seq on, in order, rather than scanning the run's events or
+// sorting them.
+func TestEventsAfterUsesIndex(t *testing.T) {
+	ctx := context.Background()
+	s, err := Open(ctx, Config{Path: filepath.Join(t.TempDir(), "ledger.db")})
+	require.NoError(t, err)
+	defer s.Close()
+	plan := queryPlan(t, s, sqlrows.ListEventsAfterSQL, "run_x", 5, noLimit)
 	require.Len(t, plan, 1, "%q", plan)
 	require.Regexp(t, `^SEARCH events USING INDEX \S+ \(run_id=\? AND seq>\?\)$`, plan[0])
 }
