@@ -363,7 +363,9 @@ func TestLongPollCap(t *testing.T) {
 	probe := path + "?wait=0.1&version=" + strconv.FormatInt(a.Version, 10)
 	raw, client := rawServer(t, e)
 
-	poll := func(t *testing.T) (context.CancelFunc, <-chan int) { return longPoll(t, e, client, raw.URL+wait, "ada") }
+	poll := func(t *testing.T) (context.CancelFunc, <-chan int) {
+		return longPoll(t, e, client, raw.URL+wait, "ada")
+	}
 	// waiting starts capN long-polls, one after another, each seen
 	// waiting (not answered, refused or not, within two poll intervals).
 	waiting := func(t *testing.T) []context.CancelFunc {
