@@ -108,10 +108,9 @@ func (p Policy) BeforeStep(run *ledger.Run, now time.Time) Verdict {
 		return stop(ledger.StopMaxSteps, "run %s used %d of %d steps", run.ID, u.Steps, l.MaxSteps)
 	case l.MaxTokens > 0 && u.Tokens >= l.MaxTokens:
 		return stop(ledger.StopTokenBudgetExceeded, "run %s used %d of %d tokens", run.ID, u.Tokens, l.MaxTokens)
-	case l.MaxTokens > 0 && u.TokensUnavailable:
-		return stop(ledger.StopTokenBudgetExceeded,
-			"token accounting unavailable: a step reported no usage; run %s counted at least %d of %d tokens",
-			run.ID, u.Tokens, l.MaxTokens)
+	}
+	if v := p.Tokens(run); v.Stopped() {
+		return v // accounting unavailable
 	}
 	return runtime(run, now)
 }

@@ -94,8 +94,6 @@ func (e *Engine) reviewForPerson(ctx context.Context, p recovery.ResolveParams) 
 		return false, err
 	}
 	last := atts[len(atts)-1]
-	w := ledger.RecordRecoveryParams{ActionID: a.ID, ActionState: a.State, AttemptID: last.ID, Actor: p.Principal,
-		Run: reviewMove(run)}
 	why := "a person asked to settle the action"
 	switch a.State {
 	case ledger.ActionRunning:
@@ -103,8 +101,6 @@ func (e *Engine) reviewForPerson(ctx context.Context, p recovery.ResolveParams) 
 			return false, err // in flight: its agent may still report it
 		}
 		why += " after its attempt's lease lapsed with no outcome"
-		w.CloseAttempt = &ledger.CloseAttempt{Status: ledger.AttemptUncertain, ActionState: ledger.ActionUncertain,
-			Error: &ledger.AttemptError{Code: "interrupted", Message: "no outcome was recorded for this attempt: " + why}}
 	case ledger.ActionUncertain:
 		why += " whose effect is unknown"
 	case ledger.ActionApproved:
@@ -115,18 +111,11 @@ func (e *Engine) reviewForPerson(ctx context.Context, p recovery.ResolveParams) 
 	default:
 		return false, nil
 	}
-	w.Steps = []ledger.RecoveryStep{{Decision: &ledger.RecoveryDecision{Decision: string(recovery.Review), Rationale: why}}}
-	w.Moves = []ledger.ActionMove{{To: ledger.ActionNeedsReview, Data: map[string]any{"decision": recovery.Review, "rationale": why}}}
-	if w.Run != nil {
-		w.Run.Data = map[string]any{"action_id": a.ID, "rationale": why}
+	err = e.handToPerson(ctx, run, a, last, why, p.Principal, a.State == ledger.ActionRunning)
+	if ledger.Code(err) == ledger.CodeConflict {
+		return true, nil // moved meanwhile: Resolve answers from what it is now
 	}
-	if _, err := e.store.RecordRecovery(ctx, w); err != nil {
-		if ledger.Code(err) == ledger.CodeConflict {
-			return true, nil // moved meanwhile: Resolve answers from what it is now
-		}
-		return false, err
-	}
-	return true, nil
+	return err == nil, err
 }
 
 // interruptCall cancels the context of the run's call in flight in this

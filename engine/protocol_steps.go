@@ -594,12 +594,16 @@ func (e *Engine) lateOutcome(ctx context.Context, run *ledger.Run, a *ledger.Act
 		return err
 	}
 	last := atts[len(atts)-1]
+	if run, err = e.store.FindRunByID(ctx, run.ID); err != nil {
+		return err
+	}
 	switch {
 	case contradicts:
-		err = e.reviewLate(ctx, run, a, last, fmt.Sprintf("a late outcome says attempt %s's effect %s, but it was established as %s: a person decides",
-			att.ID, effectText(reported), att.Effect))
+		err = e.handToPerson(ctx, run, a, last, fmt.Sprintf("a late outcome says attempt %s's effect %s, but it was established as %s: a person decides",
+			att.ID, effectText(reported), att.Effect), "recovery", false)
 	case last.ID != att.ID:
-		err = e.reviewLate(ctx, run, a, last, "a late outcome says attempt "+string(att.ID)+" took effect after a later attempt began: the effect may have happened twice, a person decides")
+		err = e.handToPerson(ctx, run, a, last, "a late outcome says attempt "+string(att.ID)+" took effect after a later attempt began: the effect may have happened twice, a person decides",
+			"recovery", false)
 	case a.State == ledger.ActionApproved:
 		// Recovery allowed a retry, which has not begun: the effect is
 		// established, so the action is reconciled instead.
@@ -627,17 +631,23 @@ func effectText(f ledger.EffectFact) string {
 	return "is unknown"
 }
 
-// reviewLate hands an action to a person over a late outcome, recording
-// why; its last attempt, if still in flight, is left open.
-func (e *Engine) reviewLate(ctx context.Context, run *ledger.Run, a *ledger.Action, last *ledger.Attempt, why string) error {
-	run, err := e.store.FindRunByID(ctx, run.ID)
-	if err != nil {
-		return err
-	}
-	_, err = e.store.RecordRecovery(ctx, ledger.RecordRecoveryParams{ActionID: a.ID, ActionState: a.State, AttemptID: last.ID,
+// handToPerson moves an action to review over why, recorded as a review
+// decision, with its run if it can go there: closing its last attempt as
+// interrupted first when interrupted is set (the action is running, its
+// lease lapsed), else leaving an attempt still in flight open.
+func (e *Engine) handToPerson(ctx context.Context, run *ledger.Run, a *ledger.Action, last *ledger.Attempt, why, actor string, interrupted bool) error {
+	w := ledger.RecordRecoveryParams{ActionID: a.ID, ActionState: a.State, AttemptID: last.ID, Actor: actor,
 		Steps: []ledger.RecoveryStep{{Decision: &ledger.RecoveryDecision{Decision: string(recovery.Review), Rationale: why}}},
 		Moves: []ledger.ActionMove{{To: ledger.ActionNeedsReview, Data: map[string]any{"decision": recovery.Review, "rationale": why}}},
-		Run:   reviewMove(run), Actor: "recovery"})
+		Run:   reviewMove(run)}
+	if interrupted {
+		w.CloseAttempt = &ledger.CloseAttempt{Status: ledger.AttemptUncertain, ActionState: ledger.ActionUncertain,
+			Error: &ledger.AttemptError{Code: "interrupted", Message: "no outcome was recorded for this attempt: " + why}}
+	}
+	if w.Run != nil {
+		w.Run.Data = map[string]any{"action_id": a.ID, "rationale": why}
+	}
+	_, err := e.store.RecordRecovery(ctx, w)
 	return err
 }
 
@@ -946,8 +956,7 @@ func (e *Engine) resendDue(ctx context.Context, a *ledger.Action, id string) (bo
 		return false, err
 	}
 	probe, ok := e.probe(a.Tool, a.ToolVersion)
-	return ok && probe.Tool.DecisionTimeout > 0 && told.DecisionID == id && !told.Answered &&
-		e.now().Sub(told.DecidedAt) >= probe.Tool.DecisionTimeout, nil
+	return ok && told.DecisionID == id && recovery.Overdue(told, probe.Tool, e.now()), nil
 }
 
 // FinishRun ends a client-driven run: completed, or failed with a stop
@@ -1096,7 +1105,7 @@ func (e *Engine) escalateUnanswered(ctx context.Context, d *ledger.AgentDecision
 		return err
 	}
 	probe, ok := e.probe(a.Tool, a.ToolVersion)
-	if !ok || !probe.Client || now.Sub(d.DecidedAt) < probe.Tool.DecisionTimeout {
+	if !ok || !probe.Client || !recovery.Overdue(*d, probe.Tool, now) {
 		return nil
 	}
 	switch a.State {

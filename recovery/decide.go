@@ -253,18 +253,21 @@ func resendID(action ledger.ActionID, attempt ledger.AttemptID) string {
 	return "dec_" + hex.EncodeToString(h[:])[:32]
 }
 
+// Overdue reports whether the decision told has gone unanswered for the
+// tool's decision timeout at now: what hands its action to a person.
+func Overdue(told ledger.AgentDecision, tool Tool, now time.Time) bool {
+	return !told.Answered && tool.DecisionTimeout > 0 && now.Sub(told.DecidedAt) >= tool.DecisionTimeout
+}
+
 // unanswered is the review of an action whose agent was told the decision
 // id and has not answered it within the tool's decision timeout; false if
 // that is not so.
 func unanswered(f Facts, id string) (Decision, bool) {
 	t := f.Told
-	if t == nil || id == "" || t.Answered || t.DecisionID != id || f.Tool.DecisionTimeout <= 0 {
+	if t == nil || id == "" || t.DecisionID != id || !Overdue(*t, f.Tool, f.Now) {
 		return Decision{}, false
 	}
 	waited := f.Now.Sub(t.DecidedAt)
-	if waited < f.Tool.DecisionTimeout {
-		return Decision{}, false
-	}
 	return Decision{Kind: Review, Rationale: fmt.Sprintf("the agent was told to %s %s ago and has not done so within the tool's decision timeout (%s): effect unknown, a person decides",
 		toldVerb(t.Kind), waited.Round(time.Millisecond), f.Tool.DecisionTimeout)}, true
 }
