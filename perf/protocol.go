@@ -84,8 +84,8 @@ func (l ProtocolLevel) PerSecond() float64 { return float64(l.Calls) / l.Elapsed
 func (l ProtocolLevel) P(p float64) time.Duration { return Percentile(l.Latencies, p) }
 
 // Drive makes tool calls from c agents at once, each with its own run,
-// until calls have started (calls > 0) or d has passed (d > 0); every call
-// started is finished and timed.
+// until calls have started (calls > 0) or d has passed (d > 0), each agent
+// at least one; every call started is finished and timed.
 func (p *Protocol) Drive(ctx context.Context, c, calls int, d time.Duration) (ProtocolLevel, error) {
 	if c < 1 || (calls <= 0 && d <= 0) {
 		return ProtocolLevel{}, fmt.Errorf("perf: protocol drive needs a concurrency of at least 1 and a number of calls or a duration")
@@ -109,7 +109,10 @@ func (p *Protocol) Drive(ctx context.Context, c, calls int, d time.Duration) (Pr
 				return
 			}
 			var mine []time.Duration
-			for i := 0; ctx.Err() == nil && (d <= 0 || time.Now().Before(deadline)); i++ {
+			// Each agent makes at least one call: on a loaded machine its
+			// run's submit may outlast d, and a level with no call has no
+			// figure.
+			for i := 0; ctx.Err() == nil && (d <= 0 || i == 0 || time.Now().Before(deadline)); i++ {
 				if calls > 0 && started.Add(1) > int64(calls) {
 					break
 				}
