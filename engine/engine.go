@@ -705,42 +705,19 @@ func (e *Engine) modelStep(ctx context.Context, run *ledger.Run, agent *register
 		}
 		return false, e.finish(ctx, run, ledger.StopCompleted, map[string]any{"final": answer})
 	case StepToolCall:
-		tool, ok := agent.tools[s.Tool]
-		if !ok {
-			return false, failStep(ledger.StopInvalidModelResponse, map[string]any{"error": "unknown tool " + s.Tool})
-		}
-		if err := tool.args.Validate(s.Arguments); err != nil {
-			return false, failStep(ledger.StopInvalidModelResponse, map[string]any{"error": "arguments of " + s.Tool + ": " + err.Error()})
-		}
-		entries := make([]budget.Entry, len(hist.Entries))
-		for i, h := range hist.Entries {
-			// An action that cannot be fingerprinted is left for Loop,
-			// which says so in its own turn.
-			fp, _ := v.fingerprint(h.Action)
-			entries[i] = budget.Entry{Action: h.Action, Attempt: h.Attempt, Fingerprint: fp}
-		}
-		if v, err := e.policyOf(agent).Loop(entries, s.Tool, s.Arguments); err != nil {
-			return false, failStep(ledger.StopInvalidModelResponse, map[string]any{"error": err.Error()})
-		} else if v.Stopped() {
-			return false, failStep(v.Stop, map[string]any{"rationale": v.Rationale})
-		}
-		gate := e.approvals.Gate(run.Tenant, tool.desc)
-		p := ledger.CreateActionParams{
-			RunID: run.ID, IdempotencyKey: fmt.Sprintf("step-%d", len(actions)+1),
-			Tool: tool.desc.Name, ToolVersion: tool.desc.Version, Effect: tool.desc.Effect, Arguments: s.Arguments,
-			Gate: gate.Gate, ApprovalTTL: gate.ApprovalTTL, GateAudit: gateParams(gate), Actor: "engine", Usage: &usage,
-		}
-		// An action the rules approve starts its attempt in the same
-		// commit: everything that must be durable before the call, at once.
-		// Not if the run's lease cannot be made to outlast the call: the
-		// action is recorded approved, and the next step starts it.
-		if gate.Gate == ledger.ActionApproved {
-			if reason, _ := e.retryVerdict(run, &ledger.Action{RunID: run.ID}, e.now()); reason == "" && e.leaseForCall(ctx, tool) == nil {
-				p.StartAttempt = true
-				e.fault(FaultBeforeAttemptRecorded)
+		res, tool, err := e.propose(ctx, proposal{run: run, agent: agent, actions: actions,
+			stepKey: fmt.Sprintf("step-%d", len(actions)+1), tool: s.Tool, arguments: s.Arguments,
+			usage: usage, actor: "engine", execute: true, fingerprint: v.fingerprint})
+		var pe *ProtocolError
+		if errors.As(err, &pe) {
+			switch pe.Code {
+			case CodeRunStopped: // a budget or loop policy stopped the run
+				return false, nil
+			case CodeUnknownTool, CodeToolNotAllowed, CodeInvalidArgs:
+				// The model's mistake: the run stops with it.
+				return false, failStep(ledger.StopInvalidModelResponse, map[string]any{"error": refusalText(pe)})
 			}
 		}
-		res, err := e.store.CreateAction(ctx, p)
 		if err != nil {
 			return false, err
 		}
@@ -752,14 +729,6 @@ func (e *Engine) modelStep(ctx context.Context, run *ledger.Run, agent *register
 	default:
 		return false, e.finish(ctx, run, ledger.StopInvalidModelResponse, map[string]any{"error": fmt.Sprintf("unknown step kind %q", s.Kind)})
 	}
-}
-
-// gateParams is the gate's audit of a decision, as CreateAction records it
-// with the action and in its gate event: the rule that decided (-1 for the
-// default), the reason and the digest of the rules in force. Every path
-// that records an action the gate decided passes it.
-func gateParams(d approval.Decision) ledger.GateAudit {
-	return ledger.GateAudit{Rule: d.Rule, Reason: d.Reason, RulesDigest: d.RulesDigest}
 }
 
 // history rebuilds what the model has seen from the ledger alone: the
@@ -902,7 +871,7 @@ func (e *Engine) finishCall(ctx context.Context, run *ledger.Run, tool registere
 	}
 	fin := outcome(tool.desc, e.redactResult(res), e.redactErr(callErr))
 	if callErr != nil && cancelledByRun {
-		fin = ledger.FinishAttemptParams{Status: ledger.AttemptCancelled, ActionState: ledger.ActionUncertain,
+		fin = ledger.FinishAttemptParams{Status: ledger.AttemptCancelled,
 			Error:       &ledger.AttemptError{Code: "cancelled", Message: "the run was cancelled during the call"},
 			Observation: &ledger.ObservationInput{Source: ledger.ObservedResult, Effect: ledger.EffectUnknown}}
 	}
@@ -917,12 +886,14 @@ func (e *Engine) finishCall(ctx context.Context, run *ledger.Run, tool registere
 	}
 	v.finished(done)
 	e.fault(FaultAfterResultRecorded)
-	switch fin.ActionState {
+	switch done.Action.State {
 	case ledger.ActionFailed:
 		if agent, ok := e.agents[run.Agent]; ok && agent.ContinueOnToolError {
 			return true, nil // the model answers the failure (stepRunning)
 		}
 		return false, e.finish(ctx, run, ledger.StopToolError, map[string]any{"action_id": a.ID, "error": fin.Error})
+	case ledger.ActionNeedsReview: // the call failed but took effect: the run waits for a person
+		return false, nil
 	default: // succeeded: the next model step; uncertain: recovery decides
 		return true, nil
 	}
@@ -1009,9 +980,23 @@ func (e *Engine) fault(p FaultPoint) {
 }
 
 // outcome turns a tool's answer into the facts to record: the status of the
-// call, the effect with the observation that established it, and where the
-// action goes.
+// call and the effect with the observation that established it. Where the
+// action goes is the ledger's outcome table (ledger.OutcomeOf); an answer
+// the table refuses (a write that succeeded without taking effect) is
+// recorded as a failed call whose effect is unknown, for recovery to
+// establish.
 func outcome(d contracts.ToolDescriptor, res Result, err error) ledger.FinishAttemptParams {
+	fin := answered(d, res, err)
+	if _, terr := ledger.OutcomeOf(d.Effect, fin.Status, fin.Observation.Effect); terr != nil {
+		return ledger.FinishAttemptParams{Status: ledger.AttemptFailed,
+			Error:       &ledger.AttemptError{Code: "outcome_not_allowed", Message: "the tool's answer is not an outcome: " + terr.Error()},
+			Observation: &ledger.ObservationInput{Source: ledger.ObservedResult, Effect: ledger.EffectUnknown, Detail: fin.Result}}
+	}
+	return fin
+}
+
+// answered is the tool's answer as it was given.
+func answered(d contracts.ToolDescriptor, res Result, err error) ledger.FinishAttemptParams {
 	var te *ToolError
 	switch {
 	case err == nil:
@@ -1022,10 +1007,10 @@ func outcome(d contracts.ToolDescriptor, res Result, err error) ledger.FinishAtt
 				effect = ledger.EffectNotHappened
 			}
 		}
-		return ledger.FinishAttemptParams{Status: ledger.AttemptSucceeded, Result: res.Output, ActionState: ledger.ActionSucceeded,
+		return ledger.FinishAttemptParams{Status: ledger.AttemptSucceeded, Result: res.Output,
 			Observation: &ledger.ObservationInput{Source: ledger.ObservedResult, Effect: effect, Detail: res.Output}}
 	case errors.Is(err, context.DeadlineExceeded):
-		return ledger.FinishAttemptParams{Status: ledger.AttemptTimedOut, ActionState: ledger.ActionUncertain,
+		return ledger.FinishAttemptParams{Status: ledger.AttemptTimedOut,
 			Error:       &ledger.AttemptError{Code: "timeout", Message: "the tool did not answer in time"},
 			Observation: &ledger.ObservationInput{Source: ledger.ObservedResult, Effect: ledger.EffectUnknown}}
 	case errors.As(err, &te):
@@ -1033,15 +1018,11 @@ func outcome(d contracts.ToolDescriptor, res Result, err error) ledger.FinishAtt
 		if effect == "" {
 			effect = ledger.EffectUnknown
 		}
-		state := ledger.ActionUncertain
-		if effect == ledger.EffectNotHappened {
-			state = ledger.ActionFailed
-		}
-		return ledger.FinishAttemptParams{Status: ledger.AttemptFailed, ActionState: state,
+		return ledger.FinishAttemptParams{Status: ledger.AttemptFailed,
 			Error:       &ledger.AttemptError{Code: te.Code, Message: te.Message},
 			Observation: &ledger.ObservationInput{Source: ledger.ObservedResult, Effect: effect}}
 	default:
-		return ledger.FinishAttemptParams{Status: ledger.AttemptFailed, ActionState: ledger.ActionUncertain,
+		return ledger.FinishAttemptParams{Status: ledger.AttemptFailed,
 			Error:       &ledger.AttemptError{Code: "tool_error", Message: err.Error()},
 			Observation: &ledger.ObservationInput{Source: ledger.ObservedResult, Effect: ledger.EffectUnknown}}
 	}

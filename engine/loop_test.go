@@ -21,8 +21,9 @@ import (
 // Tools of the loop tests, all reads (auto-approved): cards.count refuses
 // every call before acting (a tool error with effect not_happened, so the
 // action fails), cards.peek is the same read under another name and
-// answers every call, cards.vague fails every call without knowing the
-// effect (uncertain: recovery's, never the model's).
+// answers every call, cards.vague is a write (approved by a rule) that
+// fails every call without knowing the effect (uncertain: recovery's, never
+// the model's).
 const (
 	failingTool = simulator.CardsCountTool
 	workingTool = "cards.peek"
@@ -55,7 +56,7 @@ func newLoopEnv(t *testing.T, enginePolicy budget.Policy, agents ...loopAgent) *
 	peek := simulator.CardsCountDescriptor()
 	peek.Name = workingTool
 	vague := simulator.CardsCountDescriptor()
-	vague.Name = vagueTool
+	vague.Name, vague.Effect = vagueTool, contracts.EffectWrite
 	tools := []engine.Tool{
 		simulator.NewTool(simulator.CardsCountDescriptor(), effects, simulator.ToolConfig{
 			Faults: []simulator.Fault{{Kind: simulator.FaultError}}}),
@@ -72,7 +73,8 @@ func newLoopEnv(t *testing.T, enginePolicy budget.Policy, agents ...loopAgent) *
 		registered = append(registered, engine.Agent{Name: a.name, Tools: tools, Policy: a.policy, ContinueOnToolError: a.continues,
 			NewModel: func(json.RawMessage) (engine.Model, error) { return simulator.NewScriptedModel(steps...), nil }})
 	}
-	policy, err := approval.NewPolicy(nil, approval.Defaults{})
+	policy, err := approval.NewPolicy(&contracts.Rules{SchemaVersion: "1",
+		Rules: []contracts.Rule{{Tool: vagueTool, Decision: contracts.RuleDecisionAutoApprove}}}, approval.Defaults{})
 	require.NoError(t, err)
 	svc := approval.NewService(lb.Store, policy, func(n string) (contracts.ToolDescriptor, bool) { d, ok := descs[n]; return d, ok },
 		approval.Options{})

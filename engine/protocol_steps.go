@@ -89,10 +89,8 @@ func stopped(run *ledger.Run) *ProtocolError {
 	return pe
 }
 
-// Propose implements the first step of a client's tool call: the proposal
-// is recorded as an action through the gate, in one write with the step's
-// usage. The step key makes it idempotent; the loop policies and budgets
-// are checked first, and one that stops the run stops it.
+// Propose implements the first step of a client's tool call: the agent
+// protocol's front end on the engine's one propose path (propose.go).
 func (e *Engine) Propose(ctx context.Context, p ProposeParams) (ProposeResult, error) {
 	if !ledger.ValidIdempotencyKey(p.StepKey) {
 		return ProposeResult{}, ledger.Errorf(ledger.CodeInvalid, "the step key must be 1–255 printable ASCII characters")
@@ -101,184 +99,16 @@ func (e *Engine) Propose(ctx context.Context, p ProposeParams) (ProposeResult, e
 	if err != nil {
 		return ProposeResult{}, err
 	}
-	actions, err := e.store.FindActions(ctx, ledger.ActionFilter{RunID: &run.ID})
-	if err != nil {
-		return ProposeResult{}, err
-	}
-	if res, err, seen := e.replayProposal(ctx, actions, p); seen {
-		return res, err
-	}
-	switch {
-	case run.State.Terminal():
-		return ProposeResult{}, stopped(run)
-	case run.State == ledger.RunStopping:
-		return ProposeResult{}, protoErr(CodeRunCancelled, "run %s is being cancelled", run.ID)
-	case run.State == ledger.RunNeedsReview:
-		return ProposeResult{}, protoErr(CodeActionInDoubt, "run %s waits for a person to settle an action in review", run.ID)
-	}
-	tool, ok := agent.tools[p.Tool]
-	if !ok {
-		if _, exists := e.Tool(p.Tool); exists {
-			return ProposeResult{}, protoErr(CodeToolNotAllowed, "agent %s may not call %s", agent.Name, p.Tool)
-		}
-		return ProposeResult{}, protoErr(CodeUnknownTool, "no tool %q is declared", p.Tool)
-	}
-	if err := tool.args.Validate(p.Arguments); err != nil {
-		pe := protoErr(CodeInvalidArgs, "the arguments do not match the schema of %s", p.Tool)
-		var ve *contracts.ValidationError
-		if errors.As(err, &ve) {
-			pe.Issues = ve.Issues
-		} else {
-			pe.Issues = []contracts.Issue{{Message: err.Error()}}
-		}
-		return ProposeResult{}, pe
-	}
-	if tool.desc.Effect == contracts.EffectWrite {
-		for _, a := range actions {
-			if a.Effect == ledger.EffectWrite && (a.State == ledger.ActionRunning || a.State == ledger.ActionUncertain || a.State == ledger.ActionNeedsReview) {
-				return ProposeResult{}, protoErr(CodeActionInDoubt, "write %s of this run is %s: no other write until its effect is settled", a.ID, a.State)
-			}
-		}
-	}
-	if p.Supersedes != "" {
-		if err := e.checkSupersedes(ctx, run, p.Supersedes); err != nil {
-			return ProposeResult{}, err
-		}
-	}
 	usage := ledger.AddUsageParams{RunID: run.ID, Steps: 1, TokensUnavailable: p.Usage == nil}
 	if p.Usage != nil {
 		usage.Tokens = p.Usage.InputTokens + p.Usage.OutputTokens
 	}
-	policy := e.policyOf(agent)
-	if v := policy.BeforeStep(run, e.now()); v.Stopped() {
-		return ProposeResult{}, e.stopClient(ctx, run, v, &usage)
-	}
-	// The step's own usage counts before its action is recorded: a
-	// proposal whose model step spent the token budget is refused.
-	if v := policy.Tokens(withUsage(run, usage)); v.Stopped() {
-		return ProposeResult{}, e.stopClient(ctx, run, v, &usage)
-	}
-	if v, err := policy.Loop(historyOf(actions, nil), p.Tool, p.Arguments); err != nil {
-		return ProposeResult{}, err
-	} else if v.Stopped() {
-		return ProposeResult{}, e.stopClient(ctx, run, v, &usage)
-	}
-	gate := e.approvals.Gate(run.Tenant, tool.desc)
-	res, err := e.store.CreateAction(ctx, ledger.CreateActionParams{
-		RunID: run.ID, IdempotencyKey: p.StepKey, Tool: tool.desc.Name, ToolVersion: tool.desc.Version, Effect: tool.desc.Effect,
-		Arguments: p.Arguments, Supersedes: p.Supersedes, Gate: gate.Gate, ApprovalTTL: gate.ApprovalTTL, Actor: p.Caller.Principal,
-		Usage: &usage, GateAudit: gateParams(gate), MaxPendingApprovals: p.MaxPendingApprovals,
-	})
-	if ledger.Code(err) == ledger.CodeBudgetExceeded && gate.Gate == ledger.ActionAwaitingApproval && p.MaxPendingApprovals > 0 {
-		return ProposeResult{}, protoErr(CodePendingCap, "this run has an approval pending and the tenant has %d approvals pending or runs that may ask for one, its cap: wait for a decision, then propose again",
-			p.MaxPendingApprovals)
-	}
-	if ledger.Code(err) == ledger.CodeConflict {
-		// Another process presented the same step key meanwhile, or the
-		// run moved: answer from what is recorded now.
-		if actions, ferr := e.store.FindActions(ctx, ledger.ActionFilter{RunID: &run.ID}); ferr == nil {
-			if res, rerr, seen := e.replayProposal(ctx, actions, p); seen {
-				return res, rerr
-			}
-		}
-	}
+	res, _, err := e.propose(ctx, proposal{run: run, agent: agent, stepKey: p.StepKey, tool: p.Tool, arguments: p.Arguments,
+		supersedes: p.Supersedes, usage: usage, actor: p.Caller.Principal, maxPendingApprovals: p.MaxPendingApprovals})
 	if err != nil {
 		return ProposeResult{}, err
 	}
-	e.Notify()
 	return ProposeResult{Action: res.Action, Approval: res.Approval, Replayed: res.Duplicate}, nil
-}
-
-// checkSupersedes refuses a supersedes that names no action the run may
-// replace: an unknown action or another tenant's is not found (ids leak
-// nothing); another run's, or one that has begun or is settled, is
-// cannot_supersede.
-func (e *Engine) checkSupersedes(ctx context.Context, run *ledger.Run, id ledger.ActionID) error {
-	old, err := e.store.FindActionByID(ctx, id)
-	if ledger.Code(err) == ledger.CodeNotFound || err == nil && old.Tenant != run.Tenant {
-		return ledger.Errorf(ledger.CodeNotFound, "action %s not found", id)
-	}
-	if err != nil {
-		return err
-	}
-	switch {
-	case old.RunID != run.ID:
-		return protoErr(CodeCannotSupersede, "action %s belongs to another run: only an action of this run can be superseded", id)
-	case old.State != ledger.ActionProposed && old.State != ledger.ActionAwaitingApproval && old.State != ledger.ActionApproved:
-		return protoErr(CodeCannotSupersede, "action %s is %s: only an action that has not begun can be superseded", id, old.State)
-	}
-	return nil
-}
-
-// withUsage is run with usage added to what its budget used.
-func withUsage(run *ledger.Run, usage ledger.AddUsageParams) *ledger.Run {
-	counted := *run
-	counted.Budget.Used.Tokens += usage.Tokens
-	counted.Budget.Used.TokensUnavailable = counted.Budget.Used.TokensUnavailable || usage.TokensUnavailable
-	return &counted
-}
-
-// replayProposal answers a step key the run has seen: the same action for
-// the same call, step_key_reused for another; seen is false for a new key.
-func (e *Engine) replayProposal(ctx context.Context, actions []*ledger.Action, p ProposeParams) (ProposeResult, error, bool) {
-	for _, a := range actions {
-		if a.IdempotencyKey != p.StepKey {
-			continue
-		}
-		// Recorded arguments are canonical (CreateAction keeps them so).
-		same := a.Tool == p.Tool && a.Supersedes == p.Supersedes
-		if same {
-			want, err := ledger.Canonicalize(p.Arguments)
-			same = err == nil && string(want) == string(a.Arguments)
-		}
-		if !same {
-			pe := protoErr(CodeStepKeyReused, "step key %q was used in this run for another call", p.StepKey)
-			pe.Action = a
-			return ProposeResult{}, pe, true
-		}
-		res := ProposeResult{Action: a, Replayed: true}
-		if a.State == ledger.ActionAwaitingApproval {
-			pending, err := e.store.FindApprovals(ctx, ledger.ApprovalFilter{ActionID: &a.ID, State: ptr(ledger.ApprovalPending)})
-			if err != nil {
-				return ProposeResult{}, err, true
-			}
-			if len(pending) > 0 {
-				res.Approval = pending[0]
-			}
-		}
-		return res, nil, true
-	}
-	return ProposeResult{}, nil, false
-}
-
-// historyOf is a run's history for the loop policies: every action with
-// its last attempt.
-func historyOf(actions []*ledger.Action, attempts []*ledger.Attempt) []budget.Entry {
-	last := map[ledger.ActionID]*ledger.Attempt{}
-	for _, a := range attempts {
-		last[a.ActionID] = a
-	}
-	out := make([]budget.Entry, len(actions))
-	for i, a := range actions {
-		out[i] = budget.Entry{Action: a, Attempt: last[a.ID]}
-	}
-	return out
-}
-
-// stopClient ends a client-driven run with a policy's or budget's verdict,
-// counting the step that was refused, and answers run_stopped.
-func (e *Engine) stopClient(ctx context.Context, run *ledger.Run, v budget.Verdict, usage *ledger.AddUsageParams) error {
-	if usage != nil {
-		if _, err := e.store.AddUsage(ctx, *usage); err != nil {
-			return err
-		}
-	}
-	if err := e.finish(ctx, run, v.Stop, map[string]any{"rationale": v.Rationale}); err != nil {
-		return err
-	}
-	pe := protoErr(CodeRunStopped, "%s", v.Rationale)
-	pe.StopReason = v.Stop
-	return pe
 }
 
 // attemptToken is an attempt's secret token: derived from the engine's
@@ -313,10 +143,10 @@ func (e *Engine) Begin(ctx context.Context, p BeginParams) (BeginResult, error) 
 	}
 	if a.State == ledger.ActionApproved && run.State == ledger.RunRunning {
 		if reason, why := e.retryVerdict(run, a, e.now()); reason != "" {
-			return BeginResult{}, e.stopClient(ctx, run, budget.Verdict{Stop: reason, Rationale: why}, nil)
+			return BeginResult{}, e.stopRun(ctx, run, budget.Verdict{Stop: reason, Rationale: why}, nil)
 		}
 		if v := e.policyOf(agent).Tokens(run); v.Stopped() {
-			return BeginResult{}, e.stopClient(ctx, run, v, nil)
+			return BeginResult{}, e.stopRun(ctx, run, v, nil)
 		}
 	}
 	lease, _ := LeaseOf(tool.Tool) // every tool of a client agent is a ClientTool (New)
@@ -358,7 +188,7 @@ func (e *Engine) whyNoAttempt(ctx context.Context, id ledger.ActionID, err error
 		return ferr
 	}
 	if code == ledger.CodeBudgetExceeded {
-		return e.stopClient(ctx, run, budget.Verdict{Stop: ledger.StopRetryBudgetExhausted, Rationale: err.Error()}, nil)
+		return e.stopRun(ctx, run, budget.Verdict{Stop: ledger.StopRetryBudgetExhausted, Rationale: err.Error()}, nil)
 	}
 	c, ferr := e.store.FindCancellation(ctx, run.ID)
 	switch {
@@ -403,42 +233,30 @@ func (e *Engine) Heartbeat(ctx context.Context, p HeartbeatParams) (HeartbeatRes
 		CancelRequested: err == nil && c.State != ledger.CancelRequested}, nil
 }
 
-// outcomeOf checks a reported outcome against the table of
-// docs/agent-protocol.md and returns where the action goes and the effect
-// to record.
-func outcomeOf(d contracts.ToolDescriptor, o Outcome) (ledger.ActionState, ledger.EffectFact, error) {
+// outcomeOf checks a reported outcome against the ledger's outcome table
+// (ledger.OutcomeOf, shown in docs/agent-protocol.md) and returns the
+// effect to record. A client reports an answered call: status uncertain is
+// what an abandon records, never an outcome; a read carries no effect.
+func outcomeOf(d contracts.ToolDescriptor, o Outcome) (ledger.EffectFact, error) {
 	bad := func(why string) error {
 		return protoErr(CodeOutcomeInvalid, "status %q with effect %q is not an outcome of a %s: %s", o.Status, o.Effect, d.Effect, why)
 	}
+	switch o.Status {
+	case ledger.AttemptSucceeded, ledger.AttemptFailed, ledger.AttemptTimedOut, ledger.AttemptCancelled:
+	default:
+		return "", bad("the status must be succeeded, failed, timed_out or cancelled")
+	}
+	fact := o.Effect
 	if d.Effect == contracts.EffectRead {
 		if o.Effect != "" {
-			return "", "", bad("a read carries no effect")
+			return "", bad("a read carries no effect")
 		}
-		switch o.Status {
-		case ledger.AttemptSucceeded:
-			return ledger.ActionSucceeded, ledger.EffectNotHappened, nil
-		case ledger.AttemptFailed, ledger.AttemptTimedOut, ledger.AttemptCancelled:
-			return ledger.ActionFailed, ledger.EffectNotHappened, nil
-		}
-		return "", "", bad("the status must be succeeded, failed, timed_out or cancelled")
+		fact = ledger.EffectNotHappened
 	}
-	switch [2]string{string(o.Status), string(o.Effect)} {
-	case [2]string{"succeeded", "happened"}:
-		return ledger.ActionSucceeded, ledger.EffectHappened, nil
-	case [2]string{"failed", "not_happened"}, [2]string{"cancelled", "not_happened"}:
-		return ledger.ActionFailed, ledger.EffectNotHappened, nil
-	case [2]string{"failed", "unknown"}, [2]string{"timed_out", "unknown"}, [2]string{"cancelled", "unknown"}:
-		return ledger.ActionUncertain, ledger.EffectUnknown, nil
-	case [2]string{"failed", "happened"}, [2]string{"cancelled", "happened"}:
-		return ledger.ActionNeedsReview, ledger.EffectHappened, nil
+	if _, err := ledger.OutcomeOf(d.Effect, o.Status, fact); err != nil {
+		return "", protoErr(CodeOutcomeInvalid, "%s", err.Error())
 	}
-	switch o.Status {
-	case ledger.AttemptSucceeded:
-		return "", "", bad("a write that succeeded must have happened")
-	case ledger.AttemptTimedOut:
-		return "", "", bad("a timeout's effect is unknown")
-	}
-	return "", "", bad("see the table of outcomes")
+	return fact, nil
 }
 
 // Complete records what a client's call did, through the attempt's lease.
@@ -468,7 +286,7 @@ func (e *Engine) Complete(ctx context.Context, p CompleteParams) (CompleteResult
 		}
 		desc = d
 	}
-	actionTo, effect, err := outcomeOf(desc, p.Outcome)
+	effect, err := outcomeOf(desc, p.Outcome)
 	if err != nil {
 		return CompleteResult{}, err
 	}
@@ -494,7 +312,7 @@ func (e *Engine) Complete(ctx context.Context, p CompleteParams) (CompleteResult
 		if err != nil {
 			return CompleteResult{}, err
 		}
-		fin := ledger.FinishAttemptParams{AttemptID: att.ID, Status: p.Outcome.Status, ActionState: actionTo,
+		fin := ledger.FinishAttemptParams{AttemptID: att.ID, Status: p.Outcome.Status,
 			Observation: &ledger.ObservationInput{Source: ledger.ObservedResult, Effect: effect, Detail: recorded.Output},
 			Result:      recorded.Output, Error: recorded.Error, Actor: p.Caller.Principal,
 			Lease: &ledger.LeaseOutcome{TokenSHA256: lease.TokenSHA256, Digest: digest, Outcome: recordedJSON}}
@@ -502,11 +320,6 @@ func (e *Engine) Complete(ctx context.Context, p CompleteParams) (CompleteResult
 		switch ledger.Code(err) {
 		case "":
 			e.toolCalled(a.Tool, p.Outcome.Status, res.Attempt.FinishedAt.Sub(att.StartedAt))
-			if actionTo == ledger.ActionNeedsReview {
-				if err := e.reviewRun(ctx, run.ID, a.ID, "the client reported the call failed but took effect: a person decides"); err != nil {
-					return CompleteResult{}, err
-				}
-			}
 			e.Notify()
 			return CompleteResult{Attempt: res.Attempt, Action: res.Action}, nil
 		case ledger.CodeForbidden:
@@ -641,7 +454,7 @@ func (e *Engine) handToPerson(ctx context.Context, run *ledger.Run, a *ledger.Ac
 		Moves: []ledger.ActionMove{{To: ledger.ActionNeedsReview, Data: map[string]any{"decision": recovery.Review, "rationale": why}}},
 		Run:   reviewMove(run)}
 	if interrupted {
-		w.CloseAttempt = &ledger.CloseAttempt{Status: ledger.AttemptUncertain, ActionState: ledger.ActionUncertain,
+		w.CloseAttempt = &ledger.CloseAttempt{Status: ledger.AttemptUncertain,
 			Error: &ledger.AttemptError{Code: "interrupted", Message: "no outcome was recorded for this attempt: " + why}}
 	}
 	if w.Run != nil {
@@ -690,7 +503,7 @@ func (e *Engine) Abandon(ctx context.Context, p AbandonParams) (CompleteResult, 
 		msg += ": " + e.cfg.Redactor.RedactString(p.Reason)
 	}
 	res, err := e.store.FinishAttempt(ctx, ledger.FinishAttemptParams{AttemptID: att.ID, Status: ledger.AttemptUncertain,
-		ActionState: ledger.ActionUncertain, Error: &ledger.AttemptError{Code: "abandoned", Message: msg}, Actor: p.Caller.Principal})
+		Error: &ledger.AttemptError{Code: "abandoned", Message: msg}, Actor: p.Caller.Principal})
 	if ledger.Code(err) == ledger.CodeConflict {
 		return CompleteResult{}, protoErr(CodeAttemptClosed, "attempt %s was closed meanwhile", att.ID)
 	}
@@ -869,7 +682,7 @@ func (e *Engine) directive(ctx context.Context, run *ledger.Run, agent *register
 			break
 		}
 		if reason, why := e.retryVerdict(run, a, e.now()); reason != "" && run.State == ledger.RunRunning {
-			err := e.stopClient(ctx, run, budget.Verdict{Stop: reason, Rationale: why}, nil)
+			err := e.stopRun(ctx, run, budget.Verdict{Stop: reason, Rationale: why}, nil)
 			var pe *ProtocolError
 			if !errors.As(err, &pe) {
 				return d, false, err

@@ -139,7 +139,7 @@ func goldenRun(t testing.TB, f *fixture) ledger.RunID {
 	out := json.RawMessage(`{"effect_seq":1,"title":"Go channels","written":1}`)
 	_, err = s.FinishAttempt(ctx, ledger.FinishAttemptParams{AttemptID: att.ID, Status: ledger.AttemptSucceeded, Result: out,
 		Observation: &ledger.ObservationInput{Source: ledger.ObservedResult, Effect: ledger.EffectHappened, Detail: out},
-		ActionState: ledger.ActionSucceeded, Actor: "engine"})
+		Actor:       "engine"})
 	require.NoError(t, err)
 	f.tick()
 	_, err = s.AddUsage(ctx, ledger.AddUsageParams{RunID: run.ID, Steps: 1, Execution: 600 * time.Millisecond, TokensUnavailable: true})

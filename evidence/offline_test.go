@@ -65,12 +65,12 @@ func TestVerifyReport(t *testing.T) {
 		require.NoError(t, err)
 		v, err := rep.Verify(pub)
 		require.NoError(t, err)
-		require.Equal(t, 35, v.Events)
+		require.Equal(t, 33, v.Events)
 		require.Equal(t, 10, v.Rows)
 		require.Zero(t, v.Unbound)
 		require.Equal(t, 8, v.Hidden, "five argument nodes (four and one), a reason, a detail node, an event's data")
 		require.NotNil(t, v.Signature)
-		require.Equal(t, int64(35), v.Signature.Seq)
+		require.Equal(t, int64(33), v.Signature.Seq)
 		require.Equal(t, ledger.SigningKeyID(pub), v.Signature.KeyID)
 
 		v, err = rep.Verify(nil)
@@ -97,11 +97,11 @@ func TestVerifyReport(t *testing.T) {
 			obj(r, "actions", 0, "redacted_fields", "arguments")["/api_key"] = "sha256:" + strings.Repeat("0", 64)
 		}, pub, "action act_00000000000000000000000005 was changed after event 16 recorded it"},
 		{"action gate rule", func(r map[string]any) { obj(r, "actions", 1, "gate")["rule"] = 3 }, pub,
-			"action act_00000000000000000000000023 was changed after event 33 recorded it"},
+			"action act_00000000000000000000000023 was changed after event 31 recorded it"},
 		{"action gate decision", func(r map[string]any) { obj(r, "actions", 0, "gate")["decision"] = "approved" }, pub,
 			"action act_00000000000000000000000005 was changed after event 16 recorded it"},
 		{"action gate removed", func(r map[string]any) { obj(r, "actions", 1)["gate"] = nil }, pub,
-			"action act_00000000000000000000000023 was changed after event 33 recorded it"},
+			"action act_00000000000000000000000023 was changed after event 31 recorded it"},
 		{"gate event data", func(r map[string]any) { obj(r, "timeline", 18, "data", "gate")["rule"] = 3 }, pub,
 			"event 19: event 19 was changed after it was written (hash differs)"},
 		{"attempt status", func(r map[string]any) { obj(r, "actions", 0, "attempts", 0)["status"] = "failed" }, pub,
@@ -114,7 +114,7 @@ func TestVerifyReport(t *testing.T) {
 			obj(r, "run")["state"] = "completed"
 			obj(r, "run")["stop_reason"] = "completed"
 		}, pub,
-			`run run_00000000000000000000000001 was changed after event 35 recorded it: state is "completed", but event 35 moved it to "stopped"`},
+			`run run_00000000000000000000000001 was changed after event 33 recorded it: state is "completed", but event 33 moved it to "stopped"`},
 		{"row removed", func(r map[string]any) { obj(r, "actions", 0)["approvals"] = []any{} }, pub,
 			"approval apr_00000000000000000000000008, which event 8 recorded, is missing"},
 		{"row digest", func(r map[string]any) { obj(r, "cancellation")["digest"] = "sha256:" + strings.Repeat("1", 64) }, pub,
@@ -129,16 +129,16 @@ func TestVerifyReport(t *testing.T) {
 			obj(r, "timeline", 7, "data")["reason"] = "cards look right"
 		}, pub, `event 8: data: the report says it hid the node at "/reason", but shows no redaction marker there`},
 		{"events removed from the end", func(r map[string]any) {
-			r["timeline"] = r["timeline"].([]any)[:34]
-			obj(r, "chain")["events"] = 34
+			r["timeline"] = r["timeline"].([]any)[:32]
+			obj(r, "chain")["events"] = 32
 		}, pub, `run run_00000000000000000000000001 was changed after event 24 recorded it: state is "stopped", but event 24 moved it to "stopping"`},
 		{"events counted", func(r map[string]any) { obj(r, "chain")["events"] = 36 }, pub,
-			"the report says the chain holds 36 events, but its timeline shows 35"},
+			"the report says the chain holds 36 events, but its timeline shows 33"},
 		{"recovery decision", func(r map[string]any) { obj(r, "recovery_decisions", 0)["rationale"] = "because" }, pub,
 			"recovery decision 26 differs from the data of its event"},
-		{"signed head seq", func(r map[string]any) { obj(r, "signature")["seq"] = 34 }, pub,
+		{"signed head seq", func(r map[string]any) { obj(r, "signature")["seq"] = 32 }, pub,
 			"does not verify with key"},
-		{"signed head hash", func(r map[string]any) { obj(r, "signature")["hash"] = obj(r, "timeline", 33)["hash"] }, pub,
+		{"signed head hash", func(r map[string]any) { obj(r, "signature")["hash"] = obj(r, "timeline", 31)["hash"] }, pub,
 			"does not verify with key"},
 		{"signature", func(r map[string]any) {
 			s := []byte(obj(r, "signature")["signature"].(string))

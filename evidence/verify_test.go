@@ -42,7 +42,7 @@ func TestVerify(t *testing.T) {
 		rep, err := f.store.VerifyChain(ctx, id)
 		require.NoError(t, err)
 		require.True(t, rep.OK, rep.Reason)
-		require.Equal(t, 35, rep.Events)
+		require.Equal(t, 33, rep.Events)
 		require.Zero(t, rep.BrokenSeq)
 	})
 	t.Run("EditedEvent", func(t *testing.T) {

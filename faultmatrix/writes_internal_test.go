@@ -26,7 +26,7 @@ func TestWriteChecks(t *testing.T) {
 		att, err := b.Store.StartAttempt(ctx, ledger.StartAttemptParams{ActionID: res.Action.ID, Actor: "engine"})
 		require.NoError(t, err)
 		_, err = b.Store.FinishAttempt(ctx, ledger.FinishAttemptParams{AttemptID: att.ID, Status: ledger.AttemptSucceeded,
-			ActionState: ledger.ActionSucceeded, Actor: "engine",
+			Actor:       "engine",
 			Observation: &ledger.ObservationInput{Source: ledger.ObservedResult, Effect: ledger.EffectHappened}})
 		require.NoError(t, err)
 		_, err = b.Store.TransitionRun(ctx, ledger.RunTransition{ID: run.ID, From: ledger.RunRunning, To: ledger.RunCompleted,

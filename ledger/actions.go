@@ -17,6 +17,7 @@ var actionEdgeOwners = map[[2]ActionState]string{
 	{ActionRunning, ActionFailed}:            "FinishAttempt",
 	{ActionRunning, ActionUncertain}:         "FinishAttempt",
 	{ActionRunning, ActionNeedsReview}:       "FinishAttempt",
+	{ActionRunning, ActionCancelled}:         "FinishAttempt",
 }
 
 // ActionEdgeOwner returns the Store method that owns the edge from → to, or

@@ -159,7 +159,7 @@ func (s *DB) FinishAttempt(ctx context.Context, p FinishAttemptParams) (FinishAt
 			}
 		}
 		action, o, err := tx.finishAttempt(att, attemptOutcome{Status: p.Status, Result: result, Error: p.Error,
-			Observation: obs, DetailCanonical: canonical, ActionState: p.ActionState, Actor: p.Actor})
+			Observation: obs, DetailCanonical: canonical, Actor: p.Actor})
 		if err != nil {
 			return err
 		}
@@ -179,20 +179,38 @@ type attemptOutcome struct {
 	// DetailCanonical says the observation's detail is canonical JSON
 	// already (FinishAttempt canonicalized it before the write).
 	DetailCanonical bool
-	ActionState     ActionState // where the action goes from running
 	Actor           string
 }
 
 // finishAttempt closes the started attempt att (FinishAttempt, and
 // recovery closing an interrupted one): its outcome, its duration added to
 // the run's execution budget, its event, the observation if any, and the
-// action moved from running to o.ActionState, which it returns with the
-// observation.
+// action moved from running to where the outcome table (OutcomeOf) sends
+// it, which it returns with the observation. An action the table sends to
+// review takes its run to needs_review in the same write.
 func (tx *txn) finishAttempt(att *Attempt, o attemptOutcome) (*Action, *Observation, error) {
 	if err := ValidateAttemptTransition(att.Status, o.Status); err != nil {
 		if att.Status != AttemptStarted {
 			return nil, nil, Errorf(CodeConflict, "attempt %s already finished as %s", att.ID, att.Status)
 		}
+		return nil, nil, err
+	}
+	current := tx.known.actionOf(att.ActionID) // recovery's facts hold it
+	if current == nil {
+		var err error
+		if current, err = tx.findAction(att.ActionID); err != nil {
+			return nil, nil, err
+		}
+	}
+	effectClass, wasInReview := current.Effect, current.State == ActionNeedsReview
+	// The effect the close is judged on: what this outcome establishes, or
+	// what an earlier observation did.
+	fact := att.Effect
+	if ob := o.Observation; ob != nil && ob.Effect != EffectUnknown {
+		fact = ob.Effect
+	}
+	to, err := OutcomeOf(effectClass, o.Status, fact)
+	if err != nil {
 		return nil, nil, err
 	}
 	// att was read in this transaction and the guarded move matches it,
@@ -233,20 +251,38 @@ func (tx *txn) finishAttempt(att *Attempt, o attemptOutcome) (*Action, *Observat
 			return nil, nil, err
 		}
 	}
-	action, err := tx.moveAction(ActionTransition{ID: att.ActionID, From: ActionRunning, To: o.ActionState, Actor: o.Actor,
-		Data: map[string]any{"attempt_id": att.ID}}, 0)
-	if Code(err) == CodeConflict {
+	if wasInReview {
 		// A person was asked while the attempt ran (evidence that an
 		// earlier attempt took effect came in): its outcome is recorded
 		// all the same, and the action stays in review.
-		if a, ferr := tx.findAction(att.ActionID); ferr == nil && a.State == ActionNeedsReview {
-			return a, obs, nil
-		}
+		a := *current
+		return &a, obs, nil
 	}
+	action, err := tx.moveAction(ActionTransition{ID: att.ActionID, From: ActionRunning, To: to, Actor: o.Actor,
+		Data: map[string]any{"attempt_id": att.ID}}, 0)
 	if err != nil {
 		return nil, nil, err
 	}
+	if to == ActionNeedsReview {
+		if err := tx.reviewRun(att.RunID, att.ActionID, o.Actor); err != nil {
+			return nil, nil, err
+		}
+	}
 	return action, obs, nil
+}
+
+// reviewRun moves the run of an action that went to review to
+// needs_review, if it is running or waiting for an approval.
+func (tx *txn) reviewRun(id RunID, action ActionID, actor string) error {
+	run, err := tx.findRun(id)
+	if err != nil {
+		return err
+	}
+	if run.State != RunRunning && run.State != RunAwaitingApproval {
+		return nil
+	}
+	return tx.transitionRun(RunTransition{ID: id, From: run.State, To: RunNeedsReview, Actor: actor,
+		Data: map[string]any{"action_id": action, "rationale": "the call failed but took effect: a person decides"}})
 }
 
 // RecordObservation implements Store.

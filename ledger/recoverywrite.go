@@ -25,7 +25,8 @@ type RecordRecoveryParams struct {
 	// CloseAttempt, if set, finishes the attempt, which must still be
 	// started, as FinishAttempt does (status, error, duration added to the
 	// run's execution budget) and moves the action from running (so
-	// ActionState must be running) to CloseAttempt.ActionState.
+	// ActionState must be running) where the outcome table sends it
+	// (OutcomeOf, with the effect the Steps established).
 	CloseAttempt *CloseAttempt
 	// Moves move the action on, one edge each, from where it stands after
 	// CloseAttempt; edges owned by another method are CodeInvalid, as for
@@ -67,9 +68,8 @@ type RecoveryDecision struct {
 
 // CloseAttempt finishes the interrupted attempt of a RecordRecovery.
 type CloseAttempt struct {
-	Status      AttemptStatus // not started
-	Error       *AttemptError
-	ActionState ActionState // where the action goes from running
+	Status AttemptStatus // not started
+	Error  *AttemptError
 }
 
 // ActionMove is one edge of the action in a RecordRecovery.
@@ -124,11 +124,14 @@ func (s *DB) RecordRecovery(ctx context.Context, p RecordRecoveryParams) (Record
 			}
 		}
 		if c := p.CloseAttempt; c != nil {
-			if _, _, err := tx.finishAttempt(att, attemptOutcome{Status: c.Status, Error: c.Error, ActionState: c.ActionState,
-				Actor: p.Actor}); err != nil {
+			action, _, err := tx.finishAttempt(att, attemptOutcome{Status: c.Status, Error: c.Error, Actor: p.Actor})
+			if err != nil {
 				return err
 			}
-			state = c.ActionState
+			state = action.State
+			if err := checkMoves(state, p.Moves, true); err != nil {
+				return err
+			}
 		}
 		for _, m := range p.Moves {
 			if err := tx.transitionAction(ActionTransition{ID: p.ActionID, From: state, To: m.To, Actor: p.Actor, Data: m.Data}); err != nil {
@@ -168,6 +171,9 @@ func (s *DB) RecordRecovery(ctx context.Context, p RecordRecoveryParams) (Record
 func (p RecordRecoveryParams) plannable() bool {
 	if p.Facts == nil || p.TellAgent != nil || p.Run != nil || p.ActionState == ActionAwaitingApproval {
 		return false
+	}
+	if c := p.CloseAttempt; c != nil && c.Status != AttemptUncertain {
+		return false // its close may send the action to review, and the run with it
 	}
 	for _, m := range p.Moves {
 		if m.To == ActionAwaitingApproval {
@@ -260,13 +266,18 @@ func (p RecordRecoveryParams) check() error {
 		case p.ActionState != ActionRunning:
 			return Errorf(CodeInvalid, "closing an attempt moves a running action, not a %s one", p.ActionState)
 		}
-		if err := ValidateActionTransition(ActionRunning, c.ActionState); err != nil {
-			return err
-		}
-		state = c.ActionState
+		// Where the close leaves the action is the outcome table's answer
+		// to the effect as the write finds it: its moves are checked then.
+		return nil
 	}
-	for _, m := range p.Moves {
-		if state == ActionRunning && m.To == ActionNeedsReview && p.CloseAttempt == nil {
+	return checkMoves(state, p.Moves, false)
+}
+
+// checkMoves refuses moves of an action from state that are not edges, or
+// are edges another method owns; closed says an attempt was just closed.
+func checkMoves(state ActionState, moves []ActionMove, closed bool) error {
+	for _, m := range moves {
+		if state == ActionRunning && m.To == ActionNeedsReview && !closed {
 			// A person is asked while an attempt is in flight (a late
 			// outcome says an earlier one took effect): the attempt stays
 			// open, and its outcome, when it comes, leaves the action in

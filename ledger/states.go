@@ -145,7 +145,7 @@ var actionTransitions = transitions[ActionState]{
 	ActionApproved: {ActionRunning, ActionCancelled, ActionSuperseded, ActionSucceeded, ActionNeedsReview},
 	// running → needs_review: a client reported that its call failed but
 	// took effect (docs/agent-protocol.md): a person settles it.
-	ActionRunning:     {ActionSucceeded, ActionFailed, ActionUncertain, ActionNeedsReview},
+	ActionRunning:     {ActionSucceeded, ActionFailed, ActionUncertain, ActionNeedsReview, ActionCancelled},
 	ActionUncertain:   {ActionSucceeded, ActionApproved, ActionNeedsReview, ActionFailed},
 	ActionNeedsReview: {ActionSucceeded, ActionFailed, ActionAbandoned},
 }

@@ -103,7 +103,7 @@ func TestActionTransitions(t *testing.T) {
 		"awaiting_approval>approved", "awaiting_approval>denied", "awaiting_approval>expired",
 		"awaiting_approval>cancelled", "awaiting_approval>superseded",
 		"approved>running", "approved>cancelled", "approved>superseded", "approved>succeeded", "approved>needs_review",
-		"running>succeeded", "running>failed", "running>uncertain", "running>needs_review",
+		"running>succeeded", "running>failed", "running>uncertain", "running>needs_review", "running>cancelled",
 		"uncertain>succeeded", "uncertain>approved", "uncertain>needs_review", "uncertain>failed",
 		"needs_review>succeeded", "needs_review>failed", "needs_review>abandoned",
 	)

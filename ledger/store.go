@@ -63,7 +63,10 @@ type Store interface {
 	StartAttempt(ctx context.Context, p StartAttemptParams) (*Attempt, error)
 	// FinishAttempt records an attempt's outcome (status, optional effect
 	// observation, result or error), adds its duration to the run's
-	// execution budget and moves the action to p.ActionState.
+	// execution budget and moves the action where the outcome table
+	// (OutcomeOf) sends it, with its run to needs_review if the action goes
+	// there. A combination the table refuses is CodeInvalid wrapping
+	// ErrOutcomeNotAllowed, and nothing is written.
 	FinishAttempt(ctx context.Context, p FinishAttemptParams) (FinishAttemptResult, error)
 	// RecordObservation appends tool-side or human evidence about an
 	// attempt. An established effect (happened, not_happened) is written on
@@ -364,8 +367,6 @@ type FinishAttemptParams struct {
 	Observation *ObservationInput
 	Result      json.RawMessage
 	Error       *AttemptError
-	// ActionState is where the action goes from running.
-	ActionState ActionState
 	Actor       string
 	// Lease, if set, is the client's lease the outcome is reported
 	// through: CodeForbidden for another token, CodeConflict if it lapsed

@@ -52,7 +52,7 @@ func evidenceRun(ctx context.Context, s ledger.Store, n int) (ledger.RunID, int,
 	}
 	if _, err := s.FinishAttempt(ctx, ledger.FinishAttemptParams{AttemptID: att.ID, Status: ledger.AttemptSucceeded,
 		Observation: &ledger.ObservationInput{Source: ledger.ObservedResult, Effect: ledger.EffectHappened},
-		Result:      json.RawMessage(`{"written":1}`), ActionState: ledger.ActionSucceeded}); err != nil {
+		Result:      json.RawMessage(`{"written":1}`)}); err != nil {
 		return "", 0, err
 	}
 	events, err := FillEvents(ctx, s, id, n)

@@ -411,16 +411,23 @@ func recordable(out json.RawMessage) error {
 func plan(w *ledger.RecordRecoveryParams, run *ledger.Run, f Facts, d Decision) error {
 	a := f.Action
 	state := a.State
-	closeAttempt := func(actionTo ledger.ActionState, status ledger.AttemptStatus) {
+	var planErr error
+	closeAttempt := func(status ledger.AttemptStatus) {
 		if state != ledger.ActionRunning || f.Attempt == nil {
 			return
 		}
-		w.CloseAttempt = &ledger.CloseAttempt{Status: status, ActionState: actionTo,
+		w.CloseAttempt = &ledger.CloseAttempt{Status: status,
 			Error: &ledger.AttemptError{Code: "interrupted", Message: "no outcome was recorded for this attempt: " + d.Rationale}}
-		state = actionTo
+		// Where the close leaves the action is the outcome table's, on
+		// the effect as this pass's answers leave it.
+		state, planErr = ledger.OutcomeOf(a.Effect, status, establishedEffect(f.Attempt, w.Steps))
 	}
 	move := func(to ledger.ActionState) {
-		if state == to {
+		if state == to || planErr != nil {
+			return
+		}
+		if state.Terminal() {
+			planErr = fmt.Errorf("recover %s: %s: the close left the action %s, which cannot move to %s", a.ID, d.Kind, state, to)
 			return
 		}
 		w.Moves = append(w.Moves, ledger.ActionMove{To: to, Data: map[string]any{"decision": d.Kind, "rationale": d.Rationale}})
@@ -429,13 +436,13 @@ func plan(w *ledger.RecordRecoveryParams, run *ledger.Run, f Facts, d Decision) 
 	switch d.Kind {
 	case Wait:
 	case Continue:
-		closeAttempt(ledger.ActionUncertain, ledger.AttemptUncertain)
+		closeAttempt(ledger.AttemptUncertain)
 		if state == ledger.ActionUncertain {
 			move(ledger.ActionApproved)
 		}
 	case Reconcile:
 		if state == ledger.ActionRunning {
-			closeAttempt(ledger.ActionSucceeded, ledger.AttemptUncertain)
+			closeAttempt(ledger.AttemptUncertain)
 		} else {
 			move(ledger.ActionSucceeded)
 		}
@@ -444,13 +451,13 @@ func plan(w *ledger.RecordRecoveryParams, run *ledger.Run, f Facts, d Decision) 
 		if f.Cancel != nil && f.Cancel.Confirmed {
 			status = ledger.AttemptCancelled
 		}
-		closeAttempt(ledger.ActionUncertain, status)
+		closeAttempt(status)
 		if state == ledger.ActionUncertain {
 			move(ledger.ActionApproved)
 		}
-		move(ledger.ActionCancelled)
+		move(ledger.ActionCancelled) // a cancel the tool confirmed closed it cancelled already
 	case Stop:
-		closeAttempt(ledger.ActionUncertain, ledger.AttemptUncertain)
+		closeAttempt(ledger.AttemptUncertain)
 		if state == ledger.ActionApproved {
 			move(ledger.ActionCancelled)
 		} else {
@@ -461,7 +468,7 @@ func plan(w *ledger.RecordRecoveryParams, run *ledger.Run, f Facts, d Decision) 
 				StopReason: d.StopReason, Actor: "recovery", Data: map[string]any{"action_id": a.ID, "rationale": d.Rationale}}
 		}
 	case Review:
-		closeAttempt(ledger.ActionUncertain, ledger.AttemptUncertain)
+		closeAttempt(ledger.AttemptUncertain)
 		move(ledger.ActionNeedsReview)
 		if run.State == ledger.RunRunning || run.State == ledger.RunAwaitingApproval {
 			w.Run = &ledger.RunTransition{ID: run.ID, From: run.State, To: ledger.RunNeedsReview,
@@ -470,7 +477,21 @@ func plan(w *ledger.RecordRecoveryParams, run *ledger.Run, f Facts, d Decision) 
 	default:
 		return fmt.Errorf("recover %s: cannot act on %q", a.ID, d.Kind)
 	}
-	return nil
+	return planErr
+}
+
+// establishedEffect is the effect of att once the observations of steps
+// are recorded: the first established one, as the ledger keeps it.
+func establishedEffect(att *ledger.Attempt, steps []ledger.RecoveryStep) ledger.EffectFact {
+	if att.Effect != ledger.EffectUnknown {
+		return att.Effect
+	}
+	for _, st := range steps {
+		if o := st.Observation; o != nil && o.Effect != ledger.EffectUnknown {
+			return o.Effect
+		}
+	}
+	return ledger.EffectUnknown
 }
 
 // ScanReport counts what a scan decided.

@@ -202,8 +202,8 @@ func TestRecoverWrites(t *testing.T) {
 		r := recovery.New(recovery.Config{Store: b.Store, Now: b.Clock.Now,
 			Probes: queryProbe(func() (ledger.EffectFact, error) {
 				// Another process settles the attempt while the tool is asked.
-				_, err := b.Store.FinishAttempt(ctx, ledger.FinishAttemptParams{AttemptID: atts[0].ID, Status: ledger.AttemptSucceeded,
-					ActionState: ledger.ActionSucceeded})
+				_, err := b.Store.FinishAttempt(ctx, ledger.FinishAttemptParams{AttemptID: atts[0].ID, Status: ledger.AttemptFailed,
+					Observation: &ledger.ObservationInput{Source: ledger.ObservedResult, Effect: ledger.EffectNotHappened}})
 				require.NoError(t, err)
 				return ledger.EffectNotHappened, nil
 			})})
@@ -212,7 +212,8 @@ func TestRecoverWrites(t *testing.T) {
 		require.Empty(t, decisionKinds(t, b.Store, run.ID), "the query decision is written with its answer, or not at all")
 		obs, err := b.Store.FindObservations(ctx, ledger.ObservationFilter{ActionID: &a.ID})
 		require.NoError(t, err)
-		require.Empty(t, obs)
+		require.Len(t, obs, 1, "the other process's outcome, and not the query's answer")
+		require.Equal(t, ledger.ObservedResult, obs[0].Source)
 	})
 
 	t.Run("facts that went stale during the pass: decided again from fresh ones, written once", func(t *testing.T) {

@@ -73,7 +73,7 @@ func (h *hotPath) action(b *testing.B) (record, start, finish time.Duration) {
 	_, err = h.store.FinishAttempt(ctx, ledger.FinishAttemptParams{
 		AttemptID: att.ID, Status: ledger.AttemptSucceeded,
 		Observation: &ledger.ObservationInput{Source: ledger.ObservedResult, Effect: ledger.EffectHappened},
-		Result:      json.RawMessage(`{"written":1}`), ActionState: ledger.ActionSucceeded, Actor: "worker",
+		Result:      json.RawMessage(`{"written":1}`), Actor: "worker",
 	})
 	if err != nil {
 		b.Fatalf("finish attempt: %v", err)

@@ -75,8 +75,7 @@ func TestWritesGolden(t *testing.T) {
 		require.NoError(t, err)
 		return res
 	}
-	succeeded := ledger.FinishAttemptParams{Status: ledger.AttemptSucceeded, ActionState: ledger.ActionSucceeded,
-		Result:      json.RawMessage(`{ "ok": true, "id": 7 }`),
+	succeeded := ledger.FinishAttemptParams{Status: ledger.AttemptSucceeded, Result: json.RawMessage(`{ "ok": true, "id": 7 }`),
 		Observation: &ledger.ObservationInput{Source: ledger.ObservedResult, Effect: ledger.EffectHappened, Detail: json.RawMessage(`{ "ok": true, "id": 7 }`)}}
 
 	run := ledgertest.RunningRun(t, store, "golden", ledger.BudgetLimits{MaxAttemptsPerRun: 5, MaxSteps: 100})
@@ -89,8 +88,7 @@ func TestWritesGolden(t *testing.T) {
 
 	// A failure whose effect is known not to have happened, with an error.
 	res = create(run.ID, "step-2", ledger.ActionApproved, true, func(p *ledger.CreateActionParams) { p.GateAudit = ledger.GateAudit{} })
-	finish(res.Attempt.ID, ledger.FinishAttemptParams{Status: ledger.AttemptFailed, ActionState: ledger.ActionFailed,
-		Error:       &ledger.AttemptError{Code: "refused", Message: "no \"such\" deck"},
+	finish(res.Attempt.ID, ledger.FinishAttemptParams{Status: ledger.AttemptFailed, Error: &ledger.AttemptError{Code: "refused", Message: "no \"such\" deck"},
 		Observation: &ledger.ObservationInput{Source: ledger.ObservedResult, Effect: ledger.EffectNotHappened}})
 
 	// A replay of the first step's key: nothing is written.
@@ -104,8 +102,7 @@ func TestWritesGolden(t *testing.T) {
 	tick()
 	att, err := store.StartAttempt(ctx, ledger.StartAttemptParams{ActionID: res.Action.ID, Actor: "worker"})
 	require.NoError(t, err)
-	finish(att.ID, ledger.FinishAttemptParams{Status: ledger.AttemptTimedOut, ActionState: ledger.ActionUncertain,
-		Error: &ledger.AttemptError{Code: "timeout", Message: "the tool did not answer in time"}})
+	finish(att.ID, ledger.FinishAttemptParams{Status: ledger.AttemptTimedOut, Error: &ledger.AttemptError{Code: "timeout", Message: "the tool did not answer in time"}})
 
 	// A person's approval, then the engine's start and a success.
 	res = create(run.ID, "step-4", ledger.ActionAwaitingApproval, false, func(p *ledger.CreateActionParams) { p.Usage = nil })
@@ -137,8 +134,7 @@ func TestWritesGolden(t *testing.T) {
 	tick()
 	_, err = store.RequestCancel(ctx, ledger.RequestCancelParams{RunID: other.ID, Principal: "alice", Reason: "stop"})
 	require.NoError(t, err)
-	finish(res.Attempt.ID, ledger.FinishAttemptParams{Status: ledger.AttemptCancelled, ActionState: ledger.ActionUncertain,
-		Error:       &ledger.AttemptError{Code: "cancelled", Message: "the run was cancelled during the call"},
+	finish(res.Attempt.ID, ledger.FinishAttemptParams{Status: ledger.AttemptCancelled, Error: &ledger.AttemptError{Code: "cancelled", Message: "the run was cancelled during the call"},
 		Observation: &ledger.ObservationInput{Source: ledger.ObservedResult, Effect: ledger.EffectUnknown}})
 
 	for _, r := range []ledger.RunID{run.ID, other.ID} {

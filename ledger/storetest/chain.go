@@ -20,7 +20,7 @@ func chainFixture(t *testing.T, h Harness) (*bundle, *ledger.Run, DB) {
 	att, err := b.Store.StartAttempt(ctx, ledger.StartAttemptParams{ActionID: a.ID})
 	require.NoError(t, err)
 	_, err = b.Store.FinishAttempt(ctx, ledger.FinishAttemptParams{AttemptID: att.ID, Status: ledger.AttemptSucceeded,
-		Observation: &ledger.ObservationInput{Source: ledger.ObservedResult, Effect: ledger.EffectHappened}, ActionState: ledger.ActionSucceeded})
+		Observation: &ledger.ObservationInput{Source: ledger.ObservedResult, Effect: ledger.EffectHappened}})
 	require.NoError(t, err)
 	rep, err := b.Store.VerifyChain(ctx, run.ID)
 	require.NoError(t, err)

@@ -59,7 +59,6 @@ func testCountByState(t *testing.T, h Harness) {
 		att, err := b.Store.StartAttempt(ctx, ledger.StartAttemptParams{ActionID: a.ID})
 		require.NoError(t, err)
 		_, err = b.Store.FinishAttempt(ctx, ledger.FinishAttemptParams{AttemptID: att.ID, Status: ledger.AttemptSucceeded,
-			ActionState: ledger.ActionSucceeded,
 			Observation: &ledger.ObservationInput{Source: ledger.ObservedResult, Effect: ledger.EffectHappened}})
 		require.NoError(t, err)
 		second := b.Action(t, running.ID, "step-2", ledger.ActionApproved).Action

@@ -322,7 +322,7 @@ func testAttempts(t *testing.T, h Harness) {
 		require.NoError(t, err)
 		b.Clock.Advance(3 * time.Second)
 		res, err := b.Store.FinishAttempt(ctx, ledger.FinishAttemptParams{AttemptID: first.ID, Status: ledger.AttemptTimedOut,
-			Error: &ledger.AttemptError{Code: "timeout", Message: "no answer in 3s"}, ActionState: ledger.ActionUncertain})
+			Error: &ledger.AttemptError{Code: "timeout", Message: "no answer in 3s"}})
 		require.NoError(t, err)
 		require.Equal(t, ledger.EffectUnknown, res.Attempt.Effect, "a timeout says nothing about the effect")
 		require.Equal(t, &ledger.AttemptError{Code: "timeout", Message: "no answer in 3s"}, res.Attempt.Error)
@@ -358,8 +358,8 @@ func testAttempts(t *testing.T, h Harness) {
 			att, err := s.StartAttempt(ctx, ledger.StartAttemptParams{ActionID: a.ID})
 			require.NoError(t, err, "attempt %d", i+1)
 			_, err = s.FinishAttempt(ctx, ledger.FinishAttemptParams{AttemptID: att.ID, Status: ledger.AttemptFailed,
-				Observation: &ledger.ObservationInput{Source: ledger.ObservedResult, Effect: ledger.EffectNotHappened},
-				ActionState: ledger.ActionUncertain})
+				Observation: &ledger.ObservationInput{Source: ledger.ObservedResult, Effect: ledger.EffectUnknown},
+			})
 			require.NoError(t, err)
 			_, err = s.TransitionAction(ctx, ledger.ActionTransition{ID: a.ID, From: ledger.ActionUncertain, To: ledger.ActionApproved})
 			require.NoError(t, err)
@@ -383,7 +383,7 @@ func testAttempts(t *testing.T, h Harness) {
 			"attempts per run": {ledger.BudgetLimits{MaxAttemptsPerRun: 1}, func(s ledger.Store, a *ledger.Action) {
 				att, err := s.StartAttempt(ctx, ledger.StartAttemptParams{ActionID: a.ID})
 				require.NoError(t, err)
-				_, err = s.FinishAttempt(ctx, ledger.FinishAttemptParams{AttemptID: att.ID, Status: ledger.AttemptUncertain, ActionState: ledger.ActionUncertain})
+				_, err = s.FinishAttempt(ctx, ledger.FinishAttemptParams{AttemptID: att.ID, Status: ledger.AttemptUncertain})
 				require.NoError(t, err)
 				_, err = s.TransitionAction(ctx, ledger.ActionTransition{ID: a.ID, From: ledger.ActionUncertain, To: ledger.ActionApproved})
 				require.NoError(t, err)

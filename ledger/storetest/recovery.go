@@ -40,9 +40,8 @@ func continueAfterQuery(a *ledger.Action, att *ledger.Attempt) ledger.RecordReco
 			observation(ledger.EffectNotHappened, `{"found":false}`),
 			decision("continue", "the query found no effect: retry under the same approval"),
 		},
-		CloseAttempt: &ledger.CloseAttempt{Status: ledger.AttemptUncertain, ActionState: ledger.ActionUncertain,
-			Error: &ledger.AttemptError{Code: "interrupted", Message: "no outcome was recorded for this attempt"}},
-		Moves: []ledger.ActionMove{{To: ledger.ActionApproved, Data: map[string]any{"decision": "continue"}}},
+		CloseAttempt: &ledger.CloseAttempt{Status: ledger.AttemptUncertain, Error: &ledger.AttemptError{Code: "interrupted", Message: "no outcome was recorded for this attempt"}},
+		Moves:        []ledger.ActionMove{{To: ledger.ActionApproved, Data: map[string]any{"decision": "continue"}}},
 	}
 }
 
@@ -107,7 +106,7 @@ func testRecordRecovery(t *testing.T, h Harness) {
 		run, a, att := interruptedAction(t, b, "k")
 		_, err := b.Store.RecordRecovery(ctx, ledger.RecordRecoveryParams{ActionID: a.ID, ActionState: ledger.ActionRunning, AttemptID: att.ID,
 			Actor: "recovery", Steps: []ledger.RecoveryStep{decision("review", "effect unknown: a person decides")},
-			CloseAttempt: &ledger.CloseAttempt{Status: ledger.AttemptUncertain, ActionState: ledger.ActionUncertain},
+			CloseAttempt: &ledger.CloseAttempt{Status: ledger.AttemptUncertain},
 			Moves:        []ledger.ActionMove{{To: ledger.ActionNeedsReview}},
 			Run:          &ledger.RunTransition{From: ledger.RunRunning, To: ledger.RunNeedsReview, Actor: "recovery"}})
 		require.NoError(t, err)
@@ -177,7 +176,7 @@ func testRecordRecovery(t *testing.T, h Harness) {
 	t.Run("ErrConflict the action moved underneath", func(t *testing.T) {
 		b := openStore(t, h)
 		run, a, att := interruptedAction(t, b, "k")
-		_, err := b.Store.FinishAttempt(ctx, ledger.FinishAttemptParams{AttemptID: att.ID, Status: ledger.AttemptUncertain, ActionState: ledger.ActionUncertain})
+		_, err := b.Store.FinishAttempt(ctx, ledger.FinishAttemptParams{AttemptID: att.ID, Status: ledger.AttemptUncertain})
 		require.NoError(t, err)
 		events, err := b.Store.FindEvents(ctx, run.ID)
 		require.NoError(t, err)
@@ -216,13 +215,13 @@ func testRecordRecovery(t *testing.T, h Harness) {
 			"observation without attempt": {ActionID: a.ID, ActionState: ledger.ActionRunning,
 				Steps: []ledger.RecoveryStep{observation(ledger.EffectHappened, `{}`)}},
 			"close a non-running action": {ActionID: a.ID, ActionState: ledger.ActionUncertain, AttemptID: att.ID,
-				CloseAttempt: &ledger.CloseAttempt{Status: ledger.AttemptUncertain, ActionState: ledger.ActionUncertain}},
+				CloseAttempt: &ledger.CloseAttempt{Status: ledger.AttemptUncertain}},
 			"close as started": {ActionID: a.ID, ActionState: ledger.ActionRunning, AttemptID: att.ID,
-				CloseAttempt: &ledger.CloseAttempt{Status: ledger.AttemptStarted, ActionState: ledger.ActionUncertain}},
+				CloseAttempt: &ledger.CloseAttempt{Status: ledger.AttemptStarted}},
 			"an edge owned by closing the attempt": {ActionID: a.ID, ActionState: ledger.ActionRunning, AttemptID: att.ID,
 				Moves: []ledger.ActionMove{{To: ledger.ActionSucceeded}}},
 			"not an edge": {ActionID: a.ID, ActionState: ledger.ActionRunning, AttemptID: att.ID,
-				CloseAttempt: &ledger.CloseAttempt{Status: ledger.AttemptUncertain, ActionState: ledger.ActionUncertain},
+				CloseAttempt: &ledger.CloseAttempt{Status: ledger.AttemptUncertain},
 				Moves:        []ledger.ActionMove{{To: ledger.ActionCancelled}}},
 			"another action's attempt": {ActionID: a.ID, ActionState: ledger.ActionRunning, AttemptID: "att_nope",
 				Steps: []ledger.RecoveryStep{decision("wait", "w")}},
@@ -256,7 +255,7 @@ func testFindRecoveryFacts(t *testing.T, h Harness) {
 	}
 	failed(first.ID, `{"error":"503"}`)
 	_, err := b.Store.FinishAttempt(ctx, ledger.FinishAttemptParams{AttemptID: first.ID, Status: ledger.AttemptFailed,
-		Observation: &ledger.ObservationInput{Source: ledger.ObservedResult, Effect: ledger.EffectNotHappened}, ActionState: ledger.ActionUncertain})
+		Observation: &ledger.ObservationInput{Source: ledger.ObservedResult, Effect: ledger.EffectUnknown}})
 	require.NoError(t, err)
 	_, err = b.Store.TransitionAction(ctx, ledger.ActionTransition{ID: a1.ID, From: ledger.ActionUncertain, To: ledger.ActionApproved})
 	require.NoError(t, err)
@@ -389,7 +388,7 @@ func testRecordRecoveryFromFacts(t *testing.T, h Harness) {
 		"review, which moves the run": {func(a *ledger.Action, att *ledger.Attempt) ledger.RecordRecoveryParams {
 			return ledger.RecordRecoveryParams{ActionID: a.ID, ActionState: ledger.ActionRunning, AttemptID: att.ID, Actor: "recovery",
 				Steps:        []ledger.RecoveryStep{decision("query", "q"), observation(ledger.EffectUnknown, `{"error":"503"}`), decision("review", "r")},
-				CloseAttempt: &ledger.CloseAttempt{Status: ledger.AttemptUncertain, ActionState: ledger.ActionUncertain},
+				CloseAttempt: &ledger.CloseAttempt{Status: ledger.AttemptUncertain},
 				Moves:        []ledger.ActionMove{{To: ledger.ActionNeedsReview}},
 				Run:          &ledger.RunTransition{From: ledger.RunRunning, To: ledger.RunNeedsReview, Actor: "recovery"}}
 		}, 2, 1},
@@ -435,8 +434,7 @@ func testRecordRecoveryFromFacts(t *testing.T, h Harness) {
 			require.NoError(t, err)
 		},
 		"the attempt was finished and the action moved": func(t *testing.T, b *bundle, _ *ledger.Run, att *ledger.Attempt) {
-			_, err := b.Store.FinishAttempt(ctx, ledger.FinishAttemptParams{AttemptID: att.ID, Status: ledger.AttemptUncertain,
-				ActionState: ledger.ActionUncertain})
+			_, err := b.Store.FinishAttempt(ctx, ledger.FinishAttemptParams{AttemptID: att.ID, Status: ledger.AttemptUncertain})
 			require.NoError(t, err)
 		},
 	} {

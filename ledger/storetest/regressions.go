@@ -98,7 +98,7 @@ func testSettleReviewIsOneTransaction(t *testing.T, h Harness) {
 	a := b.Action(t, run.ID, "step-1", ledger.ActionApproved).Action
 	att, err := b.Store.StartAttempt(ctx, ledger.StartAttemptParams{ActionID: a.ID})
 	require.NoError(t, err)
-	_, err = b.Store.FinishAttempt(ctx, ledger.FinishAttemptParams{AttemptID: att.ID, Status: ledger.AttemptUncertain, ActionState: ledger.ActionUncertain})
+	_, err = b.Store.FinishAttempt(ctx, ledger.FinishAttemptParams{AttemptID: att.ID, Status: ledger.AttemptUncertain})
 	require.NoError(t, err)
 	_, err = b.Store.TransitionAction(ctx, ledger.ActionTransition{ID: a.ID, From: ledger.ActionUncertain, To: ledger.ActionNeedsReview})
 	require.NoError(t, err)

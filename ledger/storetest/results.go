@@ -68,16 +68,14 @@ func testWriteResultsAreRows(t *testing.T, h Harness) {
 		require.NotNil(t, res.Attempt)
 		action(res.Action)
 		attempt(res.Attempt)
-		finish(res.Attempt, ledger.FinishAttemptParams{Status: ledger.AttemptSucceeded, ActionState: ledger.ActionSucceeded,
-			Result:      json.RawMessage(`{ "ok": true }`),
+		finish(res.Attempt, ledger.FinishAttemptParams{Status: ledger.AttemptSucceeded, Result: json.RawMessage(`{ "ok": true }`),
 			Observation: &ledger.ObservationInput{Source: ledger.ObservedResult, Effect: ledger.EffectHappened, Detail: json.RawMessage(`{ "ok": true }`)}})
 	})
 	t.Run("approved and started, then failed without an established effect", func(t *testing.T) {
 		res := create("step-2", ledger.ActionApproved, true, func(p *ledger.CreateActionParams) { p.GateAudit = ledger.GateAudit{} })
 		action(res.Action)
 		attempt(res.Attempt)
-		finish(res.Attempt, ledger.FinishAttemptParams{Status: ledger.AttemptFailed, ActionState: ledger.ActionUncertain,
-			Error:       &ledger.AttemptError{Code: "tool_error", Message: "it broke"},
+		finish(res.Attempt, ledger.FinishAttemptParams{Status: ledger.AttemptFailed, Error: &ledger.AttemptError{Code: "tool_error", Message: "it broke"},
 			Observation: &ledger.ObservationInput{Source: ledger.ObservedResult, Effect: ledger.EffectUnknown}})
 	})
 	t.Run("approved, started on its own, timed out without an observation", func(t *testing.T) {
@@ -86,8 +84,7 @@ func testWriteResultsAreRows(t *testing.T, h Harness) {
 		att, err := b.Store.StartAttempt(ctx, ledger.StartAttemptParams{ActionID: res.Action.ID, Actor: "engine"})
 		require.NoError(t, err)
 		attempt(att)
-		finish(att, ledger.FinishAttemptParams{Status: ledger.AttemptTimedOut, ActionState: ledger.ActionUncertain,
-			Error: &ledger.AttemptError{Code: "timeout", Message: "late"}})
+		finish(att, ledger.FinishAttemptParams{Status: ledger.AttemptTimedOut, Error: &ledger.AttemptError{Code: "timeout", Message: "late"}})
 	})
 	t.Run("the attempt refused by the budget", func(t *testing.T) {
 		res := create("step-4", ledger.ActionApproved, true, nil)

@@ -60,8 +60,7 @@ func openRowsFixture(t *testing.T, h Harness, opts Options) *rowsFixture {
 	f.att, err = s.StartAttempt(ctx, ledger.StartAttemptParams{ActionID: f.action.ID})
 	require.NoError(t, err)
 	finished, err := s.FinishAttempt(ctx, ledger.FinishAttemptParams{AttemptID: f.att.ID, Status: ledger.AttemptSucceeded,
-		Result: json.RawMessage(`{"written":1}`), ActionState: ledger.ActionSucceeded,
-		Observation: &ledger.ObservationInput{Source: ledger.ObservedResult, Effect: ledger.EffectHappened, Detail: json.RawMessage(`{"n":1}`)}})
+		Result: json.RawMessage(`{"written":1}`), Observation: &ledger.ObservationInput{Source: ledger.ObservedResult, Effect: ledger.EffectHappened, Detail: json.RawMessage(`{"n":1}`)}})
 	require.NoError(t, err)
 	f.obs = finished.Observation
 	f.b.Clock.Advance(time.Second)

@@ -129,10 +129,12 @@ func (f *actionFixture) apply(t *testing.T, from, to ledger.ActionState) error {
 			err = fmt.Errorf("approval of %s not expired", f.action.ID)
 		}
 	case "FinishAttempt":
-		status := map[ledger.ActionState]ledger.AttemptStatus{ledger.ActionSucceeded: ledger.AttemptSucceeded,
-			ledger.ActionFailed: ledger.AttemptFailed, ledger.ActionUncertain: ledger.AttemptUncertain,
-			ledger.ActionNeedsReview: ledger.AttemptFailed}[to]
-		_, err = s.FinishAttempt(ctx, ledger.FinishAttemptParams{AttemptID: f.attempt.ID, Status: status, ActionState: to})
+		// The close whose outcome (ledger.OutcomeOf) takes a write there.
+		close := map[ledger.ActionState][2]string{ledger.ActionSucceeded: {"succeeded", "happened"},
+			ledger.ActionFailed: {"failed", "not_happened"}, ledger.ActionUncertain: {"uncertain", "unknown"},
+			ledger.ActionNeedsReview: {"failed", "happened"}, ledger.ActionCancelled: {"cancelled", "not_happened"}}[to]
+		_, err = s.FinishAttempt(ctx, ledger.FinishAttemptParams{AttemptID: f.attempt.ID, Status: ledger.AttemptStatus(close[0]),
+			Observation: &ledger.ObservationInput{Source: ledger.ObservedResult, Effect: ledger.EffectFact(close[1])}})
 	default:
 		_, err = s.TransitionAction(ctx, ledger.ActionTransition{ID: f.action.ID, From: from, To: to, ApprovalTTL: time.Hour})
 	}
@@ -215,7 +217,14 @@ func testStoreAttemptTransitions(t *testing.T, h Harness) {
 			t.Run(fmt.Sprintf("%s>%s", from, to), func(t *testing.T) {
 				att := start(t)
 				finish := func(s ledger.AttemptStatus) error {
-					_, err := b.Store.FinishAttempt(ctx, ledger.FinishAttemptParams{AttemptID: att.ID, Status: s, ActionState: ledger.ActionUncertain})
+					// An effect the outcome table allows with s (a write
+					// that succeeded took effect); the transition is what
+					// is tested.
+					p := ledger.FinishAttemptParams{AttemptID: att.ID, Status: s}
+					if s == ledger.AttemptSucceeded {
+						p.Observation = &ledger.ObservationInput{Source: ledger.ObservedResult, Effect: ledger.EffectHappened}
+					}
+					_, err := b.Store.FinishAttempt(ctx, p)
 					return err
 				}
 				if from != ledger.AttemptStarted {
