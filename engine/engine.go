@@ -29,9 +29,7 @@ type FaultPoint string
 const (
 	FaultBeforeAttemptRecorded FaultPoint = "before_attempt_recorded"
 	FaultAfterAttemptRecorded  FaultPoint = "after_attempt_recorded" // recorded, tool not called yet
-	// FaultBeforeToolCall: the call's deadline is set and the run's lease
-	// checked to outlast it; the tool is called next.
-	FaultBeforeToolCall FaultPoint = "before_tool_call"
+	FaultBeforeToolCall        FaultPoint = "before_tool_call"       // deadline set, lease checked to outlast it, tool not called yet
 	FaultAfterToolCall         FaultPoint = "after_tool_call"        // the tool acted, its result not recorded
 	FaultAfterResultRecorded   FaultPoint = "after_result_recorded"  // recorded, next step not taken
 	// FaultAwaitingApproval: the run has just started waiting for a person.
