@@ -57,14 +57,29 @@ type Model interface {
 }
 
 // Call is one execution of a tool for one attempt of an action.
+//
+// Its context carries the call's deadline: set before the engine last made
+// sure the run's lease outlasts the call by a margin, so the deadline falls
+// before any other process may take the run over (on this process's clock).
+// A tool that cannot see that deadline where it acts (a request already on
+// its way to a remote service, say) uses FencingToken instead: see
+// docs/concepts.md, "Writing a tool".
 type Call struct {
 	RunID    ledger.RunID
 	ActionID ledger.ActionID
 	Attempt  int64
 	// DedupKey is stable per action across attempts (<run_id>/<action_id>);
 	// a tool that dedups uses it to run the action's effect at most once.
-	DedupKey  string
-	Arguments json.RawMessage
+	DedupKey string
+	// FencingToken is the token of the run lease the call is made under:
+	// it only grows from one holder of the run to the next, so a tool that
+	// keeps the highest token it has seen for RunID, and refuses a write
+	// that carries a lower one (with effect not_happened), refuses the late
+	// call of a process that lost the run to another. 0 when the call is
+	// made under no lease (Engine.Advance called outside the pool): such a
+	// call cannot be fenced.
+	FencingToken int64
+	Arguments    json.RawMessage
 }
 
 // Result is a tool's answer to Execute.

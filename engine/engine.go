@@ -29,6 +29,7 @@ type FaultPoint string
 const (
 	FaultBeforeAttemptRecorded FaultPoint = "before_attempt_recorded"
 	FaultAfterAttemptRecorded  FaultPoint = "after_attempt_recorded" // recorded, tool not called yet
+	FaultBeforeToolCall        FaultPoint = "before_tool_call"       // deadline set, lease checked to outlast it, tool not called yet
 	FaultAfterToolCall         FaultPoint = "after_tool_call"        // the tool acted, its result not recorded
 	FaultAfterResultRecorded   FaultPoint = "after_result_recorded"  // recorded, next step not taken
 	// FaultAwaitingApproval: the run has just started waiting for a person.
@@ -39,13 +40,17 @@ const (
 )
 
 // FaultPoints lists the four crash points of an attempt, in order.
+// FaultBeforeToolCall is not one of them: a crash there leaves what a crash
+// at FaultAfterAttemptRecorded leaves (the attempt recorded, the tool not
+// called); it is where a process is paused (the fault matrix's
+// replica/stop cells), between its lease check and its call.
 func FaultPoints() []FaultPoint {
 	return []FaultPoint{FaultBeforeAttemptRecorded, FaultAfterAttemptRecorded, FaultAfterToolCall, FaultAfterResultRecorded}
 }
 
 // AllFaultPoints lists every fault point, the attempt's and the others.
 func AllFaultPoints() []FaultPoint {
-	return append(FaultPoints(), FaultAwaitingApproval, FaultCancelStopping)
+	return append(FaultPoints(), FaultBeforeToolCall, FaultAwaitingApproval, FaultCancelStopping)
 }
 
 // errRunCancelled is the cause of a call's context cancelled by Cancel.
@@ -772,7 +777,7 @@ func (e *Engine) attempt(ctx context.Context, run *ledger.Run, agent *registered
 	var early *Result // only a broken test build calls the tool before recording the attempt
 	var earlyErr error
 	if broken("call_before_record") {
-		r, err := tool.Execute(ctx, Call{RunID: run.ID, ActionID: a.ID, DedupKey: a.DedupKey, Arguments: a.Arguments})
+		r, err := tool.Execute(ctx, Call{RunID: run.ID, ActionID: a.ID, DedupKey: a.DedupKey, FencingToken: fencingToken(ctx), Arguments: a.Arguments})
 		early, earlyErr = &r, err
 		e.fault(FaultAfterToolCall)
 	}
@@ -807,7 +812,8 @@ func (e *Engine) callTimeout(tool registeredTool) time.Duration {
 // leaseForCall makes sure the lease of the run ctx works on outlasts a
 // call of tool by the margin, extending it if need be, so that no other
 // process can claim the run (and recover the attempt) while the call may
-// still be running. Nil if ctx carries no lease.
+// still be running: callTool sets the call's deadline before it asks.
+// Nil if ctx carries no lease.
 func (e *Engine) leaseForCall(ctx context.Context, tool registeredTool) error {
 	ok, err := e.leases.outlasts(ctx, e.callTimeout(tool)+e.leases.margin())
 	if err == nil && !ok {
@@ -821,17 +827,26 @@ func (e *Engine) leaseForCall(ctx context.Context, tool registeredTool) error {
 // not call the tool if the run's lease cannot be made to outlast the call:
 // the attempt, recorded and never called, is then recovered by whoever
 // holds the run next, as after a crash at that point.
+//
+// The call's deadline is set before the lease check, which then makes the
+// lease outlast it by the margin: a process paused between the check and
+// the call wakes with the deadline it had, passed by then if another
+// process could take the run over meanwhile, never with a fresh one. The
+// call carries the lease's fencing token for a tool that cannot see the
+// deadline.
 func (e *Engine) callTool(ctx context.Context, run *ledger.Run, tool registeredTool, a *ledger.Action, att *ledger.Attempt, v *runView) (bool, error) {
 	e.fault(FaultAfterAttemptRecorded)
+	callCtx, cancelTimeout := context.WithTimeout(ctx, e.callTimeout(tool))
+	defer cancelTimeout()
 	if err := e.leaseForCall(ctx, tool); err != nil {
 		return false, err
 	}
-	timeout := e.callTimeout(tool)
-	callCtx, cancelTimeout := context.WithTimeout(ctx, timeout)
+	e.fault(FaultBeforeToolCall)
 	callCtx, cancelCall := context.WithCancelCause(callCtx)
 	untrack := e.trackCall(run.ID, func() { cancelCall(errRunCancelled) })
 	started := e.now()
-	res, callErr := tool.Execute(callCtx, Call{RunID: run.ID, ActionID: a.ID, Attempt: att.No, DedupKey: a.DedupKey, Arguments: a.Arguments})
+	res, callErr := tool.Execute(callCtx, Call{RunID: run.ID, ActionID: a.ID, Attempt: att.No, DedupKey: a.DedupKey,
+		FencingToken: fencingToken(ctx), Arguments: a.Arguments})
 	took := e.now().Sub(started)
 	untrack()
 	cancelledByRun := errors.Is(context.Cause(callCtx), errRunCancelled)
@@ -839,6 +854,13 @@ func (e *Engine) callTool(ctx context.Context, run *ledger.Run, tool registeredT
 	cancelTimeout()
 	e.fault(FaultAfterToolCall)
 	return e.finishCall(ctx, run, tool, a, att, res, callErr, cancelledByRun, took, v)
+}
+
+// fencingToken is the fencing token of the run lease ctx carries, 0 if it
+// carries none.
+func fencingToken(ctx context.Context) int64 {
+	l, _ := ledger.RunLeaseFrom(ctx)
+	return l.Token
 }
 
 // toolCalled tells Config.OnToolCall of a call.

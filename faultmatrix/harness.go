@@ -306,6 +306,20 @@ func (h *harness) effects(ctx context.Context) ([]simulator.Effect, error) {
 	return s.Effects(ctx)
 }
 
+// calls reads the simulator's record of every call its tools got.
+func (h *harness) calls(ctx context.Context) ([]simulator.CallRecord, error) {
+	path := h.effectsPath
+	if path == "" {
+		path = h.db + ".effects.db"
+	}
+	s, err := simulator.OpenEffectStore(ctx, path, nil)
+	if err != nil {
+		return nil, err
+	}
+	defer s.Close()
+	return s.Calls(ctx)
+}
+
 // cli runs a local command of the binary (evidence verify, recover…).
 func (h *harness) cli(args ...string) (string, int, error) {
 	cmd := exec.Command(h.bin, args...)

@@ -40,7 +40,12 @@ import (
 //     replica takes them over once the leases lapse and settles every run;
 //     only then is the victim sent SIGCONT, and whatever it still does is
 //     refused by the fence (or kept as a stale_holder observation): nothing
-//     it writes changes a run, no call of its makes a second effect.
+//     it writes changes a run, no call of its makes a second effect. At
+//     before_tool_call the victim is frozen between its lease check and its
+//     call, and its tool ignores the caller's deadline, as a remote service
+//     that already has the request would: woken, the victim makes the call,
+//     and only the call's fencing token can refuse it (the effect store
+//     records it fenced).
 //
 // Every cell then holds every run to the invariants: never two effects for
 // one action (the shared effect store is the witness), every run a submit
@@ -57,6 +62,10 @@ type replicaCell struct {
 	point    engine.FaultPoint
 	// stop freezes the victim (SIGSTOP, then SIGCONT) instead of killing it.
 	stop bool
+	// fenceOnly gives the tool simulator.ToolConfig.IgnoreDeadline: the
+	// woken victim's calls are refused by their fencing token or not at
+	// all, and the cell requires a call recorded fenced.
+	fenceOnly bool
 }
 
 // named reports whether the cell's replicas are named lease owners, whose
@@ -91,7 +100,9 @@ const (
 // recorded, after the tool acted: recovery must hand the run to a person,
 // never call again); SIGSTOP with two replicas at each attempt point, with
 // a tool that does not deduplicate, so that a second call would show as a
-// second effect.
+// second effect; and SIGSTOP between the lease check and the call, with a
+// tool that cannot see the caller's deadline, so that only the fencing
+// token stands between the woken victim's call and a second effect.
 func replicaScenarios() []*Scenario {
 	none := contracts.Guarantees{}
 	noDedup := contracts.Guarantees{Query: true, Cancel: true}
@@ -107,7 +118,7 @@ func replicaScenarios() []*Scenario {
 	for _, p := range engine.FaultPoints() {
 		out = append(out, replicaScenario(replicaCell{replicas: 2, point: p, stop: true}, noDedup))
 	}
-	return out
+	return append(out, replicaScenario(replicaCell{replicas: 2, point: engine.FaultBeforeToolCall, stop: true, fenceOnly: true}, noDedup))
 }
 
 func replicaScenario(c replicaCell, g contracts.Guarantees) *Scenario {
@@ -115,6 +126,9 @@ func replicaScenario(c replicaCell, g contracts.Guarantees) *Scenario {
 	if c.stop {
 		kind = "stop"
 		fault = fmt.Sprintf("one of %d replicas on PostgreSQL SIGSTOPs itself at %s under load, past its leases; another takes its runs over, then it gets SIGCONT", c.replicas, c.point)
+	}
+	if c.fenceOnly {
+		fault += "; the tool ignores the caller's deadline, so only the fencing token refuses its late call"
 	}
 	expect := Expectation{State: ledger.RunCompleted, StopReason: ledger.StopCompleted, Effects: 1, Attempts: 2}
 	if !g.Query && !g.Dedup && !g.Cancel {
@@ -127,6 +141,7 @@ func replicaScenario(c replicaCell, g contracts.Guarantees) *Scenario {
 		// of its other runs out, woken past their deadline: none may act.
 		tool.Faults = []simulator.Fault{{Kind: simulator.FaultSlow, Delay: replicaCallDelay}}
 	}
+	tool.IgnoreDeadline = c.fenceOnly
 	return &Scenario{Name: fmt.Sprintf("replica/%s/%d/%s/%s", kind, c.replicas, c.point, comboName(g)), Guarantees: g, Fault: fault,
 		Expect: expect, AutoApprove: true, tool: tool, replica: &c}
 }
@@ -311,9 +326,12 @@ func (r *replicaDrive) drive(ctx context.Context) error {
 	woken := time.Now()
 	// Woken, it goes on from the point (the plan says so in its log): its
 	// next write is fenced (or, an idempotent replay, writes nothing), its
-	// call is not made for want of a lease, and its next renewal no longer
-	// returns the leases it held. It is given a lease's TTL to do what it
-	// still would; all of it is checked against the runs as they were.
+	// call is not made for want of a lease (at before_tool_call, the lease
+	// checked already, it is made: the tool refuses it by its fencing
+	// token, or by its deadline, passed by then), and its next renewal no
+	// longer returns the leases it held. It is given a lease's TTL to do
+	// what it still would; all of it is checked against the runs as they
+	// were.
 	deadline := time.Now().Add(15 * time.Second)
 	for !r.woke && time.Now().Before(deadline) {
 		victim.mu.Lock()
@@ -332,7 +350,13 @@ func (r *replicaDrive) drive(ctx context.Context) error {
 	case <-ctx.Done():
 		return ctx.Err()
 	}
-	if r.cell.point == engine.FaultAfterToolCall {
+	if r.cell.fenceOnly {
+		// Its call reaches the tool, which refuses it by its token.
+		if err := r.waitFenced(ctx, deadline); err != nil {
+			return err
+		}
+	}
+	if r.cell.point == engine.FaultAfterToolCall || r.cell.point == engine.FaultBeforeToolCall {
 		// Its call's outcome arrives after the takeover: kept as evidence.
 		if err := r.waitStaleHolder(ctx, deadline); err != nil {
 			return err
@@ -513,6 +537,56 @@ func (r *replicaDrive) waitStaleHolder(ctx context.Context, deadline time.Time) 
 	}
 }
 
+// fencedCalls are the calls the effect store refused by their fencing
+// token.
+func (r *replicaDrive) fencedCalls(ctx context.Context) (int, error) {
+	calls, err := r.survivor().calls(ctx)
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	for _, c := range calls {
+		if c.Outcome == simulator.CallFenced {
+			n++
+		}
+	}
+	return n, nil
+}
+
+// waitFenced waits until the effect store has refused a call by its
+// fencing token, or (a build without the token check) has a second effect
+// for one action, which check reports.
+func (r *replicaDrive) waitFenced(ctx context.Context, deadline time.Time) error {
+	for {
+		n, err := r.fencedCalls(ctx)
+		if err != nil {
+			return err
+		}
+		if n > 0 {
+			return nil
+		}
+		effects, err := r.survivor().effects(ctx)
+		if err != nil {
+			return err
+		}
+		keys := map[string]bool{}
+		for _, e := range effects {
+			if keys[e.DedupKey] {
+				return nil
+			}
+			keys[e.DedupKey] = true
+		}
+		if time.Now().After(deadline) {
+			return errors.New("the woken victim's call was not refused by its fencing token (no call recorded fenced)")
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
 // stopAll ends every replica still running (a frozen one is woken first).
 func (r *replicaDrive) stopAll(res *Result) {
 	for i, h := range r.hs {
@@ -682,7 +756,7 @@ func (r *replicaDrive) check(ctx context.Context, failures []string) (Observed, 
 		fail("only %d runs: not under load", obs.Runs)
 	}
 	switch r.cell.point {
-	case engine.FaultAfterAttemptRecorded, engine.FaultAfterToolCall:
+	case engine.FaultAfterAttemptRecorded, engine.FaultBeforeToolCall, engine.FaultAfterToolCall:
 		// The struck attempt was left started: a survivor recovered it.
 		if obs.Interrupted == 0 {
 			fail("no interrupted attempt was recovered: the victim's run was not taken over")
@@ -692,9 +766,19 @@ func (r *replicaDrive) check(ctx context.Context, failures []string) (Observed, 
 		if !r.woke {
 			fail("the frozen replica did not go on within 15s of SIGCONT")
 		}
-		if r.cell.point == engine.FaultAfterToolCall && obs.StaleHolders == 0 {
+		if (r.cell.point == engine.FaultAfterToolCall || r.cell.point == engine.FaultBeforeToolCall) && obs.StaleHolders == 0 {
 			fail("the woken replica's late outcome was not kept as a stale_holder observation")
 		}
+	}
+	if r.cell.fenceOnly {
+		n, err := r.fencedCalls(ctx)
+		switch {
+		case err != nil:
+			fail("read the effect store's calls: %v", err)
+		case n == 0:
+			fail("no call was refused by its fencing token: the woken replica's call was not fenced")
+		}
+		obs.Fenced = n
 	}
 	return obs, failures
 }

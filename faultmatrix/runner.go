@@ -100,6 +100,9 @@ type Observed struct {
 	// ReadyMS is how long after SIGCONT a frozen replica answered /readyz
 	// 200 (stop cells).
 	ReadyMS int64 `json:"ready_ms,omitempty"`
+	// Fenced is how many calls the effect store refused by their fencing
+	// token (the stop cell at before_tool_call).
+	Fenced int `json:"fenced,omitempty"`
 }
 
 // Report is the machine-readable result (contracts faultmatrix_report).

@@ -38,7 +38,9 @@ func NewInstantTool() InstantTool {
 // Descriptor is the tool's descriptor.
 func (t InstantTool) Descriptor() contracts.ToolDescriptor { return t.Desc }
 
-// Execute answers {"ok":true}, with its effect happened.
+// Execute answers {"ok":true}, with its effect happened. It changes
+// nothing, so it has nothing to fence or deduplicate: the call's fencing
+// token and dedup key go unused.
 func (t InstantTool) Execute(context.Context, engine.Call) (engine.Result, error) {
 	return engine.Result{Output: json.RawMessage(`{"ok":true}`), Effect: ledger.EffectHappened}, nil
 }

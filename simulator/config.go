@@ -133,6 +133,12 @@ type ToolConfig struct {
 	// TimeoutMS replaces the descriptor's call timeout, so a timeout fault
 	// need not wait the real tool's seconds.
 	TimeoutMS *int64 `json:"timeout_ms,omitempty"`
+	// IgnoreDeadline makes the tool act as a remote service does once a
+	// request has left its caller: the caller's context ending (its
+	// deadline passing, a cancel) no longer stops a call once made, which
+	// is recorded and applied all the same; only the call's fencing token
+	// can refuse it then. A timeout fault still ends when the context does.
+	IgnoreDeadline bool `json:"ignore_deadline,omitempty"`
 	// Faults is the fault plan. For an Execute call the first fault (in
 	// order, query_error aside) that applies to the call's number fires; for
 	// a Query the first applicable query_error does.

@@ -57,18 +57,23 @@ const (
 	// CallCrashedAfterEffect: a crash fault fired after the effect (new or
 	// deduplicated) was committed.
 	CallCrashedAfterEffect CallOutcome = "crashed_after_effect"
+	// CallFenced: the call's fencing token was older than one the store had
+	// already seen for its run (a later holder's); no effect.
+	CallFenced CallOutcome = "fenced"
 )
 
 // CallRecord is one Execute call of a tool, recorded before the tool does
 // anything, with its outcome filled in afterwards: tool-side evidence of how
 // often, and with which attempt numbers, the engine called.
 type CallRecord struct {
-	Seq       int64       `json:"seq"`
-	DedupKey  string      `json:"dedup_key"`
-	Tool      string      `json:"tool"`
-	Attempt   int64       `json:"attempt"`
-	Outcome   CallOutcome `json:"outcome"`
-	CreatedAt time.Time   `json:"created_at"`
+	Seq      int64  `json:"seq"`
+	DedupKey string `json:"dedup_key"`
+	Tool     string `json:"tool"`
+	Attempt  int64  `json:"attempt"`
+	// FencingToken is the token the call carried (engine.Call), 0 if none.
+	FencingToken int64       `json:"fencing_token,omitempty"`
+	Outcome      CallOutcome `json:"outcome"`
+	CreatedAt    time.Time   `json:"created_at"`
 }
 
 // QueryOutcome is what one Query call answered.
@@ -121,16 +126,7 @@ var schema = []string{
 	)`,
 	// Not unique: a tool without dedup that runs twice must leave two rows.
 	`CREATE INDEX IF NOT EXISTS effects_dedup_key ON effects (dedup_key, seq)`,
-	`CREATE TABLE IF NOT EXISTS calls (
-		seq INTEGER PRIMARY KEY AUTOINCREMENT,
-		dedup_key TEXT NOT NULL,
-		tool TEXT NOT NULL,
-		attempt INTEGER NOT NULL,
-		outcome TEXT NOT NULL CHECK (outcome IN ('started', 'effect', 'deduplicated', 'read',
-			'cancelled', 'invalid_arguments', 'simulated_error', 'timed_out', 'aborted',
-			'crashed_before_effect', 'crashed_after_effect')),
-		created_at INTEGER NOT NULL
-	)`,
+	callsTable,
 	`CREATE INDEX IF NOT EXISTS calls_dedup_key ON calls (dedup_key, tool)`,
 	`CREATE TABLE IF NOT EXISTS queries (
 		seq INTEGER PRIMARY KEY AUTOINCREMENT,
@@ -148,7 +144,29 @@ var schema = []string{
 		created_at INTEGER NOT NULL,
 		up_to_call INTEGER NOT NULL DEFAULT 0
 	)`,
+	// The highest fencing token a call of each run carried: a write whose
+	// token is lower comes from a holder that lost the run, and is refused.
+	`CREATE TABLE IF NOT EXISTS fences (
+		run_id TEXT PRIMARY KEY,
+		token INTEGER NOT NULL,
+		updated_at INTEGER NOT NULL
+	)`,
 }
+
+// callsTable is the calls table as this version writes it. A store an
+// older version made has a calls table without fencing_token, whose CHECK
+// does not know 'fenced': upgradeCalls rebuilds it before the schema runs.
+const callsTable = `CREATE TABLE IF NOT EXISTS calls (
+		seq INTEGER PRIMARY KEY AUTOINCREMENT,
+		dedup_key TEXT NOT NULL,
+		tool TEXT NOT NULL,
+		attempt INTEGER NOT NULL,
+		fencing_token INTEGER NOT NULL DEFAULT 0,
+		outcome TEXT NOT NULL CHECK (outcome IN ('started', 'effect', 'deduplicated', 'read',
+			'cancelled', 'invalid_arguments', 'simulated_error', 'timed_out', 'aborted',
+			'crashed_before_effect', 'crashed_after_effect', 'fenced')),
+		created_at INTEGER NOT NULL
+	)`
 
 // OpenEffectStore opens (creating if needed) the effect store at path. A
 // nil now means time.Now.
@@ -195,6 +213,9 @@ func (s *EffectStore) init(ctx context.Context) error {
 		return fmt.Errorf("journal mode is %q, want wal", mode)
 	}
 	return s.inTx(ctx, func(tx *sql.Tx) error {
+		if err := upgradeCalls(ctx, tx); err != nil {
+			return fmt.Errorf("upgrade the calls table: %w", err)
+		}
 		for _, stmt := range schema {
 			if _, err := tx.ExecContext(ctx, stmt); err != nil {
 				return fmt.Errorf("schema: %w", err)
@@ -202,6 +223,34 @@ func (s *EffectStore) init(ctx context.Context) error {
 		}
 		return nil
 	})
+}
+
+// upgradeCalls rebuilds the calls table of a store an older version made
+// (no fencing_token column) as callsTable, keeping every row and its seq;
+// the schema then recreates its index. Several processes opening one store
+// at once upgrade it once: init's transaction is IMMEDIATE.
+func upgradeCalls(ctx context.Context, tx *sql.Tx) error {
+	var n int
+	if err := tx.QueryRowContext(ctx,
+		`SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = 'calls'`).Scan(&n); err != nil || n == 0 {
+		return err
+	}
+	if err := tx.QueryRowContext(ctx,
+		`SELECT count(*) FROM pragma_table_info('calls') WHERE name = 'fencing_token'`).Scan(&n); err != nil || n > 0 {
+		return err
+	}
+	for _, stmt := range []string{
+		`ALTER TABLE calls RENAME TO calls_before_fencing`,
+		callsTable,
+		`INSERT INTO calls (seq, dedup_key, tool, attempt, outcome, created_at)
+		 SELECT seq, dedup_key, tool, attempt, outcome, created_at FROM calls_before_fencing`,
+		`DROP TABLE calls_before_fencing`,
+	} {
+		if _, err := tx.ExecContext(ctx, stmt); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // Close closes the store.
@@ -305,13 +354,13 @@ func (s *EffectStore) CountEffects(ctx context.Context, dedupKey string) (int, e
 
 // Calls returns every recorded Execute call, oldest first.
 func (s *EffectStore) Calls(ctx context.Context) ([]CallRecord, error) {
-	return queryAll(ctx, s.db, "calls", `SELECT seq, dedup_key, tool, attempt, outcome, created_at FROM calls ORDER BY seq`,
+	return queryAll(ctx, s.db, "calls", `SELECT seq, dedup_key, tool, attempt, fencing_token, outcome, created_at FROM calls ORDER BY seq`,
 		func(rows *sql.Rows) (CallRecord, error) {
 			var (
 				c  CallRecord
 				at int64
 			)
-			err := rows.Scan(&c.Seq, &c.DedupKey, &c.Tool, &c.Attempt, &c.Outcome, &at)
+			err := rows.Scan(&c.Seq, &c.DedupKey, &c.Tool, &c.Attempt, &c.FencingToken, &c.Outcome, &at)
 			c.CreatedAt = fromNanos(at)
 			return c, err
 		})
@@ -352,19 +401,40 @@ func lastEffect(ctx context.Context, tx *sql.Tx, dedupKey string, before int64) 
 	return json.RawMessage(out.String), fromNanos(ns), true, nil
 }
 
+// fence is the fencing of one call: the run it is for and the token it
+// carries. A call without either (a zero token: made under no lease) is
+// not fenced.
+type fence struct {
+	Run   string
+	Token int64
+}
+
+func (f fence) applies() bool { return f.Run != "" && f.Token > 0 }
+
 // recordCall records the start of an Execute call and returns its row and
 // its number among the calls of (tool, dedup key), counting this one. The
-// count comes from the table, so it survives restarts.
-func (s *EffectStore) recordCall(ctx context.Context, tool, dedupKey string, attempt int64) (seq int64, n int, err error) {
+// count comes from the table, so it survives restarts. It raises the run's
+// fence to the call's token if that is higher: from then on a write of an
+// older holder of the run is refused (write).
+func (s *EffectStore) recordCall(ctx context.Context, tool, dedupKey string, attempt int64, f fence) (seq int64, n int, err error) {
 	err = s.inTx(ctx, func(tx *sql.Tx) error {
+		now := s.now().UTC().UnixNano()
 		res, err := tx.ExecContext(ctx,
-			`INSERT INTO calls (dedup_key, tool, attempt, outcome, created_at) VALUES (?, ?, ?, ?, ?)`,
-			dedupKey, tool, attempt, CallStarted, s.now().UTC().UnixNano())
+			`INSERT INTO calls (dedup_key, tool, attempt, fencing_token, outcome, created_at) VALUES (?, ?, ?, ?, ?, ?)`,
+			dedupKey, tool, attempt, f.Token, CallStarted, now)
 		if err != nil {
 			return err
 		}
 		if seq, err = res.LastInsertId(); err != nil {
 			return err
+		}
+		if f.applies() {
+			if _, err := tx.ExecContext(ctx,
+				`INSERT INTO fences (run_id, token, updated_at) VALUES (?, ?, ?)
+				 ON CONFLICT (run_id) DO UPDATE SET token = excluded.token, updated_at = excluded.updated_at
+				 WHERE excluded.token > fences.token`, f.Run, f.Token, now); err != nil {
+				return err
+			}
 		}
 		return tx.QueryRowContext(ctx,
 			`SELECT count(*) FROM calls WHERE dedup_key = ? AND tool = ?`, dedupKey, tool).Scan(&n)
@@ -394,6 +464,7 @@ type writeParams struct {
 	CallSeq         int64
 	Tool            string
 	DedupKey        string
+	Fence           fence
 	ArgumentsDigest ledger.Digest
 	// Dedup returns the latest effect of the dedup key instead of writing,
 	// if it is younger than Retention (0: no limit).
@@ -409,19 +480,36 @@ type writeParams struct {
 
 // writeResult is what a write call did.
 type writeResult struct {
+	// Fenced: the run's fence is higher than the call's token; nothing
+	// happened. SeenToken is the fence.
+	Fenced       bool
+	SeenToken    int64
 	Cancelled    bool            // a tombstone refused the call; nothing else happened
 	Expired      bool            // the caller's deadline had passed; nothing happened
 	Deduplicated bool            // Output is the earlier effect's
 	Output       json.RawMessage // the effect's output
 }
 
-// write applies one write call in one IMMEDIATE transaction: a caller
-// past its deadline gets nothing done (Expired), a tombstone refuses it, a
-// live dedup key returns the earlier effect, anything else inserts a new
-// effect row.
+// write applies one write call in one IMMEDIATE transaction: a call whose
+// fencing token is older than its run's fence is refused (Fenced), a
+// caller past its deadline gets nothing done (Expired), a tombstone
+// refuses it, a live dedup key returns the
+// earlier effect, anything else inserts a new effect row.
 func (s *EffectStore) write(ctx context.Context, p writeParams) (writeResult, error) {
 	var res writeResult
 	err := s.inTx(ctx, func(tx *sql.Tx) error {
+		if p.Fence.applies() && !broken("no_fencing") {
+			// Under the write lock, in the transaction that would write the
+			// effect: no newer holder's call can slip in between.
+			err := tx.QueryRowContext(ctx, `SELECT token FROM fences WHERE run_id = ?`, p.Fence.Run).Scan(&res.SeenToken)
+			if err != nil && !errors.Is(err, sql.ErrNoRows) {
+				return err
+			}
+			if res.SeenToken > p.Fence.Token {
+				res.Fenced = true
+				return setOutcome(ctx, tx, p.CallSeq, CallFenced)
+			}
+		}
 		if expired(ctx) {
 			// Checked once the write lock is held, on the wall clock as
 			// well as the context's own state: a process resumed after a

@@ -27,6 +27,11 @@ const (
 	// CodeInvalidArguments: the arguments are not a JSON object the
 	// simulator can digest (effect not_happened).
 	CodeInvalidArguments = "invalid_arguments"
+	// CodeFenced: a write carried a fencing token older than one the
+	// effect store had already seen for its run: it comes from a process
+	// that lost the run to another, and nothing was done (effect
+	// not_happened).
+	CodeFenced = "fenced"
 )
 
 // ErrSimulatedCrash is returned by Execute when a crash fault fired and the
@@ -54,6 +59,8 @@ type Tool struct {
 	store  *EffectStore
 	faults []Fault
 	crash  func()
+	// ignoreDeadline is ToolConfig.IgnoreDeadline.
+	ignoreDeadline bool
 }
 
 var (
@@ -83,6 +90,8 @@ func NewTool(desc contracts.ToolDescriptor, store *EffectStore, cfg ToolConfig) 
 		store:  store,
 		faults: append([]Fault(nil), cfg.Faults...),
 		crash:  crash,
+
+		ignoreDeadline: cfg.IgnoreDeadline,
 	}
 }
 
@@ -113,13 +122,17 @@ func (t *Tool) Descriptor() contracts.ToolDescriptor {
 }
 
 // Execute implements engine.Tool. Every call is recorded in the effect
-// store before anything else, and numbered per dedup key for the fault
-// plan. Then:
+// store before anything else, with its fencing token, and numbered per
+// dedup key for the fault plan; recording it raises its run's fence to its
+// token (engine.Call.FencingToken) if that is higher. Then:
 //
 //   - a read tool answers {"count": N, "title": …}, the number of effects
 //     whose output carries the arguments' title (all effects without one),
 //     with effect not_happened, and records no effect;
-//   - a write tool, in one IMMEDIATE transaction, refuses a cancelled dedup
+//   - a write tool, in one IMMEDIATE transaction, refuses a call whose
+//     token is lower than its run's fence, a later holder's
+//     (*engine.ToolError fenced, not_happened: the store's fences table
+//     keeps the fence, so it holds across restarts); refuses a cancelled dedup
 //     key (*engine.ToolError cancelled, not_happened); with dedup, returns
 //     the output of the dedup key's latest effect if it is within the dedup
 //     retention (no limit when unset), writing nothing; otherwise writes an
@@ -130,7 +143,8 @@ func (t *Tool) Descriptor() contracts.ToolDescriptor {
 // its context ended): checked when the effect's transaction holds the
 // write lock, so a caller that gave up, or a process resumed after a pause
 // past its deadline, never acts after the engine stopped waiting for it;
-// the call is recorded aborted and the context's error returned.
+// the call is recorded aborted and the context's error returned. Unless
+// the config says IgnoreDeadline: then only the fence refuses a late call.
 //
 // Faults may intervene as their kinds say. Errors are a *engine.ToolError
 // with the effect the simulator knows of, the context's error (timeout and
@@ -138,7 +152,12 @@ func (t *Tool) Descriptor() contracts.ToolDescriptor {
 // store error (effect unknown).
 func (t *Tool) Execute(ctx context.Context, c engine.Call) (engine.Result, error) {
 	name := t.desc.Name
-	seq, n, err := t.store.recordCall(ctx, name, c.DedupKey, c.Attempt)
+	caller := ctx
+	if t.ignoreDeadline {
+		ctx = context.WithoutCancel(ctx)
+	}
+	f := fence{Run: string(c.RunID), Token: c.FencingToken}
+	seq, n, err := t.store.recordCall(ctx, name, c.DedupKey, c.Attempt, f)
 	if err != nil {
 		return engine.Result{}, fmt.Errorf("%s: %w", name, err)
 	}
@@ -166,8 +185,8 @@ func (t *Tool) Execute(ctx context.Context, c engine.Call) (engine.Result, error
 			Effect:  effect,
 		}
 	case FaultTimeout:
-		<-ctx.Done()
-		return engine.Result{}, t.abort(ctx, seq, CallTimedOut)
+		<-caller.Done()
+		return engine.Result{}, t.abort(caller, seq, CallTimedOut)
 	case FaultSlow:
 		timer := time.NewTimer(fault.Delay)
 		select {
@@ -196,6 +215,7 @@ func (t *Tool) Execute(ctx context.Context, c engine.Call) (engine.Result, error
 		CallSeq:         seq,
 		Tool:            name,
 		DedupKey:        c.DedupKey,
+		Fence:           f,
 		ArgumentsDigest: args.digest,
 		Dedup:           t.desc.Guarantees.Dedup,
 		Retention:       t.desc.DedupRetention(),
@@ -210,6 +230,14 @@ func (t *Tool) Execute(ctx context.Context, c engine.Call) (engine.Result, error
 			return engine.Result{}, errors.Join(t.abort(ctx, seq, CallAborted), fmt.Errorf("%s: %w", name, err))
 		}
 		return engine.Result{}, fmt.Errorf("%s: %w", name, err)
+	}
+	if res.Fenced {
+		return engine.Result{}, &engine.ToolError{
+			Code: CodeFenced,
+			Message: fmt.Sprintf("fenced: stale fencing token %d for run %s, which a later holder's token %d has superseded; nothing was done",
+				c.FencingToken, c.RunID, res.SeenToken),
+			Effect: ledger.EffectNotHappened,
+		}
 	}
 	if res.Expired {
 		return engine.Result{}, t.abort(ctx, seq, CallAborted)

@@ -4,7 +4,9 @@
 // command or HTTP server.
 //
 // The tool appends a note to its own SQLite file, once per dedup key, so
-// its effects can be counted apart from the ledger. Writes need a
+// its effects can be counted apart from the ledger; it refuses a call whose
+// fencing token is older than one it has seen for the run (a process that
+// lost the run to another). Writes need a
 // person's approval; here an "operator" principal approves the exact
 // digest the ledger shows (in a real deployment a person does, through the
 // HTTP API or `ledger approve`).
@@ -175,16 +177,25 @@ func (notesModel) Next(_ context.Context, h engine.History) (engine.Step, error)
 }
 
 // notesTool appends notes to its own SQLite file, at most once per dedup
-// key, and can say whether a key's note was written.
+// key, and can say whether a key's note was written. It keeps the highest
+// fencing token each run's calls carried, and writes nothing for a call
+// that carries a lower one.
 type notesTool struct{ db *sql.DB }
 
 func openNotes(path string) (*notesTool, error) {
-	db, err := sql.Open("sqlite3", "file:"+path+"?_journal_mode=WAL&_synchronous=FULL&_busy_timeout=5000")
+	// IMMEDIATE transactions: the fence check and the write hold the
+	// file's write lock together.
+	db, err := sql.Open("sqlite3", "file:"+path+"?_journal_mode=WAL&_synchronous=FULL&_busy_timeout=5000&_txlock=immediate")
 	if err != nil {
 		return nil, err
 	}
-	if _, err := db.Exec(`CREATE TABLE IF NOT EXISTS notes (dedup_key TEXT PRIMARY KEY, text TEXT NOT NULL)`); err != nil {
-		return nil, errors.Join(err, db.Close())
+	for _, stmt := range []string{
+		`CREATE TABLE IF NOT EXISTS notes (dedup_key TEXT PRIMARY KEY, text TEXT NOT NULL)`,
+		`CREATE TABLE IF NOT EXISTS fences (run_id TEXT PRIMARY KEY, token INTEGER NOT NULL)`,
+	} {
+		if _, err := db.Exec(stmt); err != nil {
+			return nil, errors.Join(err, db.Close())
+		}
 	}
 	return &notesTool{db: db}, nil
 }
@@ -196,7 +207,10 @@ func (t *notesTool) Descriptor() contracts.ToolDescriptor {
 		Guarantees:      contracts.Guarantees{Query: true, Dedup: true}, TimeoutMS: 5000}
 }
 
-// Execute implements engine.Tool: the note is written once per dedup key.
+// Execute implements engine.Tool: the note is written once per dedup key,
+// and not at all for a call whose fencing token is older than one a call
+// of the same run carried: in one transaction, the fence is checked and
+// raised, and the note written.
 func (t *notesTool) Execute(ctx context.Context, c engine.Call) (engine.Result, error) {
 	var args struct {
 		Text string `json:"text"`
@@ -204,7 +218,31 @@ func (t *notesTool) Execute(ctx context.Context, c engine.Call) (engine.Result, 
 	if err := json.Unmarshal(c.Arguments, &args); err != nil {
 		return engine.Result{}, &engine.ToolError{Code: "bad_arguments", Message: err.Error(), Effect: ledger.EffectNotHappened}
 	}
-	if _, err := t.db.ExecContext(ctx, `INSERT OR IGNORE INTO notes (dedup_key, text) VALUES (?, ?)`, c.DedupKey, args.Text); err != nil {
+	tx, err := t.db.BeginTx(ctx, nil)
+	if err != nil {
+		return engine.Result{}, err
+	}
+	defer func() { _ = tx.Rollback() }() // a no-op once committed
+	// Token 0: a call made under no lease, which cannot be fenced.
+	if c.FencingToken > 0 {
+		var seen int64
+		err := tx.QueryRowContext(ctx, `SELECT token FROM fences WHERE run_id = ?`, c.RunID).Scan(&seen)
+		if err != nil && !errors.Is(err, sql.ErrNoRows) {
+			return engine.Result{}, err
+		}
+		if seen > c.FencingToken {
+			return engine.Result{}, &engine.ToolError{Code: "fenced", Effect: ledger.EffectNotHappened,
+				Message: fmt.Sprintf("stale fencing token %d: run %s is held under token %d now", c.FencingToken, c.RunID, seen)}
+		}
+		if _, err := tx.ExecContext(ctx, `INSERT INTO fences (run_id, token) VALUES (?, ?)
+			ON CONFLICT (run_id) DO UPDATE SET token = excluded.token`, c.RunID, c.FencingToken); err != nil {
+			return engine.Result{}, err
+		}
+	}
+	if _, err := tx.ExecContext(ctx, `INSERT OR IGNORE INTO notes (dedup_key, text) VALUES (?, ?)`, c.DedupKey, args.Text); err != nil {
+		return engine.Result{}, err
+	}
+	if err := tx.Commit(); err != nil {
 		return engine.Result{}, err
 	}
 	return engine.Result{Output: json.RawMessage(`{"written":true}`), Effect: ledger.EffectHappened}, nil
