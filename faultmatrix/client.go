@@ -13,6 +13,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -191,8 +192,35 @@ func setupClient(h *harness, decisionTimeout time.Duration) (clientSetup, error)
 // agentProc is one run of the Python agent.
 type agentProc struct {
 	cmd            *exec.Cmd
-	stdout, stderr bytes.Buffer
+	stdout, stderr lockedBuffer // read (runID) while the agent still writes
 	done           chan error
+}
+
+// lockedBuffer is a bytes.Buffer safe for one writer and concurrent
+// readers: exec's copying goroutine writes the agent's output while a
+// cell reads it.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+// Bytes is a copy of what was written so far.
+func (l *lockedBuffer) Bytes() []byte {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return bytes.Clone(l.b.Bytes())
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }
 
 // startAgent starts the agent on the scenario's run and tool (the read

@@ -4,31 +4,77 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/url"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/actionledger/ledger/contracts"
 	"github.com/actionledger/ledger/faultmatrix"
 	"github.com/actionledger/ledger/ledger/postgres"
+	"github.com/actionledger/ledger/ledger/postgres/pgtest"
 	"github.com/stretchr/testify/require"
 )
 
-// build compiles the ledger binary (with extra flags) into a temp dir. The
-// runner itself builds nothing; its tests do, like CI does before
-// `ledger faultmatrix run`.
+// TestMain removes the binaries the package's tests built.
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if binDir != "" {
+		_ = os.RemoveAll(binDir)
+	}
+	os.Exit(code)
+}
+
+var (
+	binMu  sync.Mutex
+	binDir string                 // holds every binary built, removed by TestMain
+	bins   = map[string]*binary{} // by the build's extra flags
+)
+
+// binary is one build of the ledger binary, made once for the package.
+type binary struct {
+	once sync.Once
+	path string
+	err  error
+}
+
+// build returns the ledger binary built with args (extra go build flags,
+// such as -tags faultmatrix_broken), compiling it the first time a test of
+// the package asks for that build. The runner itself builds nothing; its
+// tests do, as a user does before `ledger faultmatrix run`.
 func build(t *testing.T, args ...string) string {
 	t.Helper()
 	if testing.Short() {
 		t.Skip("builds and runs the real binary")
 	}
-	bin := filepath.Join(t.TempDir(), "ledger")
-	cmd := exec.Command("go", append(append([]string{"build", "-o", bin}, args...), "../cmd/ledger")...)
-	out, err := cmd.CombinedOutput()
-	require.NoError(t, err, "%s", out)
-	return bin
+	binMu.Lock()
+	if binDir == "" {
+		dir, err := os.MkdirTemp("", "ledger-faultmatrix-bin-")
+		if err != nil {
+			binMu.Unlock()
+			t.Fatal(err)
+		}
+		binDir = dir
+	}
+	key := strings.Join(args, " ")
+	b, ok := bins[key]
+	if !ok {
+		b = &binary{path: filepath.Join(binDir, fmt.Sprintf("ledger-%d", len(bins)))}
+		bins[key] = b
+	}
+	binMu.Unlock()
+	b.once.Do(func() {
+		cmd := exec.Command("go", append(append([]string{"build", "-o", b.path}, args...), "../cmd/ledger")...)
+		if out, err := cmd.CombinedOutput(); err != nil {
+			b.err = fmt.Errorf("go build %s: %w\n%s", key, err, out)
+		}
+	})
+	require.NoError(t, b.err)
+	return b.path
 }
 
 func TestCatalogue(t *testing.T) {
@@ -66,27 +112,12 @@ func TestCatalogue(t *testing.T) {
 	}
 }
 
-// TestMatrixSmoke runs a few scenarios of each kind against the real
-// binary; CI runs the whole matrix with `ledger faultmatrix run`.
-func TestMatrixSmoke(t *testing.T) {
-	bin := build(t)
-	for _, name := range []string{"crash/after_tool_call/noquery-nodedup-nocancel", "crash/after_tool_call/query-nodedup-nocancel",
-		"stale_digest_approval", "event_edited_in_database", "budget/max_execution/after_tool_call/noquery-dedup-nocancel"} {
-		rep, err := faultmatrix.Run(context.Background(), faultmatrix.Options{Binary: bin, Filter: name})
-		require.NoError(t, err)
-		require.Equal(t, 1, rep.Total)
-		require.Equal(t, 1, rep.Passed, "%s: %v", name, rep.Scenarios[0].Failures)
-		var buf bytes.Buffer
-		require.NoError(t, rep.WriteTable(&buf))
-		require.Contains(t, buf.String(), "1 passed, 0 failed")
-	}
-}
-
 // TestMatrixCatchesABrokenEngine proves the matrix can fail: a test build
 // of the engine that calls the tool before recording the attempt, or that
 // resends effects it cannot know, or of the simulator that writes whatever
 // fencing token a call carries, makes the named scenarios fail.
 func TestMatrixCatchesABrokenEngine(t *testing.T) {
+	t.Parallel()
 	bin := build(t, "-tags", "faultmatrix_broken")
 	for mode, scenario := range map[string]string{
 		"call_before_record": "crash/after_tool_call/noquery-nodedup-nocancel",
@@ -124,23 +155,6 @@ func dropKept(t *testing.T, failures []string) {
 	}
 }
 
-// TestClientMatrixSmoke runs two client-driven cells against the real
-// binary and a real Python agent: one the agent SIGKILLs itself in, one
-// whose server is SIGKILLed; CI runs all of them with `ledger faultmatrix run`.
-func TestClientMatrixSmoke(t *testing.T) {
-	bin := build(t)
-	for _, name := range []string{"client/after_tool_call/noquery-nodedup-nocancel",
-		"client-server-kill/after_attempt_recorded/query-dedup-cancel"} {
-		rep, err := faultmatrix.Run(context.Background(), faultmatrix.Options{Binary: bin, Filter: name})
-		require.NoError(t, err)
-		require.Equal(t, 1, rep.Total)
-		if rep.Skipped == 1 {
-			t.Skip(rep.Scenarios[0].Skipped)
-		}
-		require.Equal(t, 1, rep.Passed, "%s: %v", name, rep.Scenarios[0].Failures)
-	}
-}
-
 // TestClientMatrixSkipsWithoutPython: without an interpreter the client
 // cells are skipped with the reason, neither passed nor failed.
 func TestClientMatrixSkipsWithoutPython(t *testing.T) {
@@ -175,26 +189,63 @@ func TestReplicaMatrixSkipsWithoutPostgres(t *testing.T) {
 	require.NoError(t, faultmatrix.ValidateReport(doc))
 }
 
-// TestReplicaMatrixSmoke runs two replica cells against the real binary
-// and the test PostgreSQL server: a replica killed mid-call and one frozen
-// after its tool acted; CI runs all of them with `ledger faultmatrix run`.
-func TestReplicaMatrixSmoke(t *testing.T) {
+// envReport names a file TestMatrix writes its report to, as
+// `ledger faultmatrix run --report` does: CI reads it to check which cells
+// ran.
+const envReport = "LEDGER_FAULTMATRIX_REPORT"
+
+// TestMatrix runs the whole fault matrix against the real binary: every
+// cell of the catalogue, once, and this is the one full run of CI (`make
+// test`). No cell may fail. The engine cells never skip; the client cells
+// skip only without python3, and the replica cells only without the test
+// PostgreSQL server, when they fail instead if
+// LEDGER_TEST_POSTGRES_REQUIRED is set (as pgtest's tests do).
+func TestMatrix(t *testing.T) {
+	t.Parallel()
 	bin := build(t)
+	rep, err := faultmatrix.Run(context.Background(), faultmatrix.Options{Binary: bin, Progress: t.Output()})
+	require.NoError(t, err)
+	doc, err := json.MarshalIndent(rep, "", "  ")
+	require.NoError(t, err)
+	require.NoError(t, faultmatrix.ValidateReport(doc))
+	if path := os.Getenv(envReport); path != "" {
+		require.NoError(t, os.WriteFile(path, doc, 0o644))
+	}
+	var table bytes.Buffer
+	require.NoError(t, rep.WriteTable(&table))
+	require.Equal(t, len(faultmatrix.Catalogue()), rep.Total, "every cell of the catalogue")
+	require.Zero(t, rep.Failed, "%s", table.String())
+	require.Contains(t, table.String(), fmt.Sprintf("%d passed, 0 failed", rep.Passed))
+
+	pgRequired := os.Getenv(pgtest.EnvRequired) != "" && os.Getenv(pgtest.EnvRequired) != "0"
+	cells := map[string]faultmatrix.Result{}
+	for _, r := range rep.Scenarios {
+		cells[r.Name] = r
+		if r.Skipped == "" {
+			continue
+		}
+		t.Logf("skipped %s: %s", r.Name, r.Skipped)
+		switch {
+		case strings.HasPrefix(r.Name, "replica/"):
+			require.False(t, pgRequired, "%s is set and %s skipped: %s", pgtest.EnvRequired, r.Name, r.Skipped)
+		case strings.HasPrefix(r.Name, "client"):
+			require.Contains(t, r.Skipped, "python", "a client cell skips only without Python")
+		default:
+			require.Fail(t, "an engine cell skipped", "%s: %s", r.Name, r.Skipped)
+		}
+	}
+
+	// A replica killed mid-call and one frozen after its tool acted: a
+	// survivor recovered the struck attempt of a burst of runs.
 	for _, name := range []string{"replica/kill/2/after_tool_call/noquery-nodedup-nocancel",
 		"replica/stop/2/after_tool_call/query-nodedup-cancel"} {
-		rep, err := faultmatrix.Run(context.Background(), faultmatrix.Options{Binary: bin, Filter: name})
-		require.NoError(t, err)
-		require.Equal(t, 1, rep.Total)
-		if rep.Skipped == 1 {
-			t.Skip(rep.Scenarios[0].Skipped)
+		r, ok := cells[name]
+		require.True(t, ok, "the catalogue lacks %s", name)
+		if r.Skipped != "" {
+			continue
 		}
-		require.Equal(t, 1, rep.Passed, "%s: %v", name, rep.Scenarios[0].Failures)
-		obs := rep.Scenarios[0].Observed
-		require.Equal(t, 2, obs.Replicas)
-		require.GreaterOrEqual(t, obs.Runs, 3, "a burst's runs at least, as the cell's own check asks")
-		require.Positive(t, obs.Interrupted, "a survivor recovered the struck attempt")
-		doc, err := json.Marshal(rep)
-		require.NoError(t, err)
-		require.NoError(t, faultmatrix.ValidateReport(doc))
+		require.Equal(t, 2, r.Observed.Replicas, name)
+		require.GreaterOrEqual(t, r.Observed.Runs, 3, "%s: a burst's runs at least, as the cell's own check asks", name)
+		require.Positive(t, r.Observed.Interrupted, "%s: a survivor recovered the struck attempt", name)
 	}
 }

@@ -17,6 +17,7 @@ import (
 // checks all or nothing, the invariants and the tool's effect count. All
 // four loops take about 10 s, so every write is tested on every run.
 func TestCrashAtEveryWrite(t *testing.T) {
+	t.Parallel()
 	bin := build(t)
 	var progress strings.Builder
 	rep, err := faultmatrix.RunWrites(context.Background(), faultmatrix.WriteOptions{Binary: bin, Progress: &progress})
@@ -39,6 +40,7 @@ func TestCrashAtEveryWrite(t *testing.T) {
 // attempt, with a tool that has no guarantees, acts twice once a crash
 // loses the attempt's write.
 func TestCrashAtEveryWriteCatchesABrokenEngine(t *testing.T) {
+	t.Parallel()
 	bin := build(t, "-tags", "faultmatrix_broken")
 	rep, err := faultmatrix.RunWrites(context.Background(), faultmatrix.WriteOptions{Binary: bin,
 		Paths: []faultmatrix.WritePath{faultmatrix.WritePathApproval}, Points: []ledger.WritePoint{ledger.WriteBeforeCommit},

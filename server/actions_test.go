@@ -20,6 +20,7 @@ import (
 var markerRE = `^\[redacted:[0-9a-f]{8}\]$`
 
 func TestListApprovals(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, options{})
 	_, a1 := e.awaiting(t, "alice", "k1")
 	_, a2 := e.awaiting(t, "amy", "k2")
@@ -67,6 +68,7 @@ func TestListApprovals(t *testing.T) {
 }
 
 func TestGetAction(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, options{})
 	_, a := e.awaiting(t, "alice", "k1")
 	path := "/v1/actions/" + string(a.ID)
@@ -99,6 +101,7 @@ func TestGetAction(t *testing.T) {
 }
 
 func TestGetActionRedactsSecretPaths(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, options{secretPaths: []string{"/title", "/cards/0/back", "/absent"}})
 	id, a := e.awaiting(t, "alice", "k1")
 	res := e.get(t, "bob", "/v1/actions/"+string(a.ID))
@@ -126,6 +129,7 @@ func TestGetActionRedactsSecretPaths(t *testing.T) {
 }
 
 func TestApprove(t *testing.T) {
+	t.Parallel()
 	t.Run("OK", func(t *testing.T) {
 		e := newEnv(t, options{})
 		id, a := e.awaiting(t, "alice", "k1")
@@ -225,6 +229,7 @@ func TestApprove(t *testing.T) {
 }
 
 func TestDeny(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, options{})
 	id, a := e.awaiting(t, "alice", "k1")
 	res := e.post(t, "bob", "/v1/actions/"+string(a.ID)+"/deny", `{"action_digest":"`+string(a.ActionDigest)+`"}`)
@@ -242,6 +247,7 @@ func TestDeny(t *testing.T) {
 // TestOtherTenant: tenant globex gets 404 for every object of acme, on
 // every route, and nothing changes.
 func TestOtherTenant(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, options{})
 	id, a := e.awaiting(t, "alice", "k1")
 	before := e.run(t, id)
@@ -268,6 +274,7 @@ func TestOtherTenant(t *testing.T) {
 }
 
 func TestResolve(t *testing.T) {
+	t.Parallel()
 	t.Run("ErrNotInReview", func(t *testing.T) {
 		e := newEnv(t, options{})
 		id, a := e.awaiting(t, "alice", "k1")
@@ -321,6 +328,7 @@ func TestResolve(t *testing.T) {
 // TestWorkerPool drives runs with the engine's pool: the server's Notify
 // after submit and approve wakes it.
 func TestWorkerPool(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, options{})
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()

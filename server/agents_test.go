@@ -49,6 +49,7 @@ func (e *env) submitAgent(t testing.TB, principal, key, agent string) response {
 }
 
 func TestCatalog(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, clientAgents())
 
 	t.Run("Tools", func(t *testing.T) {
@@ -109,6 +110,7 @@ func TestCatalog(t *testing.T) {
 // TestAgentRole: a token with the role agent drives the runs of the agents
 // it is bound to, in its tenant, and nothing else; it never decides.
 func TestAgentRole(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, clientAgents())
 	cardsRun, pending := e.awaiting(t, "alice", "cards")
 
@@ -186,6 +188,7 @@ func TestAgentRole(t *testing.T) {
 // TestAgentRolePages: the runs of an agent token's agents are found
 // however many runs of other agents the tenant has around them.
 func TestAgentRolePages(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, clientAgents())
 	ctx := context.Background()
 	submit := func(agent string, i int) ledger.RunID {
@@ -221,6 +224,7 @@ func TestAgentRolePages(t *testing.T) {
 }
 
 func TestDevModeDrivesEveryAgent(t *testing.T) {
+	t.Parallel()
 	lease := engine.Lease{HeartbeatTimeout: 10 * time.Second, MaxDuration: time.Minute}
 	e := newEnv(t, options{dev: true, agents: []engine.Agent{{Name: "anyone", Driver: engine.DriverClient,
 		Tools: []engine.Tool{engine.ClientTool(payDescriptor("payments.send"), lease)}}}})

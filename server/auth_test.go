@@ -17,6 +17,7 @@ import (
 )
 
 func TestAuthentication(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, options{})
 	unauthorized := func(t *testing.T, header map[string][]string) {
 		t.Helper()
@@ -76,6 +77,7 @@ func TestAuthentication(t *testing.T) {
 }
 
 func TestDevMode(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, options{dev: true})
 	t.Run("LoopbackNeedsNoToken", func(t *testing.T) {
 		res := e.send(t, request{method: http.MethodPost, path: "/v1/runs", body: submitBody(t),
@@ -120,6 +122,7 @@ func (e *env) submitDev(t *testing.T, key string) ledger.RunID {
 }
 
 func TestLoadTokens(t *testing.T) {
+	t.Parallel()
 	hash := strings.Repeat("ab", 32)
 	other := strings.Repeat("cd", 32)
 	entry := func(fields string) string { return `{"tokens":[` + fields + `]}` }
@@ -203,6 +206,7 @@ func TestLoadTokens(t *testing.T) {
 }
 
 func TestNewTokenLine(t *testing.T) {
+	t.Parallel()
 	tok, line, err := server.NewTokenLine("alice", "acme", []string{"submitter", "approver"})
 	require.NoError(t, err)
 	require.True(t, strings.HasPrefix(tok, server.TokenPrefix))
@@ -250,6 +254,7 @@ func TestNewTokenLine(t *testing.T) {
 }
 
 func TestSetTokens(t *testing.T) {
+	t.Parallel()
 	// tokensFor makes a set with one fresh token for principal in acme.
 	tokensFor := func(t *testing.T, principal string, roles ...string) (string, *server.Tokens) {
 		t.Helper()

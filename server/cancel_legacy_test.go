@@ -20,6 +20,7 @@ import (
 // event, in GET /v1/runs/{id}, the timeline, the evidence report and every
 // later cancel's answer.
 func TestStuckCancellationRepaired(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	e := newEnv(t, options{})
 	id, a := e.awaiting(t, "alice", "k1")

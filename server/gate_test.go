@@ -18,6 +18,7 @@ import (
 // rule absent when the default decided and the gate absent for an action
 // recorded without an audit (as before the gate was audited).
 func TestActionGate(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, options{})
 	ctx := context.Background()
 	// rawGate is the action's "gate" as the answer holds it; nil if absent.

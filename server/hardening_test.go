@@ -56,6 +56,7 @@ func getRunView(t *testing.T, e *env, principal string, id ledger.RunID) server.
 // cancellation that settles (confirmed, the run stopped user_cancelled),
 // or 409 with nothing stored (the run completed, no cancellation).
 func TestCancelRacingCompletion(t *testing.T) {
+	t.Parallel()
 	points := []engine.FaultPoint{engine.FaultAfterAttemptRecorded, engine.FaultAfterToolCall, engine.FaultAfterResultRecorded}
 	var armed atomic.Value // the engine.FaultPoint to report once
 	armed.Store(engine.FaultPoint(""))
@@ -113,6 +114,7 @@ func TestCancelRacingCompletion(t *testing.T) {
 // TestParallelCancels sends 20 cancels of one run at once: every one is
 // 202 with the same cancellation, and so is a cancel after the run ended.
 func TestParallelCancels(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, options{})
 	id, _ := e.awaiting(t, "alice", "k1")
 	const n = 20
@@ -163,6 +165,7 @@ const secretReason = "sk-REASONsecretREASON0123456789abcd"
 // /v1/runs/{id}, GET /v1/actions/{id} and every column of the database
 // hold its marker, never the secret.
 func TestReasonsRedacted(t *testing.T) {
+	t.Parallel()
 	reason := "ok, rotated the old key " + secretReason + " already"
 	body := func(d ledger.Digest) string {
 		b, err := json.Marshal(map[string]string{"action_digest": string(d), "reason": reason})
@@ -235,6 +238,7 @@ type approvalPage struct {
 // a page holds: the list pages like GET /v1/runs, and refuses bad
 // parameters with 400 naming them.
 func TestListApprovalsPages(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, options{})
 	const n = server.DefaultPageSize + 5
 	var want []ledger.ApprovalID
@@ -319,6 +323,7 @@ func TestListApprovalsPages(t *testing.T) {
 // reading its own; each replays its own; another body with the same key
 // is 422; and one's submit in flight does not hold up the other's.
 func TestIdempotencyPerPrincipal(t *testing.T) {
+	t.Parallel()
 	t.Run("Sequential", func(t *testing.T) {
 		e := newEnv(t, options{})
 		alice := e.submitRaw(t, "alice", "shared", submitBody(t))

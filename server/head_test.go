@@ -17,6 +17,7 @@ import (
 // status and headers of its GET, Content-Length included, and no body;
 // errors too.
 func TestHead(t *testing.T) {
+	t.Parallel()
 	// Evidence reports stamp the time they were made: a fixed clock makes
 	// a GET and its HEAD the same length.
 	fixed := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)

@@ -63,6 +63,7 @@ func value(m *dto.Metric) float64 {
 // tool calls by tool and outcome, approval decision latency, replays and
 // key conflicts, the build, and recovery decisions from 0.
 func TestDashboardMetrics(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, options{hooks: true, config: func(c *server.Config) { c.Version = "v1.2.3-test" }})
 	ctx := context.Background()
 

@@ -10,6 +10,7 @@ import (
 // only at great cost, is a client's mistake (400 at its location), never a
 // panic answered 500 or seconds of CPU per request.
 func TestSubmitNumbers(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, options{})
 	send := func(t *testing.T, budget string) response {
 		t.Helper()

@@ -15,6 +15,7 @@ import (
 // answers: the cancellation states (too_late included) and fields, the
 // approvals' paging, and the pending-approvals cap's 429.
 func TestOpenAPIDocumentsCancelAndPaging(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, options{})
 	res := e.get(t, "", "/v1/openapi.json")
 	require.Equal(t, http.StatusOK, res.Status)

@@ -19,6 +19,7 @@ import (
 // the wire types generate: its components.schemas come from the Go types
 // (package openapigen), never from a hand edit.
 func TestOpenAPISchemasAreGenerated(t *testing.T) {
+	t.Parallel()
 	committed, err := os.ReadFile("openapi.json")
 	require.NoError(t, err)
 	generated, err := openapigen.Generate(committed, "..")
@@ -44,6 +45,7 @@ func TestOpenAPISchemasAreGenerated(t *testing.T) {
 // response is a reference to a component schema, so that no object schema
 // escapes generation; other media types are plain strings.
 func TestOpenAPIBodiesAreComponents(t *testing.T) {
+	t.Parallel()
 	raw, err := os.ReadFile("openapi.json")
 	require.NoError(t, err)
 	type content map[string]struct {
@@ -102,6 +104,7 @@ func TestOpenAPIBodiesAreComponents(t *testing.T) {
 // TestOpenAPIHasEveryWireType: every exported struct type of the files of
 // wire types is a component of the document, or excluded with a reason.
 func TestOpenAPIHasEveryWireType(t *testing.T) {
+	t.Parallel()
 	raw, err := os.ReadFile("openapi.json")
 	require.NoError(t, err)
 	var doc struct {

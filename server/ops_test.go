@@ -21,6 +21,7 @@ import (
 )
 
 func TestHealth(t *testing.T) {
+	t.Parallel()
 	t.Run("Healthz", func(t *testing.T) {
 		e := newEnv(t, options{})
 		res := e.get(t, "", "/healthz")
@@ -86,6 +87,7 @@ func (s *failingClaims) ClaimRuns(ctx context.Context, p ledger.ClaimRunsParams)
 }
 
 func TestMetrics(t *testing.T) {
+	t.Parallel()
 	reg := prometheus.NewRegistry()
 	e := newEnv(t, options{config: func(c *server.Config) { c.Registry = reg }})
 	_, a := e.awaiting(t, "alice", "k1")
@@ -118,6 +120,7 @@ func TestMetrics(t *testing.T) {
 }
 
 func TestUnknownRoutes(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, options{})
 	t.Run("NotFound", func(t *testing.T) {
 		for _, p := range []string{"/", "/v1", "/v2/runs", "/v1/runs/x/y/z", "/v1/nope"} {
@@ -139,6 +142,7 @@ func TestUnknownRoutes(t *testing.T) {
 }
 
 func TestProblemTable(t *testing.T) {
+	t.Parallel()
 	for code, status := range map[string]int{
 		"invalid": 400, "not_found": 404, "conflict": 409, "forbidden": 403, "approval_required": 409,
 		"budget_exceeded": 409, "unsupported_version": 500, "internal": 500,
@@ -156,6 +160,7 @@ func TestProblemTable(t *testing.T) {
 // TestOpenAPI holds the document and the router equal: every served route
 // is documented and every documented operation is served.
 func TestOpenAPI(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, options{})
 	res := e.get(t, "", "/v1/openapi.json")
 	require.Equal(t, http.StatusOK, res.Status)
@@ -228,6 +233,7 @@ func TestOpenAPI(t *testing.T) {
 }
 
 func TestKeyedRedactor(t *testing.T) {
+	t.Parallel()
 	r, err := redact.NewRedactor([]byte("server-test-key-0123456789abcdef"))
 	require.NoError(t, err)
 	desc := contracts.ToolDescriptor{Name: "t", SecretPaths: []string{"/a/b"}}
@@ -255,6 +261,7 @@ func TestKeyedRedactor(t *testing.T) {
 // examples for the bodies that matter, references the evidence report's
 // schema, and leaves the submitted input open to any object.
 func TestOpenAPIDocument(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, options{})
 	res := e.get(t, "", "/v1/openapi.json")
 	require.Equal(t, http.StatusOK, res.Status)

@@ -17,6 +17,7 @@ import (
 // nothing stored; replays are still answered; other tenants are not held
 // up; once people decide and the run ends, submits go through again.
 func TestPendingApprovalsCap(t *testing.T) {
+	t.Parallel()
 	const capN = 3
 	e := newEnv(t, options{config: func(c *server.Config) { c.MaxPendingApprovals = capN }})
 	var ids []ledger.RunID
@@ -70,6 +71,7 @@ func TestPendingApprovalsCap(t *testing.T) {
 }
 
 func TestPendingApprovalsCapConfig(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, options{})
 	_, err := server.New(server.Config{Store: e.Store, Engine: e.engine, Approvals: e.approvals, MaxPendingApprovals: -1})
 	require.ErrorContains(t, err, "MaxPendingApprovals")

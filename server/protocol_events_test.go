@@ -103,6 +103,7 @@ func (e *env) requireTimeline(t testing.TB, run ledger.RunID, after int64, event
 // while the run goes on, ending after its terminal event, resumed from
 // Last-Event-ID; each answer checked against the document.
 func TestProtocolEvents(t *testing.T) {
+	t.Parallel()
 	e := newProtocolEnv(t, options{})
 	run := e.clientRun(t, "ada", "e1")
 	a := e.proposeOK(t, run, "r1", toolRead, `{"q":"balance"}`)

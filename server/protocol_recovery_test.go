@@ -44,6 +44,7 @@ func (e *env) resolveOK(t testing.TB, id ledger.ActionID, outcome string) {
 // goes to a person once the tool's decision timeout passes; nothing is
 // left waiting forever.
 func TestProtocolUnansweredDecision(t *testing.T) {
+	t.Parallel()
 	e := newProtocolEnv(t, options{})
 	for i, tc := range []struct{ tool, args, directive string }{
 		{toolQuery, `{"to":"acct_1","cents":500}`, "query"},
@@ -77,6 +78,7 @@ func TestProtocolUnansweredDecision(t *testing.T) {
 // TestProtocolResolveLapsed: a person can settle an action whose
 // attempt's lease lapsed, without waiting for anyone to ask /next.
 func TestProtocolResolveLapsed(t *testing.T) {
+	t.Parallel()
 	e := newProtocolEnv(t, options{})
 	run := e.clientRun(t, "ada", "rl")
 	a := e.approvedWrite(t, run, "w", toolQuery, `{"to":"acct_1","cents":500}`)
@@ -105,6 +107,7 @@ func TestProtocolResolveLapsed(t *testing.T) {
 // while attempt 2 runs may mean the effect happened twice: a person
 // decides, and attempt 2 is left to finish and is recorded.
 func TestProtocolLateHappenedDuringResend(t *testing.T) {
+	t.Parallel()
 	e := newProtocolEnv(t, options{})
 	run := e.clientRun(t, "ada", "lr")
 	a := e.approvedWrite(t, run, "w", toolDedup, `{"id":"x1"}`)
@@ -132,6 +135,7 @@ func TestProtocolLateHappenedDuringResend(t *testing.T) {
 // attempt 2 begun, then a late happened for attempt 1: the evidence
 // contradicts what was established, and a person is told.
 func TestProtocolConflictingLateOutcome(t *testing.T) {
+	t.Parallel()
 	e := newProtocolEnv(t, options{})
 	run := e.clientRun(t, "ada", "cl")
 	a := e.approvedWrite(t, run, "w", toolCancel, `{"id":"x1"}`)
@@ -153,6 +157,7 @@ func TestProtocolConflictingLateOutcome(t *testing.T) {
 // action, an answer to the query decided before is stale, even one that
 // agrees.
 func TestProtocolSupersededDecision(t *testing.T) {
+	t.Parallel()
 	e := newProtocolEnv(t, options{})
 	run := e.clientRun(t, "ada", "sd")
 	a := e.approvedWrite(t, run, "w", toolQuery, `{"to":"acct_1","cents":500}`)
@@ -169,6 +174,7 @@ func TestProtocolSupersededDecision(t *testing.T) {
 // TestProtocolInterruptedRead: a read carries no effect: interrupted, it
 // is run again, never handed to a person.
 func TestProtocolInterruptedRead(t *testing.T) {
+	t.Parallel()
 	e := newProtocolEnv(t, options{})
 	run := e.clientRun(t, "ada", "ir")
 	r := e.proposeOK(t, run, "r", toolRead, `{"q":"balance"}`)
@@ -185,6 +191,7 @@ func TestProtocolInterruptedRead(t *testing.T) {
 // TestProtocolSupersedes: supersedes names an action of the run that has
 // not begun; another tenant's is as unknown as one that does not exist.
 func TestProtocolSupersedes(t *testing.T) {
+	t.Parallel()
 	e := newProtocolEnv(t, options{})
 	run := e.clientRun(t, "ada", "sp")
 	other := e.clientRun(t, "ada", "sp-other")
@@ -226,6 +233,7 @@ func (e *env) proposeOK2(t testing.TB, principal string, run ledger.RunID, stepK
 // TestProtocolTokenBudgetAtPropose: a proposal whose own usage spends the
 // token budget is refused, and its run stops; nothing runs.
 func TestProtocolTokenBudgetAtPropose(t *testing.T) {
+	t.Parallel()
 	e := newProtocolEnv(t, options{})
 	res := e.submitRaw(t, "ada", "tb", `{"agent":"`+clientAgent+`","input":{"task":"x"},"budgets":{"max_tokens":1000}}`)
 	require.Equal(t, http.StatusCreated, res.Status, string(res.Body))
@@ -243,6 +251,7 @@ func TestProtocolTokenBudgetAtPropose(t *testing.T) {
 // TestProtocolPendingCapAtPropose: a run cannot queue approvals past the
 // tenant's cap; its first one takes the place the run held.
 func TestProtocolPendingCapAtPropose(t *testing.T) {
+	t.Parallel()
 	e := newProtocolEnv(t, options{config: func(c *server.Config) { c.MaxPendingApprovals = 3 }})
 	run := e.clientRun(t, "ada", "pc")
 	ok := 0

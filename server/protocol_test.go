@@ -109,6 +109,7 @@ func (e *env) nextOK(t testing.TB, run ledger.RunID) server.NextResponse {
 // the default rule, begun, heartbeat, completed; then /next says propose
 // and finish ends the run.
 func TestProtocolRead(t *testing.T) {
+	t.Parallel()
 	e := newProtocolEnv(t, options{})
 	run := e.clientRun(t, "ada", "r1")
 
@@ -241,6 +242,7 @@ func (e *env) asyncSend(r request) <-chan response {
 // agent long-polls its action, an approver's grant wakes the poll, and the
 // agent begins and completes it.
 func TestProtocolWriteWaitsForApproval(t *testing.T) {
+	t.Parallel()
 	e := newProtocolEnv(t, options{})
 	run := e.clientRun(t, "ada", "w1")
 	a := e.proposeOK(t, run, "pay-1", toolQuery, `{"to":"acct_1","cents":500}`)
@@ -308,6 +310,7 @@ func TestProtocolWriteWaitsForApproval(t *testing.T) {
 // TestProtocolProposeRefusals: every bad proposal the doc names, each
 // refused with its code and nothing recorded.
 func TestProtocolProposeRefusals(t *testing.T) {
+	t.Parallel()
 	e := newProtocolEnv(t, options{config: func(c *server.Config) { c.MaxBodyBytes = 4096 }})
 	run := e.clientRun(t, "ada", "p1")
 	keys := 0
@@ -401,6 +404,7 @@ func TestProtocolProposeRefusals(t *testing.T) {
 // refused; so is a proposal, a begin, once the run's cancel is accepted,
 // and a heartbeat tells the call in flight.
 func TestProtocolInDoubtAndCancelled(t *testing.T) {
+	t.Parallel()
 	e := newProtocolEnv(t, options{})
 	run := e.clientRun(t, "ada", "d1")
 	w := e.approvedWrite(t, run, "pay-1", toolQuery, `{"to":"acct_1","cents":500}`)
@@ -427,6 +431,7 @@ func TestProtocolInDoubtAndCancelled(t *testing.T) {
 // TestProtocolBeginRefusals: a begin of an action not approved, a second
 // open attempt, and the begin's own header and body.
 func TestProtocolBeginRefusals(t *testing.T) {
+	t.Parallel()
 	e := newProtocolEnv(t, options{})
 	run := e.clientRun(t, "ada", "b1")
 	a := e.proposeOK(t, run, "pay-1", toolDedup, `{"id":"m1"}`)
@@ -457,6 +462,7 @@ func TestProtocolBeginRefusals(t *testing.T) {
 // TestProtocolCompleteAndHeartbeat: tokens, outcomes a tool may not
 // report, a second outcome, and a lease that lapsed.
 func TestProtocolCompleteAndHeartbeat(t *testing.T) {
+	t.Parallel()
 	e := newProtocolEnv(t, options{})
 	run := e.clientRun(t, "ada", "c1")
 	w := e.approvedWrite(t, run, "pay-1", toolQuery, `{"to":"acct_1","cents":500}`)
@@ -519,6 +525,7 @@ func TestProtocolCompleteAndHeartbeat(t *testing.T) {
 // what the tool's guarantees allow: query, resend, cancel, or a person's
 // review; the agent's answers are observations.
 func TestProtocolAbandonAndNext(t *testing.T) {
+	t.Parallel()
 	e := newProtocolEnv(t, options{})
 	for i, tc := range []struct{ tool, directive string }{
 		{toolQuery, "query"}, {toolDedup, "resend"}, {toolCancel, "cancel"}, {toolNone, "review"},
@@ -629,6 +636,7 @@ func TestProtocolAbandonAndNext(t *testing.T) {
 // failed finish takes its stop reason; actions never started are
 // cancelled.
 func TestProtocolFinish(t *testing.T) {
+	t.Parallel()
 	e := newProtocolEnv(t, options{})
 	finish := func(run ledger.RunID, body string) response {
 		return e.post(t, "ada", "/v1/runs/"+string(run)+"/finish", body)

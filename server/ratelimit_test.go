@@ -34,6 +34,7 @@ func requireRateLimited(t *testing.T, res response, retryAfter int) server.Probl
 }
 
 func TestRateLimit(t *testing.T) {
+	t.Parallel()
 	t.Run("PerPrincipal", func(t *testing.T) {
 		e, clock := limitedEnv(t, false, 3)
 		for i := range 3 {

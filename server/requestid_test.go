@@ -85,6 +85,7 @@ func requestLine(t testing.TB, lines []map[string]any) map[string]any {
 }
 
 func TestRequestID(t *testing.T) {
+	t.Parallel()
 	t.Run("Given", func(t *testing.T) {
 		e, logs := loggingEnv(t, nil)
 		const id = "4f1c2b7e-9a7d-4c1e-8f55-2b0c6d9e1a3f"

@@ -11,6 +11,7 @@ import (
 // something gets 403 forbidden before any object is looked at; a role
 // that may gets anything but 403.
 func TestRoles(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, options{})
 	run, a1 := e.awaiting(t, "alice", "k1")
 	_, a2 := e.awaiting(t, "alice", "k2")

@@ -15,6 +15,7 @@ import (
 )
 
 func TestListRuns(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, options{})
 	var alices, amys []ledger.RunID
 	for i := range 5 {
@@ -109,6 +110,7 @@ func TestListRuns(t *testing.T) {
 }
 
 func TestGetRun(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, options{})
 	id, a := e.awaiting(t, "alice", "k1")
 
@@ -149,6 +151,7 @@ func TestGetRun(t *testing.T) {
 }
 
 func TestCancelRun(t *testing.T) {
+	t.Parallel()
 	t.Run("Accepted", func(t *testing.T) {
 		e := newEnv(t, options{})
 		id, a := e.awaiting(t, "alice", "k1")
@@ -238,6 +241,7 @@ func TestCancelRun(t *testing.T) {
 }
 
 func TestTimeline(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, options{})
 	id, a := e.awaiting(t, "alice", "k1")
 	require.Equal(t, http.StatusOK, e.post(t, "bob", "/v1/actions/"+string(a.ID)+"/approve", digestBody(a.ActionDigest)).Status)
@@ -276,6 +280,7 @@ func TestTimeline(t *testing.T) {
 }
 
 func TestEvidence(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, options{})
 	id := e.submit(t, "alice", "k1")
 	path := "/v1/runs/" + string(id) + "/evidence"

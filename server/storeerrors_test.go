@@ -32,6 +32,7 @@ func (s fullDisk) SubmitRun(ctx context.Context, p ledger.SubmitRunParams) (ledg
 // is a 500, counted in ledger_store_errors_total{op}, and /readyz is 503
 // until a write succeeds with none failed for two seconds.
 func TestStoreErrors(t *testing.T) {
+	t.Parallel()
 	full := &atomic.Bool{}
 	reg := prometheus.NewRegistry()
 	e := newEnv(t, options{config: func(c *server.Config) {

@@ -204,6 +204,7 @@ const pollInterval = 150 * time.Millisecond
 // looks, only the events it has not sent: nothing while the run is idle,
 // the one new event when one is written — never the run's history again.
 func TestEventStreamReadsOnlyNewEvents(t *testing.T) {
+	t.Parallel()
 	var read atomic.Int64
 	store := eventsRead{n: &read, polls: make(chan struct{}, 64)}
 	e := newProtocolEnv(t, options{config: func(c *server.Config) { store.Store = c.Store; c.Store = store }})
@@ -237,6 +238,7 @@ func TestEventStreamReadsOnlyNewEvents(t *testing.T) {
 // TestEventStreamHeaderAtOnce: the stream's 200 and header reach the
 // client before any event, also on a run with nothing new to send.
 func TestEventStreamHeaderAtOnce(t *testing.T) {
+	t.Parallel()
 	e := newProtocolEnv(t, options{})
 	run := e.clientRun(t, "ada", "h1")
 	raw, client := rawServer(t, e)
@@ -251,6 +253,7 @@ func TestEventStreamHeaderAtOnce(t *testing.T) {
 // against the document), while other principals are not held up; every
 // stream that ends gives its slot back, however it ends.
 func TestEventStreamCap(t *testing.T) {
+	t.Parallel()
 	const capN = 2
 	e := newProtocolEnv(t, options{config: func(c *server.Config) { c.MaxStreams = capN }})
 	run := e.clientRun(t, "ada", "c1")
@@ -327,6 +330,7 @@ func TestEventStreamCap(t *testing.T) {
 // TestEventStreamCapDevMode: in dev mode every request is the one
 // principal dev, and the cap holds it too. A negative cap is refused.
 func TestEventStreamCapDevMode(t *testing.T) {
+	t.Parallel()
 	e := newProtocolEnv(t, options{dev: true, config: func(c *server.Config) { c.MaxStreams = 1 }})
 	for _, cfg := range []server.Config{{MaxStreams: -1}, {MaxLongPolls: -1}} {
 		cfg.Store, cfg.Engine, cfg.Approvals = e.Store, e.engine, e.approvals
@@ -349,6 +353,7 @@ func TestEventStreamCapDevMode(t *testing.T) {
 // request that would not wait (another version) is answered as ever, and
 // a long-poll whose client leaves gives its slot back.
 func TestLongPollCap(t *testing.T) {
+	t.Parallel()
 	const capN = 2
 	e := newProtocolEnv(t, options{config: func(c *server.Config) { c.MaxLongPolls = capN }})
 	run := e.clientRun(t, "ada", "l1")
@@ -407,6 +412,7 @@ func TestLongPollCap(t *testing.T) {
 // stream was opened with, the stream ends, and a long-poll waiting with it
 // is answered 401; a stream whose token is still in force goes on.
 func TestEventStreamEndsWhenTokenRevoked(t *testing.T) {
+	t.Parallel()
 	e := newProtocolEnv(t, options{})
 	run := e.clientRun(t, "ada", "r1")
 	a := e.proposeOK(t, run, "r1", toolRead, `{"q":"balance"}`)

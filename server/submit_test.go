@@ -18,6 +18,7 @@ import (
 )
 
 func TestSubmit(t *testing.T) {
+	t.Parallel()
 	t.Run("OK", func(t *testing.T) {
 		e := newEnv(t, options{})
 		res := e.submitRaw(t, "alice", "k1", submitBody(t))
@@ -145,6 +146,7 @@ func TestSubmit(t *testing.T) {
 }
 
 func TestSubmitIdempotencyKey(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, options{})
 	for name, values := range map[string][]string{
 		"missing":       nil,
@@ -176,6 +178,7 @@ func TestSubmitIdempotencyKey(t *testing.T) {
 }
 
 func TestSubmitBody(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, options{config: func(c *server.Config) { c.MaxBodyBytes = 4096 }})
 	send := func(t *testing.T, body string, header map[string][]string) response {
 		t.Helper()
@@ -263,6 +266,7 @@ func TestSubmitBody(t *testing.T) {
 // TestSubmitInProgress holds the first submit inside the server (after its
 // key is marked in flight, before the store) and sends the same key again.
 func TestSubmitInProgress(t *testing.T) {
+	t.Parallel()
 	entered := make(chan struct{})
 	release := make(chan struct{})
 	var once sync.Once
@@ -305,6 +309,7 @@ func TestSubmitInProgress(t *testing.T) {
 }
 
 func TestSubmitConcurrent(t *testing.T) {
+	t.Parallel()
 	e := newEnv(t, options{})
 	const n = 50
 	statuses := make(chan int, n)

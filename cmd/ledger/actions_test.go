@@ -23,6 +23,7 @@ func compactArgs(t *testing.T, a *ledger.Action) string {
 }
 
 func TestActionsShow(t *testing.T) {
+	t.Parallel()
 	t.Run("OK", func(t *testing.T) {
 		env := newAPIEnv(t, envOptions{})
 		_, action := env.awaiting(t, "k1")

@@ -10,6 +10,7 @@ import (
 )
 
 func TestApprovalsList(t *testing.T) {
+	t.Parallel()
 	t.Run("OK", func(t *testing.T) {
 		env := newAPIEnv(t, envOptions{})
 		out, _, err := env.cli(t, "bob", "approvals", "list")

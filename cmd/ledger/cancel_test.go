@@ -9,6 +9,7 @@ import (
 )
 
 func TestCancel(t *testing.T) {
+	t.Parallel()
 	t.Run("OK", func(t *testing.T) {
 		env := newAPIEnv(t, envOptions{})
 		run, _ := env.awaiting(t, "k1")

@@ -241,6 +241,7 @@ func TestClient(t *testing.T) {
 }
 
 func TestAPIErrorExitCodes(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		status int
 		code   string
@@ -272,6 +273,7 @@ func TestAPIErrorExitCodes(t *testing.T) {
 // problem document, indented, on stderr (stdout stays for answers), keeps
 // its exit status, and is not printed a second time as a line.
 func TestJSONErrors(t *testing.T) {
+	t.Parallel()
 	env := newAPIEnv(t, envOptions{})
 	runJSON := func(t *testing.T, args ...string) (string, string, error) {
 		t.Helper()

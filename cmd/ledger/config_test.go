@@ -219,6 +219,7 @@ func TestServeConfig(t *testing.T) {
 // TestConfigFileExample: the example of docs/operations.md ("The config
 // file") is a config file this build accepts.
 func TestConfigFileExample(t *testing.T) {
+	t.Parallel()
 	doc, err := os.ReadFile(filepath.Join("..", "..", "docs", "operations.md"))
 	require.NoError(t, err)
 	_, section, ok := strings.Cut(string(doc), "\n## The config file\n")
@@ -238,6 +239,7 @@ func TestConfigFileExample(t *testing.T) {
 // file's agents; without it, a client-driven run's agent is unknown to
 // them and its run would be stopped.
 func TestLocalCommandsTakeTheConfig(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	db := filepath.Join(dir, "ledger.db")
 	cfgPath := writeFile(t, dir, "ledger.yaml", testConfig)

@@ -235,6 +235,7 @@ func expectedCrashOutcome(p engine.FaultPoint, g contracts.Guarantees) crashExpe
 // TestBudgetSurvivesRestarts: a 3-attempt budget allows no 4th attempt,
 // however many times the process dies mid-attempt.
 func TestBudgetSurvivesRestarts(t *testing.T) {
+	t.Parallel()
 	ledgerBinary(t)
 	g := contracts.Guarantees{Query: true}
 	db := filepath.Join(t.TempDir(), "ledger.db")

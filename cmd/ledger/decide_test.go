@@ -11,6 +11,7 @@ import (
 )
 
 func TestApprove(t *testing.T) {
+	t.Parallel()
 	t.Run("OK", func(t *testing.T) {
 		env := newAPIEnv(t, envOptions{})
 		run, action := env.awaiting(t, "k1")
@@ -84,6 +85,7 @@ func TestApprove(t *testing.T) {
 }
 
 func TestDeny(t *testing.T) {
+	t.Parallel()
 	t.Run("OK", func(t *testing.T) {
 		env := newAPIEnv(t, envOptions{})
 		run, action := env.awaiting(t, "k1")

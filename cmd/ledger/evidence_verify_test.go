@@ -101,6 +101,7 @@ func TestEvidenceVerifyForgedRows(t *testing.T) {
 // TestRunsTimelineForgedRow: the chain verdict of a timeline catches an
 // edited approval too.
 func TestRunsTimelineForgedRow(t *testing.T) {
+	t.Parallel()
 	env := newAPIEnv(t, envOptions{})
 	id, a := env.awaiting(t, "k1")
 	_, _, err := env.cli(t, "bob", "approve", string(a.ID), "--digest", string(a.ActionDigest))
@@ -132,6 +133,7 @@ func signingKey(t *testing.T) (string, string) {
 }
 
 func TestSigningKey(t *testing.T) {
+	t.Parallel()
 	key, pub := signingKey(t)
 
 	t.Run("files", func(t *testing.T) {

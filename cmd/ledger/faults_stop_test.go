@@ -27,6 +27,7 @@ import (
 // the shared effects file while it is frozen. On SIGCONT it carries on from
 // the point, records the outcome and finishes the run: one effect.
 func TestStopPlan(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	db := filepath.Join(t.TempDir(), "ledger.db")
 	g := contracts.Guarantees{Query: true, Dedup: true, Cancel: true}

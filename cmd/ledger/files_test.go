@@ -58,6 +58,7 @@ func newTokensFile(t *testing.T, dir string) string {
 // symlinked file through the link, checking what the link resolves to and
 // saying so.
 func TestServeTokensFile(t *testing.T) {
+	t.Parallel()
 	t.Run("ErrEmpty", func(t *testing.T) {
 		dir := t.TempDir()
 		tokens := writeFile(t, dir, "tokens.json", `{"tokens": []}`)

@@ -16,6 +16,7 @@ import (
 )
 
 func TestGateText(t *testing.T) {
+	t.Parallel()
 	rule := 2
 	digest := ledger.Digest("sha256:" + strings.Repeat("ab", 32))
 	for _, tc := range []struct {
@@ -40,6 +41,7 @@ func TestGateText(t *testing.T) {
 // TestServeLogsRulesDigest: serve logs, once at start-up, the digest of the
 // rules in force that every action it gates records.
 func TestServeLogsRulesDigest(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	doc := []byte(`{"schema_version":"1.0","rules":[{"tool":"cards.write","decision":"auto_approve"}]}`)
 	path := filepath.Join(dir, "rules.json")

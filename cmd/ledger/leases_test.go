@@ -41,6 +41,7 @@ const slowFirstCall = `{"tools": {"cards.write": {"guarantees": {"query": true, 
 // A's runs over at once (A no longer exists on this host) and recovers
 // the call, with one effect in the tool's own store.
 func TestSeveralProcessesOneDatabase(t *testing.T) {
+	t.Parallel()
 	bin := ledgerBinary(t)
 	dir := t.TempDir()
 	db := filepath.Join(dir, "ledger.db")
@@ -118,6 +119,7 @@ func TestSeveralProcessesOneDatabase(t *testing.T) {
 // store exactly once (the tool does not dedup, so a second call would add
 // a second effect), every run completes, and no lease is left held.
 func TestTwoServesUnderLoad(t *testing.T) {
+	t.Parallel()
 	bin := ledgerBinary(t)
 	dir := t.TempDir()
 	db := filepath.Join(dir, "ledger.db")
@@ -225,6 +227,7 @@ func tail(log string) string {
 // TestMigrateConcurrently: several `ledger migrate` at once on a new file
 // all succeed, and the schema is applied once.
 func TestMigrateConcurrently(t *testing.T) {
+	t.Parallel()
 	bin := ledgerBinary(t)
 	db := filepath.Join(t.TempDir(), "ledger.db")
 	var wg sync.WaitGroup
@@ -254,6 +257,7 @@ func TestMigrateConcurrently(t *testing.T) {
 // it takes (name, pid, a random part), and a name that could not be shown
 // as one is refused before anything starts.
 func TestNamedLeaseOwner(t *testing.T) {
+	t.Parallel()
 	bin := ledgerBinary(t)
 	dir := t.TempDir()
 	db := filepath.Join(dir, "ledger.db")

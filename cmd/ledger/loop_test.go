@@ -18,6 +18,7 @@ import (
 // consecutive_errors after exactly two failed actions, and its timeline
 // says why.
 func TestSubmitLoopPolicy(t *testing.T) {
+	t.Parallel()
 	sim, err := simulator.ParseConfig([]byte(`{
 		"agent": {"continue_on_tool_error": true, "policy": {"repeat_limit": 10, "consecutive_errors": 2}},
 		"tools": {"cards.write": {"faults": [{"kind": "error"}]}}}`))

@@ -24,6 +24,7 @@ func run(t *testing.T, args ...string) (string, error) {
 }
 
 func TestVersion(t *testing.T) {
+	t.Parallel()
 	out, err := run(t, "version", "--json")
 	require.NoError(t, err)
 	var v struct {
@@ -46,6 +47,7 @@ func TestVersion(t *testing.T) {
 }
 
 func TestMigrate(t *testing.T) {
+	t.Parallel()
 	db := filepath.Join(t.TempDir(), "ledger.db")
 	out, err := run(t, "migrate", "--db", db, "--json")
 	require.NoError(t, err)
@@ -73,6 +75,7 @@ func TestMigrate(t *testing.T) {
 
 // TestBinary builds the real binary and runs the README's first command.
 func TestBinary(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("builds the binary")
 	}
@@ -115,6 +118,7 @@ func TestBinary(t *testing.T) {
 }
 
 func TestDemo(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	out, err := run(t, "demo", "--keep", dir)
 	require.NoError(t, err)
@@ -149,6 +153,7 @@ func TestDemo(t *testing.T) {
 }
 
 func TestSimulatorEffectsMissingStore(t *testing.T) {
+	t.Parallel()
 	missing := filepath.Join(t.TempDir(), "nope.db")
 	_, err := run(t, "simulator", "effects", "--store", missing)
 	require.ErrorIs(t, err, os.ErrNotExist)

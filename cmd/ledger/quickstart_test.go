@@ -69,6 +69,7 @@ func freeAddr(t *testing.T) string {
 // SIGTERM too), leave exactly one effect in the simulator's own store, and
 // print no token.
 func TestQuickStart(t *testing.T) {
+	t.Parallel()
 	bin := ledgerBinary(t)
 	block := quickStartBlock(t)
 	require.Contains(t, block, "bin/ledger serve")
@@ -124,6 +125,7 @@ func TestQuickStart(t *testing.T) {
 // TestBinaryExitStatuses: the exit statuses of the client commands reach
 // the shell through main, against serve as a real process.
 func TestBinaryExitStatuses(t *testing.T) {
+	t.Parallel()
 	bin := ledgerBinary(t)
 	dir := t.TempDir()
 	tokens := filepath.Join(dir, "tokens.json")

@@ -12,6 +12,7 @@ import (
 )
 
 func TestReady(t *testing.T) {
+	t.Parallel()
 	// notReadyFor answers 503 with a problem document n times, then 200.
 	notReadyFor := func(t *testing.T, n int64) (*httptest.Server, *atomic.Int64) {
 		var calls atomic.Int64

@@ -18,6 +18,7 @@ import (
 // cancel left when a run completed between its writes, then runs
 // `ledger recover` on the file, as a restart's scan does.
 func TestRecoverSettlesStuckCancellations(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	path := filepath.Join(t.TempDir(), "ledger.db")
 	b := ledgertest.OpenStoreAt(t, path, ledgertest.NewClock())

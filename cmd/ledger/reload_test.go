@@ -92,6 +92,7 @@ func (p *serveProcess) stop(t *testing.T) {
 // real binary: a revoked token stops working once the signal is handled,
 // a broken file keeps the tokens in force, and dev mode ignores SIGHUP.
 func TestTokensReload(t *testing.T) {
+	t.Parallel()
 	bin := ledgerBinary(t)
 	// cli runs the binary and returns stdout, stderr and its exit status.
 	cli := func(t *testing.T, args ...string) (string, string, int) {

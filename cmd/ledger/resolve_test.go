@@ -29,6 +29,7 @@ func reviewEnv(t *testing.T) (*apiEnv, string, string) {
 }
 
 func TestResolve(t *testing.T) {
+	t.Parallel()
 	t.Run("OK", func(t *testing.T) {
 		env, run, action := reviewEnv(t)
 		out, _, err := env.cli(t, "bob", "resolve", action, "--outcome", "not_happened", "--note", "no deck in the tool's list")

@@ -11,6 +11,7 @@ import (
 // TestServeRulesNumbers: a rules file with a number the schema library
 // cannot check is a usage error naming the field, not a panic at start-up.
 func TestServeRulesNumbers(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	rules := filepath.Join(dir, "rules.json")
 	require.NoError(t, os.WriteFile(rules, []byte(`{"schema_version":"1.0","rules":[{"tool":"*","decision":"require_approval","approval_ttl_ms":1e1000001}]}`), 0o600))

@@ -12,6 +12,7 @@ import (
 )
 
 func TestRunsList(t *testing.T) {
+	t.Parallel()
 	t.Run("OK", func(t *testing.T) {
 		env := newAPIEnv(t, envOptions{})
 		out, _, err := env.cli(t, "alice", "runs", "list")
@@ -84,6 +85,7 @@ func TestRunsList(t *testing.T) {
 }
 
 func TestRunsShow(t *testing.T) {
+	t.Parallel()
 	t.Run("OK", func(t *testing.T) {
 		env := newAPIEnv(t, envOptions{})
 		id, action := env.awaiting(t, "k1")
@@ -125,6 +127,7 @@ func TestRunsShow(t *testing.T) {
 }
 
 func TestRunsTimeline(t *testing.T) {
+	t.Parallel()
 	t.Run("OK", func(t *testing.T) {
 		env := newAPIEnv(t, envOptions{})
 		id, _ := env.awaiting(t, "k1")
@@ -150,6 +153,7 @@ func TestRunsTimeline(t *testing.T) {
 }
 
 func TestRunsShowWaitState(t *testing.T) {
+	t.Parallel()
 	t.Run("WaitsForTheState", func(t *testing.T) {
 		env := newAPIEnv(t, envOptions{})
 		id := env.submit(t, "alice", "k1")
@@ -227,6 +231,7 @@ func TestRunsShowWaitState(t *testing.T) {
 // TestBudgetText: runs show gives each measure of the budget with its
 // limit, durations in milliseconds as the API does.
 func TestBudgetText(t *testing.T) {
+	t.Parallel()
 	t.Run("NoLimits", func(t *testing.T) {
 		require.Equal(t, "attempts 0; execution 0ms; steps 1; tokens 383",
 			budgetText(server.Budget{Used: server.BudgetUsage{Steps: 1, Tokens: 383}}))

@@ -302,6 +302,7 @@ func TestServe(t *testing.T) {
 }
 
 func TestIsLoopback(t *testing.T) {
+	t.Parallel()
 	for addr, want := range map[string]bool{
 		"127.0.0.1:8080": true,
 		"127.0.0.2:0":    true,

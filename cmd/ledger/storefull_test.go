@@ -44,6 +44,7 @@ type fullDisk struct {
 // /readyz is 200 again and every acknowledged run completes with exactly
 // one effect in the tool's own store.
 func TestStoreFull(t *testing.T) {
+	t.Parallel()
 	bin := ledgerBinary(t)
 	// FaultPlan: every store write of serve fails while a file exists
 	// (fault plan store_full).

@@ -14,6 +14,7 @@ import (
 )
 
 func TestSubmit(t *testing.T) {
+	t.Parallel()
 	t.Run("OK", func(t *testing.T) {
 		env := newAPIEnv(t, envOptions{})
 		out, _, err := env.cli(t, "alice", "submit", "--title", "Sample", "--markdown-file", env.sample(t))

@@ -12,6 +12,7 @@ import (
 )
 
 func TestTokenNew(t *testing.T) {
+	t.Parallel()
 	t.Run("OK", func(t *testing.T) {
 		out, errOut, err := runCLI(t, nil, "token", "new", "--principal", "bob", "--tenant", "acme", "--role", "approver", "--role", "auditor")
 		require.NoError(t, err)

@@ -15,6 +15,7 @@ import (
 // unknown or a missing subcommand with exit status 2, never with its help
 // and 0; and every help text has Examples.
 func TestCommandTree(t *testing.T) {
+	t.Parallel()
 	root := newRootCmd(io.Discard, io.Discard)
 	var paths [][]string
 	var walk func(cmd *cobra.Command, path []string)
@@ -62,6 +63,7 @@ func TestCommandTree(t *testing.T) {
 
 // TestUsageSuggestions: a typo of a subcommand names the one meant.
 func TestUsageSuggestions(t *testing.T) {
+	t.Parallel()
 	for _, args := range [][]string{{"runs", "lsit"}, {"submti"}, {"token", "nwe"}} {
 		t.Run(strings.Join(args, " "), func(t *testing.T) {
 			_, _, err := runCLI(t, nil, args...)

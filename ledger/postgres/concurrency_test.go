@@ -33,11 +33,11 @@ func (c *tries) onCommit(s ledger.CommitStats) {
 	}
 }
 
-// openCounted opens a Store on a fresh database whose transactions c
+// openCounted opens a Store on a fresh schema whose transactions c
 // counts.
 func openCounted(t *testing.T, c *tries) *ledger.DB {
 	t.Helper()
-	s, err := postgres.OpenStore(context.Background(), postgres.Config{DSN: pgtest.NewDatabase(t), OnCommit: c.onCommit})
+	s, err := postgres.OpenStore(context.Background(), postgres.Config{DSN: pgtest.NewSchema(t), OnCommit: c.onCommit})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = s.Close() })
 	return s

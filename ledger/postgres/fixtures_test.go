@@ -20,18 +20,19 @@ import (
 // t0 is the fixtures' time: microseconds, UTC.
 var t0 = time.Date(2025, 3, 4, 5, 6, 7, 123456000, time.UTC)
 
-// fixture is a driver on a fresh database and a raw connection pool on the
-// same database, to check what the driver stored.
+// fixture is a driver on a fresh schema and a raw connection pool on the
+// same schema, to check what the driver stored.
 type fixture struct {
 	dsn string
 	d   *postgres.Driver
 	raw *sql.DB
 }
 
-// open opens a driver on a fresh database; cfg's DSN is filled in.
+// open opens a driver on a fresh schema (pgtest.NewSchema); cfg's DSN is
+// filled in.
 func open(t *testing.T, cfg ...postgres.Config) *fixture {
 	t.Helper()
-	dsn := pgtest.NewDatabase(t)
+	dsn := pgtest.NewSchema(t)
 	return openOn(t, dsn, cfg...)
 }
 

@@ -53,10 +53,10 @@ func TestOpenMigratesOnceAndRecordsIt(t *testing.T) {
 		"cancellations", "chain_signatures", "events", "observations", "runs", "schema_migrations", "store_probes"}, tables(t, f.raw))
 }
 
-// tables lists the tables of the public schema.
+// tables lists the tables of the session's schema.
 func tables(t *testing.T, db *sql.DB) []string {
 	t.Helper()
-	rows, err := db.Query(`SELECT tablename FROM pg_tables WHERE schemaname = 'public' ORDER BY tablename`)
+	rows, err := db.Query(`SELECT tablename FROM pg_tables WHERE schemaname = current_schema() ORDER BY tablename`)
 	require.NoError(t, err)
 	defer func() { _ = rows.Close() }()
 	var out []string
@@ -104,7 +104,7 @@ func TestOpenRefusesANewerSchemaAndTouchesNothing(t *testing.T) {
 func TestOpenRefusesANewerSchemaOnADatabaseWithOnlyItsVersion(t *testing.T) {
 	// A database a newer build created its own way: only schema_migrations
 	// is there. Nothing of this build's schema may be added to it.
-	dsn := pgtest.NewDatabase(t)
+	dsn := pgtest.NewSchema(t)
 	raw, err := sql.Open("pgx", dsn)
 	require.NoError(t, err)
 	defer func() { _ = raw.Close() }()
@@ -118,7 +118,7 @@ func TestOpenRefusesANewerSchemaOnADatabaseWithOnlyItsVersion(t *testing.T) {
 }
 
 func TestConcurrentOpensMigrateTheDatabaseOnce(t *testing.T) {
-	dsn := pgtest.NewDatabase(t)
+	dsn := pgtest.NewSchema(t)
 	const n = 6
 	var (
 		wg    sync.WaitGroup

@@ -21,7 +21,7 @@ import (
 // ends again fails the write as the store failure it is, not as a
 // conflict.
 func TestWriteAfterSessionEnded(t *testing.T) {
-	dsn := pgtest.NewDatabase(t)
+	dsn := pgtest.NewSchema(t)
 	sep := "?"
 	if strings.Contains(dsn, "?") {
 		sep = "&"

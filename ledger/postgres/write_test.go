@@ -53,14 +53,16 @@ func leaseFixture(t *testing.T, cfg postgres.Config) *fixture {
 	return f
 }
 
-// waitForLockWaiter waits, at most 10 s, until a session of the
-// database waits for a lock.
+// waitForLockWaiter waits, at most 10 s, until a session of the test
+// waits for a lock: one with raw's application_name, which pgtest.NewSchema
+// makes the schema's, as other tests share the database.
 func waitForLockWaiter(ctx context.Context, raw *sql.DB) error {
 	deadline := time.Now().Add(10 * time.Second)
 	for time.Now().Before(deadline) {
 		var n int
 		if err := raw.QueryRowContext(ctx, `SELECT COUNT(*) FROM pg_stat_activity
-			WHERE datname = current_database() AND wait_event_type = 'Lock'`).Scan(&n); err != nil {
+			WHERE datname = current_database() AND application_name = current_setting('application_name')
+			AND wait_event_type = 'Lock'`).Scan(&n); err != nil {
 			return err
 		}
 		if n > 0 {
@@ -502,7 +504,7 @@ func TestWriteTellsOnCommitAndTheFaultPlan(t *testing.T) {
 }
 
 func TestOpenStore(t *testing.T) {
-	dsn := pgtest.NewDatabase(t)
+	dsn := pgtest.NewSchema(t)
 	ctx := context.Background()
 	s, err := postgres.OpenStore(ctx, postgres.Config{DSN: dsn, SigningKey: []byte("short")})
 	requireCode(t, ledger.CodeInvalid, err)

@@ -3,6 +3,7 @@ package servertest
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -58,10 +59,33 @@ func Fetch(ctx context.Context, h http.Handler) (*Validator, error) {
 	return NewValidator(ctx, rec.Body.Bytes())
 }
 
+// validators holds the Validator of every document NewValidator was given
+// in this process, by the document's SHA-256: loading and validating the
+// server's document costs more than a second of CPU under -race, and every
+// test env of a package serves the same one.
+var validators sync.Map // [sha256.Size]byte → *validatorOnce
+
+// validatorOnce is one document's Validator (or error), made once.
+type validatorOnce struct {
+	once sync.Once
+	v    *Validator
+	err  error
+}
+
 // NewValidator loads an OpenAPI document (JSON), validates it (examples
 // included) and builds a router over its operations. The document must
-// define components.responses.Default.
+// define components.responses.Default. The same document (byte for byte)
+// is loaded once per process: later calls return the same Validator (or
+// error), so its Document must not be changed.
 func NewValidator(ctx context.Context, document []byte) (*Validator, error) {
+	e, _ := validators.LoadOrStore(sha256.Sum256(document), &validatorOnce{})
+	vo := e.(*validatorOnce)
+	vo.once.Do(func() { vo.v, vo.err = newValidator(ctx, document) })
+	return vo.v, vo.err
+}
+
+// newValidator is NewValidator without the cache.
+func newValidator(ctx context.Context, document []byte) (*Validator, error) {
 	registerDecoders()
 	loader := openapi3.NewLoader()
 	loader.Context = ctx

@@ -62,12 +62,14 @@ func NewDatabase(tb testing.TB, options ...string) string {
 
 // NewSchema creates an empty schema with a random name in the database of
 // the test server's URL and returns that URL with the schema as its
-// search_path, so everything a driver creates lands in it; the schema is
-// dropped with all it holds when tb ends. It is NewDatabase at a fraction
-// of the cost (no database files to create and sync), for suites that
-// open hundreds of stores; the schemas share the database's advisory locks
-// and extensions. If the server is unreachable, tb is skipped, or fails
-// when EnvRequired is set.
+// search_path, so everything a driver creates lands in it, and as its
+// application_name, so that a test looking at pg_stat_activity can tell
+// its own sessions from those of the other tests sharing the database,
+// with synchronous_commit off; the schema is dropped with all it holds when tb ends. It is NewDatabase
+// at a fraction of the cost (no database files to create, no checkpoint to
+// drop them): every test that does not need a database of its own uses it.
+// The schemas share the database's advisory locks and extensions. If the
+// server is unreachable, tb is skipped, or fails when EnvRequired is set.
 func NewSchema(tb testing.TB) string {
 	tb.Helper()
 	u, name := create(tb, "schema", func(quoted string) string { return "CREATE SCHEMA " + quoted },
@@ -75,6 +77,11 @@ func NewSchema(tb testing.TB) string {
 	in := *u
 	q := in.Query()
 	q.Set("search_path", name)
+	q.Set("application_name", name)
+	// A commit need not wait for its WAL to reach the disk: it is seen
+	// by every session at once either way, and only a crash of the server,
+	// which no test makes, could lose it.
+	q.Set("synchronous_commit", "off")
 	in.RawQuery = q.Encode()
 	return in.String()
 }
