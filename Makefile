@@ -22,7 +22,7 @@ lint:
 # fault matrix once (faultmatrix.TestMatrix); LEDGER_FAULTMATRIX_REPORT=FILE
 # keeps its report.
 test: lint
-	$(GO) test -race -count=1 -bench . -benchtime 1x ./...
+	$(GO) test -race -count=1 -timeout 25m -bench . -benchtime 1x ./...
 	$(MAKE) test-python
 	$(MAKE) test-typescript
 
