@@ -1,6 +1,7 @@
 package approval
 
 import (
+	"encoding/json"
 	"fmt"
 	"slices"
 	"time"
@@ -50,9 +51,10 @@ type Decision struct {
 // Policy evaluates approval rules. It is immutable once built and safe for
 // concurrent use.
 type Policy struct {
-	rules  []contracts.Rule
-	ttl    time.Duration
-	digest ledger.Digest
+	rules    []contracts.Rule
+	ttl      time.Duration
+	document []byte // the canonical JSON the digest covers
+	digest   ledger.Digest
 }
 
 // defaultDecisions is what the defaults decide, by the tool's effect, when
@@ -117,11 +119,17 @@ func NewPolicy(r *contracts.Rules, defaults Defaults) (*Policy, error) {
 		doc.Rules = []contracts.Rule{} // no rules is [], never null
 	}
 	var err error
-	if p.digest, err = ledger.DigestOf(doc); err != nil {
+	if p.document, err = ledger.CanonicalJSON(doc); err != nil {
 		return nil, ledger.Errorf(ledger.CodeInternal, "approval policy: rules digest: %w", err)
 	}
+	p.digest = ledger.DigestCanonical(p.document)
 	return p, nil
 }
+
+// RuleSet is the document RulesDigest covers, in its canonical JSON: what
+// the ledger stores under the digest (ledger.Store.PutRuleSet) so that the
+// rule an action's gate names can be shown. The caller owns the bytes.
+func (p *Policy) RuleSet() json.RawMessage { return slices.Clone(p.document) }
 
 // RulesDigest is the digest (sha256 of the RFC 8785 canonical JSON) of the
 // rules in force: the rules in file order and the defaults that apply where

@@ -214,6 +214,19 @@ func (s *Service) Gate(tenant string, tool contracts.ToolDescriptor) Decision {
 	return s.policy.Evaluate(tenant, tool)
 }
 
+// StoreRules stores the rule set in force (Policy.RuleSet) in the ledger
+// under its digest, once: a process calls it when it starts with its rules,
+// before any action can cite them, so that the rule an action's gate names
+// can be shown (ledger rules show, evidence reports). Storing a rule set
+// stored already changes nothing.
+func (s *Service) StoreRules(ctx context.Context) (ledger.PutRuleSetResult, error) {
+	r, err := s.store.PutRuleSet(ctx, s.policy.RuleSet())
+	if err != nil {
+		return ledger.PutRuleSetResult{}, wrap("store rules", err)
+	}
+	return r, nil
+}
+
 // RulesDigest is the digest of the rules in force (Policy.RulesDigest),
 // which every decision of Gate carries.
 func (s *Service) RulesDigest() ledger.Digest { return s.policy.RulesDigest() }

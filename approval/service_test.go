@@ -449,3 +449,32 @@ func TestServiceGate(t *testing.T) {
 		require.Equal(t, ledger.ActionApproved, svc.Gate("acme", docsSearch).Gate)
 	})
 }
+
+// TestServiceStoreRules: the rule set in force is stored under the digest
+// every decision carries, once, and reads back as the rules and defaults
+// that decided.
+func TestServiceStoreRules(t *testing.T) {
+	ctx := context.Background()
+	store := ledgertest.OpenStore(t).Store
+	rules, err := contracts.ParseRules([]byte(`{"schema_version":"1.0","rules":[
+		{"tool":"cards.write","tenant":"acme","decision":"auto_approve"}]}`))
+	require.NoError(t, err)
+	policy, err := approval.NewPolicy(rules, approval.Defaults{ApprovalTTL: time.Hour})
+	require.NoError(t, err)
+	svc := approval.NewService(store, policy, nil, approval.Options{})
+
+	first, err := svc.StoreRules(ctx)
+	require.NoError(t, err)
+	require.True(t, first.Created)
+	require.Equal(t, policy.RulesDigest(), first.RuleSet.Digest)
+	require.Equal(t, policy.RulesDigest(), svc.Gate("acme", contracts.ToolDescriptor{Name: "cards.write",
+		Effect: contracts.EffectWrite}).RulesDigest)
+	require.JSONEq(t, `{"rules":[{"tool":"cards.write","tenant":"acme","decision":"auto_approve"}],
+		"defaults":{"approval_ttl_ms":3600000,"effects":{"read":"auto_approve","write":"require_approval"},
+		"unknown_effect":"require_approval"}}`, string(first.RuleSet.Document))
+
+	again, err := svc.StoreRules(ctx)
+	require.NoError(t, err)
+	require.False(t, again.Created, "a restart with the same rules stores nothing new")
+	require.Equal(t, first.RuleSet, again.RuleSet)
+}

@@ -40,7 +40,7 @@ func TestSplitValidationIsWholeValidation(t *testing.T) {
 		file   string
 		arrays []string
 	}{
-		SchemaReport:            {"report.valid.json", []string{"actions", "observations", "recovery_decisions", "timeline"}},
+		SchemaReport:            {"report.valid.json", []string{"actions", "observations", "recovery_decisions", "rule_sets", "timeline"}},
 		SchemaFaultMatrixReport: {"faultmatrix_report.valid.json", []string{"scenarios"}},
 	}
 	for schema, tc := range cases {

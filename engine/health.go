@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -95,11 +96,11 @@ var (
 	storeWrites = [...]string{"submit_run", "transition_run", "create_action", "transition_action", "start_attempt",
 		"finish_attempt", "record_observation", "settle_review", "decide_approval", "expire_approvals", "request_cancel",
 		"transition_cancellation", "settle_cancellations", "add_usage", "record_recovery", "begin_attempt", "renew_lease",
-		"claim_runs", "renew_run_leases", "release_run_lease", "probe_write"}
+		"claim_runs", "renew_run_leases", "release_run_lease", "probe_write", "put_rule_set"}
 	storeReads = [...]string{"find_run_by_id", "find_runs", "find_action_by_id", "find_actions", "find_attempts",
 		"find_observations", "find_approvals", "find_cancellation", "find_recovery_facts", "find_events", "find_events_after", "verify_chain",
 		"find_chain", "count_by_state", "find_attempt_lease", "find_lapsed_leases", "find_agent_decision", "find_agent_decisions",
-		"find_run_lease", "find_run_lease_owners"}
+		"find_run_lease", "find_run_lease_owners", "find_rule_sets"}
 )
 
 // StoreOps lists the operations StoreHealth counts, writes first.
@@ -374,7 +375,20 @@ func (s *watchedStore) ProbeWrite(ctx context.Context) error {
 	return err
 }
 
+// PutRuleSet implements ledger.Store.
+func (s *watchedStore) PutRuleSet(ctx context.Context, document json.RawMessage) (ledger.PutRuleSetResult, error) {
+	r, err := s.store.PutRuleSet(ctx, document)
+	s.h.write(ctx, "put_rule_set", err, r.Created)
+	return r, err
+}
+
 // The reads.
+
+func (s *watchedStore) FindRuleSets(ctx context.Context, f ledger.RuleSetFilter) ([]*ledger.RuleSet, error) {
+	r, err := s.store.FindRuleSets(ctx, f)
+	s.h.read("find_rule_sets", err)
+	return r, err
+}
 
 func (s *watchedStore) FindRunLeaseOwners(ctx context.Context) ([]string, error) {
 	r, err := s.store.FindRunLeaseOwners(ctx)

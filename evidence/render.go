@@ -173,7 +173,14 @@ func (a *Action) gateText() string {
 		by = "rule " + strconv.FormatInt(*g.Rule, 10)
 		prefix = by + ": "
 	}
-	return fmt.Sprintf("%s by %s: %s", g.Decision, by, strings.TrimPrefix(g.Reason, prefix))
+	text := fmt.Sprintf("%s by %s: %s", g.Decision, by, strings.TrimPrefix(g.Reason, prefix))
+	if len(a.DecidingRule) > 0 {
+		var rule bytes.Buffer
+		if json.Compact(&rule, a.DecidingRule) == nil {
+			text += "; the rule: " + rule.String()
+		}
+	}
+	return text
 }
 
 // rulesDigest is the digest of the rule set that gated the action; "" if

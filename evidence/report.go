@@ -20,8 +20,10 @@ import (
 // redaction hid (redacted_fields), each event's hash format, bound rows
 // and data digest, the rows the chain verdict checked, and the signed
 // chain head. 1.2 added each action's gate: which rule of which rule set
-// chose the state it entered, and why.
-const SchemaVersion = "1.2"
+// chose the state it entered, and why. 1.3 added the rule sets the gates
+// cite (rule_sets), each checked by its digest, and each action's
+// deciding_rule, the rule of that set that decided.
+const SchemaVersion = "1.3"
 
 // DecisionEventType is the type of the events recording recovery decisions.
 const DecisionEventType = "recovery.decision"
@@ -46,6 +48,10 @@ type Report struct {
 	Observations      []Observation      `json:"observations"`
 	Timeline          []TimelineEvent    `json:"timeline"`
 	Chain             Chain              `json:"chain"`
+	// RuleSets are the stored rule sets the actions' gates cite, in the
+	// order of their first citation; a cited rule set the ledger does not
+	// hold (an action recorded before rule sets were stored) is missing.
+	RuleSets []RuleSet `json:"rule_sets"`
 	// Signature is the newest signature of the run's chain head; nil if
 	// the ledger signed none.
 	Signature *Signature `json:"signature"`
@@ -90,6 +96,18 @@ type Action struct {
 	// nil for an action recorded before the gate was audited. The policy
 	// writes its reason, so nothing of it is redacted.
 	Gate *ledger.GateContent `json:"gate"`
+	// DecidingRule is the rule that decided, as the rule set the gate cites
+	// holds it (rule_sets): nil when the default decided, when there is no
+	// gate, or when that rule set is not in the report.
+	DecidingRule json.RawMessage `json:"deciding_rule"`
+}
+
+// RuleSet is an approval rule set a gate cites: its digest and the
+// document the digest covers (the rules in file order and the defaults),
+// as the ledger stored it (ledger.RuleSet).
+type RuleSet struct {
+	Digest   ledger.Digest   `json:"digest"`
+	Document json.RawMessage `json:"document"`
 }
 
 // Attempt is one try at executing an action. Status (what was seen of the
@@ -315,8 +333,12 @@ func (b *builder) build(id ledger.RunID) (*Report, error) {
 		Signature: signatureOf(fc.Signature),
 		// Empty lists are [] in JSON, never null.
 		Actions: []Action{}, RecoveryDecisions: []RecoveryDecision{}, Observations: []Observation{}, Timeline: []TimelineEvent{},
+		RuleSets: []RuleSet{},
 	}
 	if err := b.actions(rep, fc); err != nil {
+		return nil, err
+	}
+	if err := rep.addRuleSets(fc.RuleSets); err != nil {
 		return nil, err
 	}
 	if fc.Cancellation != nil {
@@ -630,4 +652,44 @@ func orNull(doc json.RawMessage) json.RawMessage {
 		return jsonNull
 	}
 	return doc
+}
+
+// addRuleSets puts the rule sets the actions cite into the report and
+// gives each gated action the rule that decided it.
+func (r *Report) addRuleSets(sets []*ledger.RuleSet) error {
+	for _, rs := range sets {
+		r.RuleSets = append(r.RuleSets, RuleSet{Digest: rs.Digest, Document: rs.Document})
+	}
+	for i := range r.Actions {
+		rule, err := r.gateRule(&r.Actions[i])
+		if err != nil {
+			return err
+		}
+		r.Actions[i].DecidingRule = rule
+	}
+	return nil
+}
+
+// gateRule is the rule that decided a, from the report's rule set its gate
+// cites; nil if the default decided, a has no gate or the report lacks
+// that rule set. A rule the set does not have is an error.
+func (r *Report) gateRule(a *Action) (json.RawMessage, error) {
+	if a.Gate == nil || a.Gate.Rule == nil {
+		return nil, nil
+	}
+	i := slices.IndexFunc(r.RuleSets, func(rs RuleSet) bool { return rs.Digest == a.Gate.RulesDigest })
+	if i < 0 {
+		return nil, nil
+	}
+	var doc struct {
+		Rules []json.RawMessage `json:"rules"`
+	}
+	if err := json.Unmarshal(r.RuleSets[i].Document, &doc); err != nil {
+		return nil, fmt.Errorf("rule set %s: %w", a.Gate.RulesDigest, err)
+	}
+	n := *a.Gate.Rule
+	if n < 0 || n >= int64(len(doc.Rules)) {
+		return nil, fmt.Errorf("action %s: its gate names rule %d, but rule set %s has %d rules", a.ID, n, a.Gate.RulesDigest, len(doc.Rules))
+	}
+	return doc.Rules[n], nil
 }

@@ -278,12 +278,13 @@ type failingWriter struct{}
 
 func (failingWriter) Write([]byte) (int, error) { return 0, errors.New("disk full") }
 
-// addedSince10 are the properties versions 1.1 and 1.2 of the report
+// addedSince10 are the properties versions 1.1, 1.2 and 1.3 of the report
 // added: optional in the schema, so that every older report stays valid,
 // and always written.
 var addedSince10 = map[string]bool{"digest": true, "redacted_fields": true, "format": true, "rows": true, "redacted_data": true,
 	"unbound_rows": true, "signature": true, "too_late_at": true, // rows: of events and of the chain
-	"gate": true} // 1.2
+	"gate":      true,                        // 1.2
+	"rule_sets": true, "deciding_rule": true} // 1.3
 
 // TestTypesMatchSchema keeps the Go types and the report schema in step:
 // every property is a JSON field of the type and every JSON field a
@@ -314,6 +315,7 @@ func TestTypesMatchSchema(t *testing.T) {
 		{props(schema)["redaction"].(map[string]any), evidence.Redaction{}},
 		{defs["signature"].(map[string]any), evidence.Signature{}},
 		{defs["gate"].(map[string]any), ledger.GateContent{}},
+		{defs["rule_set"].(map[string]any), evidence.RuleSet{}},
 	}
 	for _, tt := range tests {
 		typ := reflect.TypeOf(tt.typ)
@@ -329,14 +331,14 @@ func TestTypesMatchSchema(t *testing.T) {
 				fields = append(fields, name)
 			}
 			require.ElementsMatch(t, want, fields)
-			// Every property is required, but those 1.1 and 1.2 added: a
+			// Every property is required, but those 1.1, 1.2 and 1.3 added: a
 			// reader never guesses.
 			var required, wantRequired []string
 			for _, r := range tt.node["required"].([]any) {
 				required = append(required, r.(string))
 			}
 			for _, name := range want {
-				if !addedSince10[name] || typ == reflect.TypeFor[evidence.Signature]() { // a signature, new in 1.1, has all of its fields
+				if !addedSince10[name] || typ == reflect.TypeFor[evidence.Signature]() || typ == reflect.TypeFor[evidence.RuleSet]() { // new in 1.1 and 1.3, with all of their fields
 					wantRequired = append(wantRequired, name)
 				}
 			}

@@ -62,7 +62,18 @@ func (r *Report) value() (map[string]any, error) {
 	if v["timeline"], err = listValue(r.Timeline, (*TimelineEvent).value); err != nil {
 		return nil, err
 	}
+	if v["rule_sets"], err = listValue(r.RuleSets, (*RuleSet).value); err != nil {
+		return nil, err
+	}
 	return v, nil
+}
+
+func (rs *RuleSet) value() (any, error) {
+	doc, err := rawValue(rs.Document)
+	if err != nil {
+		return nil, fmt.Errorf("rule set %s: %w", rs.Digest, err)
+	}
+	return map[string]any{"digest": text(rs.Digest), "document": doc}, nil
 }
 
 func (a *Action) value() (any, error) {
@@ -78,13 +89,17 @@ func (a *Action) value() (any, error) {
 	if err != nil {
 		return nil, err
 	}
+	rule, err := rawValue(a.DecidingRule)
+	if err != nil {
+		return nil, fmt.Errorf("action %s deciding_rule: %w", a.ID, err)
+	}
 	return map[string]any{
 		"id": text(a.ID), "seq": intValue(a.Seq), "tool": text(a.Tool), "tool_version": text(a.ToolVersion),
 		"effect": text(a.Effect), "state": text(a.State), "action_digest": text(a.ActionDigest),
 		"dedup_key": text(a.DedupKey), "supersedes": strPtrValue(a.Supersedes), "arguments": args,
 		"created_at": timeValue(a.CreatedAt), "updated_at": timeValue(a.UpdatedAt),
 		"attempts": attempts, "approvals": approvals, "digest": text(a.Digest), "redacted_fields": a.RedactedFields.value(),
-		"gate": gateValue(a.Gate),
+		"gate": gateValue(a.Gate), "deciding_rule": rule,
 	}, nil
 }
 

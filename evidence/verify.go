@@ -8,6 +8,8 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
+	"slices"
+	"strconv"
 
 	"github.com/actionledger/ledger/contracts"
 	"github.com/actionledger/ledger/ledger"
@@ -86,6 +88,9 @@ func ReadReport(data []byte) (*Report, error) {
 	if err := json.Unmarshal(data, &r); err != nil {
 		return nil, &VerifyError{Reason: "not a valid report: " + err.Error(), Err: err}
 	}
+	if r.RuleSets == nil {
+		r.RuleSets = []RuleSet{} // a report before 1.3 has none
+	}
 	return &r, nil
 }
 
@@ -129,6 +134,9 @@ func (r *Report) Verify(pub ed25519.PublicKey) (Verified, error) {
 		return fail("%v", err)
 	}
 	if err := r.checkDecisions(); err != nil {
+		return fail("%v", err)
+	}
+	if err := r.checkRuleSets(); err != nil {
 		return fail("%v", err)
 	}
 	if !r.Chain.OK {
@@ -405,3 +413,60 @@ func deref[T ~string](p *T) T {
 }
 
 func eqPtr(a, b *int64) bool { return a == nil && b == nil || a != nil && b != nil && *a == *b }
+
+// checkRuleSets checks the rule sets of the report by their digests, that
+// each is cited by a gate of the report, and that each action's deciding_rule
+// is the rule its gate names in the rule set it cites. The gates are
+// checked already: they are part of the actions' content, which the chain
+// binds.
+func (r *Report) checkRuleSets() error {
+	for i, rs := range r.RuleSets {
+		got, err := ledger.DigestJSON(rs.Document)
+		if err != nil {
+			return fmt.Errorf("rule set %s: %w", rs.Digest, err)
+		}
+		if got != rs.Digest {
+			return fmt.Errorf("rule set %s: its document has digest %s: it is not the rule set the gates cite", rs.Digest, got)
+		}
+		if slices.ContainsFunc(r.RuleSets[:i], func(o RuleSet) bool { return o.Digest == rs.Digest }) {
+			return fmt.Errorf("rule set %s is in the report twice", rs.Digest)
+		}
+		if !slices.ContainsFunc(r.Actions, func(a Action) bool { return a.Gate != nil && a.Gate.RulesDigest == rs.Digest }) {
+			return fmt.Errorf("rule set %s: no action's gate cites it", rs.Digest)
+		}
+	}
+	for i := range r.Actions {
+		a := &r.Actions[i]
+		want, err := r.gateRule(a)
+		if err != nil {
+			return err
+		}
+		if !sameJSON(want, a.DecidingRule) {
+			return fmt.Errorf("action %s: its deciding_rule is not rule %s of the rule set its gate cites", a.ID, ruleIndex(a.Gate))
+		}
+	}
+	return nil
+}
+
+// sameJSON reports whether a and b are the same JSON value (nil and null
+// alike); a document that is not JSON is the same as nothing.
+func sameJSON(a, b json.RawMessage) bool {
+	ca, erra := canonicalOrNull(a)
+	cb, errb := canonicalOrNull(b)
+	return erra == nil && errb == nil && bytes.Equal(ca, cb)
+}
+
+func canonicalOrNull(m json.RawMessage) ([]byte, error) {
+	if len(m) == 0 {
+		return []byte("null"), nil
+	}
+	return ledger.Canonicalize(m)
+}
+
+// ruleIndex is the index of the rule a gate names, in words.
+func ruleIndex(g *ledger.GateContent) string {
+	if g == nil || g.Rule == nil {
+		return "(none: no rule decided)"
+	}
+	return strconv.FormatInt(*g.Rule, 10)
+}

@@ -6,8 +6,8 @@ import (
 )
 
 // readRecord reads on r (FindChain's snapshot) a run with its budget,
-// actions, attempts, approvals, cancellation, observations and the newest
-// signature of its head. If ctx ends during the read, its error is the
+// actions, attempts, approvals, cancellation, observations, the stored
+// rule sets its actions cite and the newest signature of its head. If ctx ends during the read, its error is the
 // result.
 func readRecord(ctx context.Context, r Reader, run RunID, out *Chain) (err error) {
 	defer func() {
@@ -36,6 +36,11 @@ func readRecord(ctx context.Context, r Reader, run RunID, out *Chain) (err error
 	}
 	if out.Observations, err = r.ListObservations(ctx, ObservationFilter{RunID: &run}); err != nil {
 		return fmt.Errorf("read observations: %w", err)
+	}
+	if cited := citedRuleSets(out.Actions); len(cited) > 0 {
+		if out.RuleSets, err = readRuleSets(ctx, r, RuleSetFilter{Digests: cited}); err != nil {
+			return fmt.Errorf("read rule sets: %w", err)
+		}
 	}
 	out.Signature, err = r.GetSignature(ctx, run)
 	switch {

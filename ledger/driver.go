@@ -135,6 +135,11 @@ type Reader interface {
 	ListRecoveryFacts(ctx context.Context, f RecoveryFilter) ([]*RecoveryFacts, []*Observation, error)
 	// CountByState is Store.CountByState.
 	CountByState(ctx context.Context) (*Counts, error)
+	// GetRuleSet returns the rule set stored under digest.
+	GetRuleSet(ctx context.Context, digest Digest) (*RuleSet, error)
+	// ListRuleSets lists rule sets newest stored first (then by digest),
+	// at most limit of them (0: no limit).
+	ListRuleSets(ctx context.Context, limit int) ([]*RuleSet, error)
 	// GetRunLease returns a run's lease (Store.FindRunLease).
 	GetRunLease(ctx context.Context, run RunID) (*RunLease, error)
 	// ListRunLeaseOwners is Store.FindRunLeaseOwners.
@@ -225,6 +230,10 @@ type Tx interface {
 	MoveChainHeadFenced(ctx context.Context, run RunID, fromSeq, seq int64, hash string, token int64) (bool, error)
 	// PutSignature inserts or replaces the signature of a run's head.
 	PutSignature(ctx context.Context, h *HeadSignature) error
+
+	// InsertRuleSet inserts a rule set unless one is stored under its
+	// digest, and reports whether it did.
+	InsertRuleSet(ctx context.Context, r *RuleSet) (bool, error)
 
 	// Probe raises the counter of the store_probes row: a statement that
 	// changes a row each time, so that its write reaches the database's

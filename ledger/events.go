@@ -757,8 +757,9 @@ func (s *DB) FindEventsAfter(ctx context.Context, f EventFilter) ([]*Event, erro
 	return events, nil
 }
 
-// FindChain reads a run's events, its recorded head, its rows and its
-// head's signature in one read transaction and verifies them: readers that
+// FindChain reads a run's events, its recorded head, its rows, the rule
+// sets its actions cite and its head's signature in one read transaction
+// and verifies them (a cited rule set by its digest): readers that
 // show events, rows and their verdict (timelines, evidence) get all of it
 // from one snapshot, in one pass.
 func (s *DB) FindChain(ctx context.Context, run RunID) (*Chain, error) {
@@ -773,6 +774,7 @@ func (s *DB) FindChain(ctx context.Context, run RunID) (*Chain, error) {
 		}
 		out.Events = events
 		out.Report = VerifyRun(run, out.Events, out.Run.EventSeq, out.Run.EventHash, out.contents())
+		verifyRuleSets(&out)
 		return nil
 	})
 	if err != nil {

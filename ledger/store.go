@@ -152,8 +152,9 @@ type Store interface {
 	// CodeInvalid for a negative AfterSeq or Limit.
 	FindEventsAfter(ctx context.Context, f EventFilter) ([]*Event, error)
 	// VerifyChain walks a run's event chain, checks every row of the run
-	// against the newest event that bound it, and names the first broken
-	// link or changed row. CodeNotFound if the run is unknown.
+	// against the newest event that bound it and every stored rule set its
+	// actions cite against its digest, and names the first broken link,
+	// changed row or changed rule set. CodeNotFound if the run is unknown.
 	VerifyChain(ctx context.Context, run RunID) (ChainReport, error)
 	// FindChain returns a run's events and rows with VerifyChain's verdict
 	// on them and the newest signature of its head, read from one
@@ -176,6 +177,18 @@ type Store interface {
 	// key signed last, across tenants, from one snapshot and without
 	// loading rows (metrics; the signing check at start-up).
 	CountByState(ctx context.Context) (*Counts, error)
+
+	// PutRuleSet stores an approval rule set, its canonical JSON, under
+	// its digest (sha256 of that JSON), once: a rule set stored already is
+	// returned with Created false, and is CodeConflict if its stored
+	// document no longer has its digest. CodeInvalid if document is not
+	// JSON. It appends no event: a rule set belongs to no run, and its
+	// digest, which the gates of the actions it decided carry into their
+	// runs' chains, is what vouches for it (rulesets.go).
+	PutRuleSet(ctx context.Context, document json.RawMessage) (PutRuleSetResult, error)
+	// FindRuleSets returns the stored rule sets f selects: those of
+	// f.Digests that are stored, or every one, newest first.
+	FindRuleSets(ctx context.Context, f RuleSetFilter) ([]*RuleSet, error)
 
 	// ProbeWrite runs one write that reaches the database's log and
 	// commits but changes nothing the ledger reads: the check, while
@@ -502,6 +515,11 @@ type Chain struct {
 	Approvals    []*Approval
 	Cancellation *Cancellation
 	Observations []*Observation
+	// RuleSets are the stored rule sets the actions' gates cite, in the
+	// order of their first citation; a cited rule set that was never
+	// stored is missing here, which the verdict does not count against
+	// the chain (an action recorded before rule sets were stored).
+	RuleSets []*RuleSet
 	// Signature is the newest signature of the run's head (signing.go);
 	// nil if none was made. The verdict does not check it: only a public
 	// key can (VerifySignedHead).

@@ -217,28 +217,16 @@ func runServe(ctx context.Context, o *serveOptions, stderr io.Writer) (err error
 			return &usageError{err: fmt.Errorf("tokens file: %w", err)}
 		}
 	}
-	var rules *contracts.Rules
-	if o.rulesPath != "" {
-		data, err := os.ReadFile(o.rulesPath)
-		if err != nil {
-			return usagef("--rules: %w", err)
-		}
-		if rules, err = contracts.ParseRules(data); err != nil {
-			return &usageError{err: fmt.Errorf("rules file %s: %w", o.rulesPath, err)}
-		}
-	}
 	configPath := configFrom(o.configPath)
 	cfg, err := loadConfig(configPath)
 	if err != nil {
 		return err
 	}
+	rules, err := configuredRules(o.rulesPath, configPath, cfg)
+	if err != nil {
+		return err
+	}
 	if cfg != nil {
-		if cfg.Rules != nil {
-			if rules != nil {
-				return usagef("--rules %s and the rules of config file %s: give the rules in one place", o.rulesPath, configPath)
-			}
-			rules = cfg.Rules
-		}
 		log.Info("config file loaded", "config", configPath, "tools", len(cfg.Tools), "agents", len(cfg.Agents), "rules", cfg.Rules != nil)
 	}
 

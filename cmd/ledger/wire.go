@@ -189,6 +189,11 @@ func openService(ctx context.Context, cfg serviceConfig) (*service, error) {
 	rt.approvals = approval.NewService(health.Watch(store), policy, func(name string) (contracts.ToolDescriptor, bool) {
 		return rt.engine.Tool(name)
 	}, approval.Options{RelaxSeparationOfDuties: cfg.DevMode, Redactor: redactor})
+	// The rule set goes on the record before the engine exists, so before
+	// any action can cite its digest (ledger rules show, evidence).
+	if _, err := rt.approvals.StoreRules(ctx); err != nil {
+		return nil, errors.Join(err, rt.Close())
+	}
 	var engineStore ledger.Store = store
 	if cfg.WrapStore != nil {
 		engineStore = cfg.WrapStore(engineStore)

@@ -23,7 +23,7 @@ func TestOpenMigratesOnceAndRecordsIt(t *testing.T) {
 	v, err := f.d.SchemaVersion(ctx)
 	require.NoError(t, err)
 	require.Equal(t, postgres.SchemaVersion(), v)
-	require.Equal(t, 3, v)
+	require.Equal(t, 4, v)
 
 	rows, err := f.raw.Query(`SELECT version, name, applied_at FROM schema_migrations ORDER BY version`)
 	require.NoError(t, err)
@@ -40,17 +40,17 @@ func TestOpenMigratesOnceAndRecordsIt(t *testing.T) {
 		names = append(names, name)
 	}
 	require.NoError(t, rows.Err())
-	require.Equal(t, []string{"0001_schema.sql", "0002_run_leases.sql", "0003_store_probe.sql"}, names)
+	require.Equal(t, []string{"0001_schema.sql", "0002_run_leases.sql", "0003_store_probe.sql", "0004_rule_sets.sql"}, names)
 
 	// Opening again applies nothing.
 	again := openOn(t, f.dsn)
 	v, err = again.d.SchemaVersion(ctx)
 	require.NoError(t, err)
-	require.Equal(t, 3, v)
-	require.Equal(t, 3, f.count(t, "schema_migrations"))
+	require.Equal(t, 4, v)
+	require.Equal(t, 4, f.count(t, "schema_migrations"))
 
 	require.ElementsMatch(t, []string{"actions", "agent_decisions", "approvals", "attempt_leases", "attempts", "budgets",
-		"cancellations", "chain_signatures", "events", "observations", "runs", "schema_migrations", "store_probes"}, tables(t, f.raw))
+		"cancellations", "chain_signatures", "events", "observations", "rule_sets", "runs", "schema_migrations", "store_probes"}, tables(t, f.raw))
 }
 
 // tables lists the tables of the session's schema.

@@ -377,3 +377,22 @@ func (r *reader) CountByState(ctx context.Context) (*ledger.Counts, error) {
 	}
 	return out, nil
 }
+
+// GetRuleSet implements ledger.Reader.
+func (r *reader) GetRuleSet(ctx context.Context, digest ledger.Digest) (*ledger.RuleSet, error) {
+	var row sqlrows.RuleSet
+	if err := r.get(ctx, "rule set "+string(digest), sqlrows.GetRuleSetSQL, []any{string(digest)}, row.Targets()...); err != nil {
+		return nil, wrapErr("get rule set", err)
+	}
+	return row.ToRuleSet(), nil
+}
+
+// ListRuleSets implements ledger.Reader.
+func (r *reader) ListRuleSets(ctx context.Context, limit int) ([]*ledger.RuleSet, error) {
+	q, args := sqlrows.ListRuleSetsSQL, []any(nil)
+	if limit > 0 {
+		q, args = sqlrows.ListRuleSetsLimitSQL, []any{limit}
+	}
+	out, err := all(ctx, r, q, args, sqlrows.ScanRuleSet)
+	return out, wrapErr("list rule sets", err)
+}

@@ -403,6 +403,14 @@ func (t *tx) MoveChainHead(ctx context.Context, run ledger.RunID, fromSeq, seq i
 	return n > 0, wrapErr("move chain head", err)
 }
 
+// InsertRuleSet implements ledger.Tx. A rule set belongs to no run: the
+// primary key alone orders two writes of one digest.
+func (t *tx) InsertRuleSet(ctx context.Context, r *ledger.RuleSet) (bool, error) {
+	row := sqlrows.RuleSetOf(r)
+	n, err := t.exec(ctx, sqlrows.InsertRuleSetSQL, row.Digest, row.Document, row.StoredAt)
+	return n > 0, wrapErr("insert rule set", err)
+}
+
 // PutSignature implements ledger.Tx; the signature is stored as base64.
 func (t *tx) PutSignature(ctx context.Context, h *ledger.HeadSignature) error {
 	if err := t.lockRun(ctx, h.RunID); err != nil {

@@ -450,3 +450,32 @@ func scanOne(rows *sql.Rows, err error, what string, scan func(*sql.Rows) error)
 func unsettledCancellations(db *gorm.DB) *gorm.DB {
 	return db.Model(&sqlrows.Cancellation{}).Where(sqlrows.UnsettledCancellation).Order("id")
 }
+
+var (
+	getRuleSetSQL        = declare(sqlrows.GetRuleSetSQL)
+	listRuleSetsSQL      = declare(sqlrows.ListRuleSetsSQL)
+	listRuleSetsLimitSQL = declare(sqlrows.ListRuleSetsLimitSQL)
+)
+
+func (r reader) GetRuleSet(ctx context.Context, digest ledger.Digest) (*ledger.RuleSet, error) {
+	var row sqlrows.RuleSet
+	if err := r.one(ctx, "rule set "+string(digest), getRuleSetSQL, func(rows *sql.Rows) error {
+		return rows.Scan(row.Targets()...)
+	}, string(digest)); err != nil {
+		return nil, translate(err)
+	}
+	return row.ToRuleSet(), nil
+}
+
+func (r reader) ListRuleSets(ctx context.Context, limit int) ([]*ledger.RuleSet, error) {
+	st, args := listRuleSetsSQL, []any(nil)
+	if limit > 0 {
+		st, args = listRuleSetsLimitSQL, []any{limit}
+	}
+	rows, err := r.c.query(ctx, st, args...)
+	if err != nil {
+		return nil, translate(err)
+	}
+	out, err := sqlrows.ScanAll(rows, sqlrows.ScanRuleSet)
+	return out, translate(err)
+}

@@ -107,6 +107,7 @@ var (
 	moveHeadSQL          = declare(sqlrows.MoveChainHeadSQL)
 	upsertSignatureSQL   = declare(sqlrows.PutSignatureSQL)
 	probeSQL             = declare(sqlrows.ProbeSQL)
+	insertRuleSetSQL     = declare(sqlrows.InsertRuleSetSQL)
 )
 
 func (t *tx) InsertRun(_ context.Context, r *ledger.Run) error {
@@ -307,6 +308,12 @@ func (t *tx) MoveChainHead(_ context.Context, run ledger.RunID, fromSeq, seq int
 func (t *tx) Probe(context.Context) error {
 	_, err := t.exec(probeSQL)
 	return translate(err)
+}
+
+// InsertRuleSet implements ledger.Tx.
+func (t *tx) InsertRuleSet(_ context.Context, r *ledger.RuleSet) (bool, error) {
+	row := sqlrows.RuleSetOf(r)
+	return t.execOne(insertRuleSetSQL, row.Digest, row.Document, row.StoredAt)
 }
 
 // PutSignature implements ledger.Tx.

@@ -114,6 +114,7 @@ var tests = []test{
 	{"SettleReviewIsOneTransaction", testSettleReviewIsOneTransaction},
 	{"RunLeases", testRunLeases},
 	{"ProbeWrite", testProbeWrite},
+	{"RuleSets", testRuleSets},
 	{"InvariantsProperty", testInvariantsProperty},
 }
 

@@ -126,11 +126,16 @@ func (v *Validator) CheckSchema(name string, value []byte) error {
 	if err := json.Unmarshal(value, &x); err != nil {
 		return fmt.Errorf("servertest: %w", err)
 	}
-	var opts []openapi3.SchemaValidationOption
+	return ref.Value.VisitJSON(x, v.visitOptions()...)
+}
+
+// visitOptions are the options of VisitJSON for the document's version
+// (JSON Schema 2020-12 for 3.1).
+func (v *Validator) visitOptions() []openapi3.SchemaValidationOption {
 	if v.doc.IsOpenAPI31OrLater() {
-		opts = append(opts, openapi3.EnableJSONSchema2020())
+		return []openapi3.SchemaValidationOption{openapi3.EnableJSONSchema2020()}
 	}
-	return ref.Value.VisitJSON(x, opts...)
+	return nil
 }
 
 // Check validates one answer to req: its status, headers and body.
@@ -144,6 +149,9 @@ func (v *Validator) CheckSchema(name string, value []byte) error {
 //     default response describes it (the router's answers).
 //   - A HEAD request is checked as its GET with the body left out, and
 //     must have no body.
+//   - A value of the body where the document refers to a component a
+//     published contract describes (ContractComponents) must satisfy the
+//     contract too.
 func (v *Validator) Check(req *http.Request, status int, header http.Header, body []byte) error {
 	// The document's server is relative ("/"): match the path alone.
 	r := req.Clone(req.Context())
@@ -187,6 +195,13 @@ func (v *Validator) Check(req *http.Request, status int, header http.Header, bod
 	in.SetBodyBytes(body)
 	if err := openapi3filter.ValidateResponse(r.Context(), in); err != nil {
 		return v.fail(req, status, body, err.Error())
+	}
+	if resp.Value != nil && !head {
+		if mt := resp.Value.Content.Get(header.Get("Content-Type")); mt != nil {
+			if err := v.checkContracts(mt.Schema, body); err != nil {
+				return v.fail(req, status, body, err.Error())
+			}
+		}
 	}
 	return nil
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -232,4 +233,72 @@ func TestProxy(t *testing.T) {
 	require.NoError(t, err)
 	defer res.Body.Close()
 	require.Equal(t, 200, res.StatusCode)
+}
+
+// contractDocument refers to the Action component, loosely described as
+// the generated one may be, directly, in an array, in a map and in a
+// oneOf branch.
+const contractDocument = `{
+  "openapi": "3.1.0",
+  "info": {"title": "t", "version": "1"},
+  "servers": [{"url": "/"}],
+  "paths": {
+    "/v1/openapi.json": {"get": {"operationId": "doc", "responses": {"200": {"description": "this",
+      "content": {"application/json": {"schema": {"type": "object"}}}}}}},
+    "/one": {"get": {"operationId": "one", "responses": {"200": {"description": "an action",
+      "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Action"}}}}}}},
+    "/list": {"get": {"operationId": "list", "responses": {"200": {"description": "actions",
+      "content": {"application/json": {"schema": {"$ref": "#/components/schemas/List"}}}}}}}
+  },
+  "components": {
+    "responses": {"Default": {"description": "a problem",
+      "content": {"application/problem+json": {"schema": {"type": "object"}}}}},
+    "schemas": {
+      "Action": {"type": "object", "required": ["id"], "properties": {"id": {"type": "string"}}},
+      "Thing": {"type": "object", "required": ["thing"], "properties": {"thing": {"type": "string"}}},
+      "List": {"type": "object", "properties": {
+        "actions": {"type": "array", "items": {"$ref": "#/components/schemas/Action"}},
+        "by_id": {"type": "object", "additionalProperties": {"$ref": "#/components/schemas/Action"}},
+        "either": {"oneOf": [{"$ref": "#/components/schemas/Thing"}, {"$ref": "#/components/schemas/Action"}]}}}
+    }
+  }
+}`
+
+// TestCheckContracts: a value where the document refers to a component a
+// contract describes (an Action) must satisfy the contract as well, wherever
+// it sits in the body; values elsewhere are not held to it.
+func TestCheckContracts(t *testing.T) {
+	ctx := context.Background()
+	v, err := servertest.NewValidator(ctx, []byte(contractDocument))
+	require.NoError(t, err)
+	valid, err := os.ReadFile("../../contracts/testdata/action.valid.json")
+	require.NoError(t, err)
+	// broken passes the loose component, not the contract (an unknown field).
+	broken := strings.Replace(string(valid), `"seq": 2,`, `"seq": 2, "colour": "blue",`, 1)
+	require.NotEqual(t, string(valid), broken)
+	for _, tc := range []struct {
+		name, path, body string
+		wantErr          string // "" means the answer is described
+	}{
+		{"OK", "/one", string(valid), ""},
+		{"OKInArray", "/list", `{"actions": [` + string(valid) + `]}`, ""},
+		{"OKOtherBranch", "/list", `{"either": {"thing": "t", "colour": "blue"}}`, ""},
+		{"ErrDirect", "/one", broken, `value at "" (components.schemas.Action) breaks the action contract`},
+		{"ErrInArray", "/list", `{"actions": [` + string(valid) + `, ` + broken + `]}`, `value at "/actions/1"`},
+		{"ErrInMap", "/list", `{"by_id": {"a/b": ` + broken + `}}`, `value at "/by_id/a~1b"`},
+		{"ErrInBranch", "/list", `{"either": ` + broken + `}`, `value at "/either"`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			req := httptest.NewRequest(http.MethodGet, tc.path, nil)
+			err := v.Check(req, 200, http.Header{"Content-Type": {"application/json"}}, []byte(tc.body))
+			if tc.wantErr == "" {
+				require.NoError(t, err)
+				return
+			}
+			var me *servertest.MismatchError
+			require.ErrorAs(t, err, &me)
+			require.Contains(t, err.Error(), tc.wantErr)
+			require.Contains(t, err.Error(), "/colour")
+		})
+	}
 }

@@ -32,6 +32,11 @@ const (
 	GetCancellationSQL = `SELECT ` + CancellationCols + ` FROM cancellations WHERE run_id = ?`
 	GetRunLeaseSQL     = `SELECT ` + RunLeaseCols + ` FROM runs WHERE id = ?`
 	GetSignatureSQL    = `SELECT ` + SignatureCols + ` FROM chain_signatures WHERE run_id = ?`
+	GetRuleSetSQL      = `SELECT ` + RuleSetCols + ` FROM rule_sets WHERE digest = ?`
+	// ListRuleSetsSQL lists rule sets newest first; ListRuleSetsLimitSQL
+	// at most so many.
+	ListRuleSetsSQL      = `SELECT ` + RuleSetCols + ` FROM rule_sets ORDER BY stored_at DESC, digest`
+	ListRuleSetsLimitSQL = ListRuleSetsSQL + ` LIMIT ?`
 	// CountWaitingSQL counts each part no further than its limit, so a
 	// flood costs the limit at most, on the tenant's (tenant, state, id)
 	// indexes. Arguments: tenant, limit, tenant, limit, the limit being
@@ -143,6 +148,8 @@ const (
 	// hands back its row.
 	MoveApprovalSQL = `UPDATE approvals SET state = ?, version = version + 1, decided_at = ?, reason = ?,
 	decided_by = COALESCE(?, decided_by) WHERE id = ? AND state = ? RETURNING ` + ApprovalCols
+	// InsertRuleSetSQL stores a rule set unless its digest is stored.
+	InsertRuleSetSQL = `INSERT INTO rule_sets (` + RuleSetCols + `) VALUES (?, ?, ?) ON CONFLICT (digest) DO NOTHING`
 	// ProbeSQL raises the store probe's counter (ledger.Tx.Probe).
 	ProbeSQL               = `INSERT INTO store_probes (id, probes) VALUES (1, 1) ON CONFLICT (id) DO UPDATE SET probes = store_probes.probes + 1`
 	MoveChainHeadSQL       = `UPDATE runs SET event_seq = ?, event_hash = ? WHERE id = ? AND event_seq = ?`

@@ -746,3 +746,35 @@ func ScanRunLease(rows *sql.Rows) (ledger.RunLease, error) {
 // EventCols are the columns of events, in the order ScanEvents reads them.
 const EventCols = `id, run_id, seq, type, entity_type, entity_id, from_state, to_state, actor, data, created_at,
 	prev_hash, hash, format, row_digests`
+
+// RuleSet is a row of rule_sets.
+type RuleSet struct {
+	Digest   string
+	Document string
+	StoredAt int64
+}
+
+// RuleSetCols are the columns of RuleSet, in the order of its Targets.
+const RuleSetCols = `digest, document, stored_at`
+
+// Targets are the Scan targets of RuleSetCols.
+func (r *RuleSet) Targets() []any { return []any{&r.Digest, &r.Document, &r.StoredAt} }
+
+// RuleSetOf is the row of r.
+func RuleSetOf(r *ledger.RuleSet) RuleSet {
+	return RuleSet{Digest: string(r.Digest), Document: string(r.Document), StoredAt: Micros(r.StoredAt)}
+}
+
+// ToRuleSet is the row's rule set.
+func (r *RuleSet) ToRuleSet() *ledger.RuleSet {
+	return &ledger.RuleSet{Digest: ledger.Digest(r.Digest), Document: json.RawMessage(r.Document), StoredAt: FromMicros(r.StoredAt)}
+}
+
+// ScanRuleSet scans one row of RuleSetCols.
+func ScanRuleSet(rows *sql.Rows) (*ledger.RuleSet, error) {
+	var r RuleSet
+	if err := rows.Scan(r.Targets()...); err != nil {
+		return nil, err
+	}
+	return r.ToRuleSet(), nil
+}
