@@ -114,6 +114,7 @@ var tests = []test{
 	{"SettleReviewIsOneTransaction", testSettleReviewIsOneTransaction},
 	{"RunLeases", testRunLeases},
 	{"ProbeWrite", testProbeWrite},
+	{"StaleApproval", testStaleApproval},
 	{"InvariantsProperty", testInvariantsProperty},
 }
 
