@@ -37,7 +37,8 @@ type Problem struct {
 	// /arguments).
 	Errors []FieldError `json:"errors,omitempty"`
 	// Action is, for step_key_reused, the action recorded for this step
-	// key.
+	// key; for approval_stale, the action to follow: the same one asking
+	// for approval again, or the one that supersedes it.
 	Action *Action `json:"action,omitempty"`
 	// Recorded is, for outcome_conflict, the outcome as recorded.
 	Recorded *Outcome `json:"recorded,omitempty"`
