@@ -128,6 +128,8 @@ func (f *actionFixture) apply(t *testing.T, from, to ledger.ActionState) error {
 		if err == nil && !slices.ContainsFunc(expired, func(a *ledger.Approval) bool { return a.ActionID == f.action.ID }) {
 			err = fmt.Errorf("approval of %s not expired", f.action.ID)
 		}
+	case "ReaskApproval":
+		_, err = s.ReaskApproval(ctx, ledger.ReaskApprovalParams{ActionID: f.action.ID, Reason: "asked again", ApprovalTTL: time.Hour})
 	case "FinishAttempt":
 		status := map[ledger.ActionState]ledger.AttemptStatus{ledger.ActionSucceeded: ledger.AttemptSucceeded,
 			ledger.ActionFailed: ledger.AttemptFailed, ledger.ActionUncertain: ledger.AttemptUncertain,
