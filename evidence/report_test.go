@@ -278,12 +278,13 @@ type failingWriter struct{}
 
 func (failingWriter) Write([]byte) (int, error) { return 0, errors.New("disk full") }
 
-// addedSince10 are the properties versions 1.1 and 1.2 of the report
+// addedSince10 are the properties versions 1.1, 1.2 and 1.3 of the report
 // added: optional in the schema, so that every older report stays valid,
 // and always written.
 var addedSince10 = map[string]bool{"digest": true, "redacted_fields": true, "format": true, "rows": true, "redacted_data": true,
 	"unbound_rows": true, "signature": true, "too_late_at": true, // rows: of events and of the chain
-	"gate": true} // 1.2
+	"gate":       true,                                         // 1.2
+	"execute_by": true, "stale_at": true, "stale_reason": true} // 1.3
 
 // TestTypesMatchSchema keeps the Go types and the report schema in step:
 // every property is a JSON field of the type and every JSON field a
