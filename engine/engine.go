@@ -797,9 +797,11 @@ func (e *Engine) attempt(ctx context.Context, run *ledger.Run, agent *registered
 		return false, e.finish(ctx, run, ledger.StopInternalError, map[string]any{"action_id": a.ID,
 			"error": fmt.Sprintf("tool %s is no longer registered with agent %s: approved action %s (version %s) cannot run", a.Tool, agent.Name, a.ID, a.ToolVersion)})
 	}
-	// An approval that drifted (the tool changed, the rules changed) or
-	// went stale asks again: the next step finds the action, or the one
-	// that supersedes it, waiting as any other.
+	// An approval that drifted (the tool changed, the rules changed) goes
+	// through the gate again as a new action; one past its execute_by
+	// asks a person again (StartAttempt's ErrApprovalStale, below). Either
+	// way the next step finds the action, or the one that supersedes it,
+	// waiting as any other.
 	if why, err := e.drift(ctx, run, a, tool); err != nil {
 		return false, err
 	} else if why != "" {
