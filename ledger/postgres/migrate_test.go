@@ -48,7 +48,7 @@ func TestOpenMigratesOnceAndRecordsIt(t *testing.T) {
 	v, err = again.d.SchemaVersion(ctx)
 	require.NoError(t, err)
 	require.Equal(t, 5, v)
-	require.Equal(t, 3, f.count(t, "schema_migrations"))
+	require.Equal(t, 5, f.count(t, "schema_migrations"))
 
 	require.ElementsMatch(t, []string{"actions", "agent_decisions", "approvals", "attempt_leases", "attempts", "budgets",
 		"cancellations", "chain_signatures", "events", "observations", "runs", "schema_migrations", "store_probes"}, tables(t, f.raw))
