@@ -14,12 +14,21 @@ import (
 // the matching rule nor Defaults set a TTL.
 const DefaultApprovalTTL = 24 * time.Hour
 
+// DefaultExecuteWithin is how long a granted approval covers a begin when
+// neither the matching rule nor Defaults say: a person approves what is
+// about to happen, not something that may happen tomorrow.
+const DefaultExecuteWithin = 15 * time.Minute
+
 // Defaults are what a Policy uses where the rules say nothing.
 type Defaults struct {
 	// ApprovalTTL bounds a pending approval whose rule sets no TTL, and
 	// every approval required by the default for write actions. 0 means
 	// DefaultApprovalTTL; a negative value is refused by NewPolicy.
 	ApprovalTTL time.Duration
+	// ExecuteWithin is how long a granted approval covers a begin when its
+	// rule says nothing. 0 means DefaultExecuteWithin; a negative value is
+	// refused by NewPolicy.
+	ExecuteWithin time.Duration
 }
 
 // Decision is what a Policy decided for one tool in one tenant.
@@ -31,6 +40,10 @@ type Decision struct {
 	// the policy's default. It is set only when Gate is
 	// ActionAwaitingApproval, and 0 otherwise.
 	ApprovalTTL time.Duration
+	// ExecuteWithin is how long a grant covers a begin (the approval's
+	// execute_by is the grant's time plus this): the matching rule's, else
+	// the policy's default. Set only when Gate is ActionAwaitingApproval.
+	ExecuteWithin time.Duration
 	// AllowSelfApproval lets the run's submitter grant the action. Only a
 	// rule requiring approval can set it; the default never does.
 	AllowSelfApproval bool
@@ -53,6 +66,7 @@ type Decision struct {
 type Policy struct {
 	rules    []contracts.Rule
 	ttl      time.Duration
+	within   time.Duration
 	document []byte // the canonical JSON the digest covers
 	digest   ledger.Digest
 }
@@ -82,6 +96,9 @@ type rulesInForce struct {
 type defaultsInForce struct {
 	// ApprovalTTLMS is the TTL of an approval whose rule sets none.
 	ApprovalTTLMS int64 `json:"approval_ttl_ms"`
+	// ExecuteWithinMS is how long a grant whose rule sets none covers a
+	// begin.
+	ExecuteWithinMS int64 `json:"execute_within_ms"`
 	// Effects is the decision by effect when no rule matches.
 	Effects map[contracts.Effect]contracts.RuleDecision `json:"effects"`
 	// UnknownEffect is the decision for a tool of neither effect.
@@ -100,9 +117,15 @@ func NewPolicy(r *contracts.Rules, defaults Defaults) (*Policy, error) {
 	if defaults.ApprovalTTL < 0 {
 		return nil, ledger.Errorf(ledger.CodeInvalid, "approval policy: default approval TTL cannot be negative")
 	}
-	p := &Policy{ttl: defaults.ApprovalTTL}
+	if defaults.ExecuteWithin < 0 {
+		return nil, ledger.Errorf(ledger.CodeInvalid, "approval policy: default execute within cannot be negative")
+	}
+	p := &Policy{ttl: defaults.ApprovalTTL, within: defaults.ExecuteWithin}
 	if p.ttl == 0 {
 		p.ttl = DefaultApprovalTTL
+	}
+	if p.within == 0 {
+		p.within = DefaultExecuteWithin
 	}
 	if r != nil {
 		for i, rule := range r.Rules {
@@ -113,7 +136,8 @@ func NewPolicy(r *contracts.Rules, defaults Defaults) (*Policy, error) {
 		p.rules = slices.Clone(r.Rules)
 	}
 	doc := rulesInForce{Rules: p.rules, Defaults: defaultsInForce{
-		ApprovalTTLMS: ledger.CeilMS(p.ttl), Effects: defaultDecisions, UnknownEffect: defaultUnknownEffect,
+		ApprovalTTLMS: ledger.CeilMS(p.ttl), ExecuteWithinMS: ledger.CeilMS(p.within), Effects: defaultDecisions,
+		UnknownEffect: defaultUnknownEffect,
 	}}
 	if doc.Rules == nil {
 		doc.Rules = []contracts.Rule{} // no rules is [], never null
@@ -134,14 +158,16 @@ func (p *Policy) RuleSet() json.RawMessage { return slices.Clone(p.document) }
 // RulesDigest is the digest (sha256 of the RFC 8785 canonical JSON) of the
 // rules in force: the rules in file order and the defaults that apply where
 // none matches (the default approval TTL; reads approved, writes and tools
-// of unknown effect waiting for a person). Two policies built from the same
+// of unknown effect waiting for a person; how long a grant covers a
+// begin). Two policies built from the same
 // rules and defaults have the same digest, however the rules file ordered
 // its keys; a changed rule, rule order or default changes it. Every
 // Decision carries it, and the ledger records it with the gate's decision.
 //
 // The document is
 //
-//	{"defaults": {"approval_ttl_ms": N, "effects": {"read": D, "write": D}, "unknown_effect": D},
+//	{"defaults": {"approval_ttl_ms": N, "effects": {"read": D, "write": D}, "execute_within_ms": N,
+//	              "unknown_effect": D},
 //	 "rules": [ rule, … ]}
 //
 // with each rule as the rules contract encodes it, optional fields that are
@@ -164,6 +190,10 @@ func checkRule(r contracts.Rule) error {
 		return fmt.Errorf("an approval TTL needs decision %s", contracts.RuleDecisionRequireApproval)
 	case r.Decision != contracts.RuleDecisionRequireApproval && r.AllowSelfApproval:
 		return fmt.Errorf("allow_self_approval needs decision %s", contracts.RuleDecisionRequireApproval)
+	case r.ExecuteWithinMS < 0:
+		return fmt.Errorf("execute within cannot be negative")
+	case r.Decision != contracts.RuleDecisionRequireApproval && r.ExecuteWithinMS != 0:
+		return fmt.Errorf("execute within needs decision %s", contracts.RuleDecisionRequireApproval)
 	}
 	return nil
 }
@@ -195,6 +225,10 @@ func (p *Policy) Evaluate(tenant string, tool contracts.ToolDescriptor) Decision
 			if d.ApprovalTTL == 0 {
 				d.ApprovalTTL = p.ttl
 			}
+			d.ExecuteWithin = r.ExecuteWithin()
+			if d.ExecuteWithin == 0 {
+				d.ExecuteWithin = p.within
+			}
 			d.AllowSelfApproval = r.AllowSelfApproval
 			d.Reason = fmt.Sprintf("rule %d: %s requires approval", i, tool.Name)
 		}
@@ -212,7 +246,8 @@ func (p *Policy) Evaluate(tenant string, tool contracts.ToolDescriptor) Decision
 	case contracts.RuleDecisionDeny:
 		d.Gate, does, do = ledger.ActionDenied, "is denied", "are denied"
 	default:
-		d.Gate, d.ApprovalTTL, does, do = ledger.ActionAwaitingApproval, p.ttl, "requires approval", "require approval"
+		d.Gate, d.ApprovalTTL, d.ExecuteWithin = ledger.ActionAwaitingApproval, p.ttl, p.within
+		does, do = "requires approval", "require approval"
 	}
 	if known {
 		d.Reason = fmt.Sprintf("default: %s actions %s", tool.Effect, do)

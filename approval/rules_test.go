@@ -46,8 +46,9 @@ func TestPolicyEvaluate(t *testing.T) {
 	const day = 24 * time.Hour
 	awaiting := func(rule int, ttl time.Duration, self bool, reason string) approval.Decision {
 		return approval.Decision{Gate: ledger.ActionAwaitingApproval, ApprovalTTL: ttl, AllowSelfApproval: self,
-			Rule: rule, Reason: reason}
+			Rule: rule, Reason: reason, ExecuteWithin: approval.DefaultExecuteWithin}
 	}
+	within := func(d approval.Decision, w time.Duration) approval.Decision { d.ExecuteWithin = w; return d }
 	approved := func(rule int, reason string) approval.Decision {
 		return approval.Decision{Gate: ledger.ActionApproved, Rule: rule, Reason: reason}
 	}
@@ -123,6 +124,14 @@ func TestPolicyEvaluate(t *testing.T) {
 		{"allow self approval", rules(
 			contracts.Rule{Tool: "cards.write", Decision: contracts.RuleDecisionRequireApproval, AllowSelfApproval: true},
 		), approval.Defaults{}, "acme", cardsWrite, awaiting(0, day, true, "rule 0: cards.write requires approval")},
+		{"rule's execute within", rules(
+			contracts.Rule{Tool: "cards.write", Decision: contracts.RuleDecisionRequireApproval, ExecuteWithinMS: 120000},
+		), approval.Defaults{ExecuteWithin: time.Hour}, "acme", cardsWrite,
+			within(awaiting(0, day, false, "rule 0: cards.write requires approval"), 2*time.Minute)},
+		{"configured default execute within", rules(
+			contracts.Rule{Tool: "cards.write", Decision: contracts.RuleDecisionRequireApproval},
+		), approval.Defaults{ExecuteWithin: time.Hour}, "acme", cardsWrite,
+			within(awaiting(0, day, false, "rule 0: cards.write requires approval"), time.Hour)},
 		{"default never allows self approval", rules(
 			contracts.Rule{Tool: "mail.send", Decision: contracts.RuleDecisionRequireApproval, AllowSelfApproval: true},
 		), approval.Defaults{}, "acme", cardsWrite, awaiting(-1, day, false, "default: write actions require approval")},
@@ -148,6 +157,7 @@ func TestNewPolicy(t *testing.T) {
 			msg      string
 		}{
 			{"negative default TTL", nil, approval.Defaults{ApprovalTTL: -time.Second}, "default approval TTL"},
+			{"negative default execute within", nil, approval.Defaults{ExecuteWithin: -time.Second}, "default execute within"},
 			{"no tool", rules(contracts.Rule{Decision: contracts.RuleDecisionDeny}), approval.Defaults{}, "rule 0: tool is required"},
 			{"unknown decision", rules(
 				contracts.Rule{Tool: "*", Decision: contracts.RuleDecisionDeny},
@@ -161,6 +171,10 @@ func TestNewPolicy(t *testing.T) {
 				approval.Defaults{}, "rule 0: an approval TTL needs decision require_approval"},
 			{"self approval without require_approval", rules(contracts.Rule{Tool: "*", Decision: contracts.RuleDecisionDeny, AllowSelfApproval: true}),
 				approval.Defaults{}, "rule 0: allow_self_approval needs decision require_approval"},
+			{"negative execute within", rules(contracts.Rule{Tool: "*", Decision: contracts.RuleDecisionRequireApproval, ExecuteWithinMS: -1}),
+				approval.Defaults{}, "rule 0: execute within cannot be negative"},
+			{"execute within without require_approval", rules(contracts.Rule{Tool: "*", Decision: contracts.RuleDecisionAutoApprove, ExecuteWithinMS: 1}),
+				approval.Defaults{}, "rule 0: execute within needs decision require_approval"},
 		}
 		for _, tt := range tests {
 			t.Run(tt.name, func(t *testing.T) {
@@ -201,7 +215,7 @@ func TestRulesDigest(t *testing.T) {
 	file := validRules(t)
 
 	t.Run("OK the document it covers", func(t *testing.T) {
-		defaults := `"defaults":{"approval_ttl_ms":86400000,"effects":{"read":"auto_approve","write":"require_approval"},"unknown_effect":"require_approval"}`
+		defaults := `"defaults":{"approval_ttl_ms":86400000,"effects":{"read":"auto_approve","write":"require_approval"},"execute_within_ms":900000,"unknown_effect":"require_approval"}`
 		want, err := ledger.DigestJSON([]byte(`{` + defaults + `,"rules":[]}`))
 		require.NoError(t, err)
 		require.Equal(t, want, digest(t, nil, approval.Defaults{}))
@@ -253,6 +267,8 @@ func TestRulesDigest(t *testing.T) {
 		changed("the order", digest(t, edit(func(r []contracts.Rule) { r[0], r[1] = r[1], r[0] }), approval.Defaults{}))
 		changed("a rule fewer", digest(t, rules(file.Rules[:3]...), approval.Defaults{}))
 		changed("the default TTL", digest(t, file, approval.Defaults{ApprovalTTL: time.Hour}))
+		changed("a rule's execute within", digest(t, edit(func(r []contracts.Rule) { r[0].ExecuteWithinMS = 60000 }), approval.Defaults{}))
+		changed("the default execute within", digest(t, file, approval.Defaults{ExecuteWithin: time.Hour}))
 		changed("no rules", digest(t, nil, approval.Defaults{}))
 	})
 }

@@ -3,6 +3,7 @@ package approval
 import (
 	"context"
 	"crypto/rand"
+	"time"
 	"unicode/utf8"
 
 	"github.com/actionledger/ledger/contracts"
@@ -107,7 +108,9 @@ type DecideParams struct {
 //  5. Store.DecideApproval checks, in the transaction that records the
 //     decision, that the approval is pending, bound to p.ActionDigest and
 //     not past its expiry; otherwise CodeConflict and nothing changes. Of
-//     concurrent decisions on one approval exactly one succeeds.
+//     concurrent decisions on one approval exactly one succeeds. A grant
+//     gets its execute_by from the rule that matches the action's tool
+//     now (its execute_within_ms), else the policy's default.
 //
 // Steps 2 and 3 read outside the deciding transaction. That is safe because
 // what they read (an action's tenant, tool and effect, a run's submitter)
@@ -136,6 +139,7 @@ func (s *Service) Decide(ctx context.Context, p DecideParams) (ledger.DecideAppr
 	res, err := s.store.DecideApproval(ctx, ledger.DecideApprovalParams{
 		ActionID: p.ActionID, ActionDigest: p.ActionDigest, Decision: p.Decision,
 		Principal: p.Principal, Reason: s.opts.Redactor.RedactString(p.Reason),
+		ExecuteWithin: s.executeWithin(action),
 	})
 	if err != nil {
 		// The Store's error already names the operation ("decide approval:").
@@ -169,15 +173,42 @@ func notFound(id ledger.ActionID) error {
 // allowsSelfApproval reports whether the rule matching the action's tool
 // lets the run's submitter grant it. An unknown tool allows nothing.
 func (s *Service) allowsSelfApproval(a *ledger.Action) bool {
-	tool, ok := s.tools(a.Tool)
+	tool, ok := s.recorded(a)
 	if !ok {
 		return false
 	}
-	// The action's recorded name and effect are what its digest binds and
-	// what was gated; a descriptor that changed since does not count.
-	tool.Name, tool.Effect = a.Tool, a.Effect
 	d := s.policy.Evaluate(a.Tenant, tool)
 	return d.Gate == ledger.ActionAwaitingApproval && d.AllowSelfApproval
+}
+
+// executeWithin is how long a grant of the action covers a begin.
+func (s *Service) executeWithin(a *ledger.Action) time.Duration {
+	tool, _ := s.recorded(a)
+	return s.PersonGate(a.Tenant, tool).ExecuteWithin
+}
+
+// recorded is the descriptor of the action's tool, with the action's
+// recorded name and effect: those are what its digest binds and what was
+// gated, and a descriptor that changed since does not count. False for an
+// unknown tool, whose descriptor is then the name and effect alone.
+func (s *Service) recorded(a *ledger.Action) (contracts.ToolDescriptor, bool) {
+	tool, ok := s.tools(a.Tool)
+	tool.Name, tool.Effect = a.Tool, a.Effect
+	return tool, ok
+}
+
+// PersonGate is the gate's decision when a person is asked about an action
+// of tool in tenant whatever the rules decide for it now: the matching
+// rule's approval TTL, execute_within and self-approval when it requires
+// approval, else the policy's defaults. Decide takes a grant's execute_by
+// from it; the engine asks with it again for an approved action whose
+// approval no longer covers a begin.
+func (s *Service) PersonGate(tenant string, tool contracts.ToolDescriptor) Decision {
+	d := s.policy.Evaluate(tenant, tool)
+	if d.Gate != ledger.ActionAwaitingApproval {
+		d.Gate, d.ApprovalTTL, d.ExecuteWithin, d.AllowSelfApproval = ledger.ActionAwaitingApproval, s.policy.ttl, s.policy.within, false
+	}
+	return d
 }
 
 // ExpireDue expires every pending approval whose TTL has passed by the

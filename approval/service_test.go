@@ -125,6 +125,7 @@ func TestServiceDecide(t *testing.T) {
 		require.Equal(t, "bob", res.Approval.DecidedBy)
 		require.Equal(t, "looks right", res.Approval.Reason)
 		require.Equal(t, tb.Clock.Now(), *res.Approval.DecidedAt)
+		require.Equal(t, tb.Clock.Now().Add(approval.DefaultExecuteWithin), *res.Approval.ExecuteBy, "the default execute_by")
 
 		a, err := tb.Store.FindActionByID(ctx, tb.action.ID)
 		require.NoError(t, err)
@@ -134,6 +135,14 @@ func TestServiceDecide(t *testing.T) {
 		require.Equal(t, "bob", apr.DecidedBy)
 	})
 
+	t.Run("OK grant with the rule's execute within", func(t *testing.T) {
+		tb := setup(t, setupOpts{rules: rules(contracts.Rule{Tool: "cards.write", Decision: contracts.RuleDecisionRequireApproval,
+			ExecuteWithinMS: 90_000})})
+		res, err := tb.svc.Decide(ctx, tb.params("bob", ledger.DecisionGrant))
+		require.NoError(t, err)
+		require.Equal(t, tb.Clock.Now().Add(90*time.Second), *res.Approval.ExecuteBy)
+	})
+
 	t.Run("OK deny by another principal", func(t *testing.T) {
 		tb := setup(t, setupOpts{})
 		res, err := tb.svc.Decide(ctx, tb.params("bob", ledger.DecisionDeny))
@@ -141,6 +150,7 @@ func TestServiceDecide(t *testing.T) {
 		require.Equal(t, ledger.ActionDenied, res.Action.State)
 		require.Equal(t, ledger.ApprovalDenied, res.Approval.State)
 		require.Equal(t, "bob", res.Approval.DecidedBy)
+		require.Nil(t, res.Approval.ExecuteBy, "only a grant has an execute_by")
 	})
 
 	t.Run("ErrForbidden self approval", func(t *testing.T) {
@@ -445,7 +455,7 @@ func TestServiceGate(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, defaults.RulesDigest(), svc.RulesDigest())
 		require.Equal(t, approval.Decision{Gate: ledger.ActionAwaitingApproval, ApprovalTTL: approval.DefaultApprovalTTL,
-			Rule: -1, Reason: "default: write actions require approval", RulesDigest: defaults.RulesDigest()}, svc.Gate("acme", cardsWrite))
+			ExecuteWithin: approval.DefaultExecuteWithin, Rule: -1, Reason: "default: write actions require approval", RulesDigest: defaults.RulesDigest()}, svc.Gate("acme", cardsWrite))
 		require.Equal(t, ledger.ActionApproved, svc.Gate("acme", docsSearch).Gate)
 	})
 }
@@ -471,7 +481,7 @@ func TestServiceStoreRules(t *testing.T) {
 		Effect: contracts.EffectWrite}).RulesDigest)
 	require.JSONEq(t, `{"rules":[{"tool":"cards.write","tenant":"acme","decision":"auto_approve"}],
 		"defaults":{"approval_ttl_ms":3600000,"effects":{"read":"auto_approve","write":"require_approval"},
-		"unknown_effect":"require_approval"}}`, string(first.RuleSet.Document))
+		"execute_within_ms":900000,"unknown_effect":"require_approval"}}`, string(first.RuleSet.Document))
 
 	again, err := svc.StoreRules(ctx)
 	require.NoError(t, err)

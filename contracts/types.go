@@ -183,10 +183,17 @@ type Rule struct {
 	// AllowSelfApproval lets the run's submitter approve its actions. Only
 	// with RuleDecisionRequireApproval.
 	AllowSelfApproval bool `json:"allow_self_approval,omitempty"`
+	// ExecuteWithinMS is how long a granted approval covers a begin (its
+	// execute_by is the grant's time plus this); 0 takes the server's
+	// default. Only with RuleDecisionRequireApproval.
+	ExecuteWithinMS int64 `json:"execute_within_ms,omitempty"`
 }
 
 // ApprovalTTL returns ApprovalTTLMS as a duration; 0 means not set.
 func (r Rule) ApprovalTTL() time.Duration { return msDuration(r.ApprovalTTLMS) }
+
+// ExecuteWithin returns ExecuteWithinMS as a duration; 0 means not set.
+func (r Rule) ExecuteWithin() time.Duration { return msDuration(r.ExecuteWithinMS) }
 
 // ParseRunSubmission validates data against SchemaRunSubmission and decodes
 // it. An absent schema_version becomes DefaultVersion. Errors match

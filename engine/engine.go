@@ -60,6 +60,9 @@ var errRunCancelled = errors.New("run cancelled")
 // choose for a new action, and the sweep that expires stale approvals.
 type Approvals interface {
 	Gate(tenant string, tool contracts.ToolDescriptor) approval.Decision
+	// PersonGate is Gate for asking a person whatever the rules decide
+	// now: for an approved action whose approval passed its execute_by.
+	PersonGate(tenant string, tool contracts.ToolDescriptor) approval.Decision
 	ExpireDue(ctx context.Context) ([]*ledger.Approval, error)
 }
 
@@ -764,8 +767,24 @@ func (e *Engine) history(ctx context.Context, run *ledger.Run, actions []*ledger
 // dedup key, then records the outcome and the tool's observation.
 func (e *Engine) attempt(ctx context.Context, run *ledger.Run, agent *registeredAgent, a *ledger.Action, v *runView) (bool, error) {
 	tool, ok := agent.tools[a.Tool]
-	if !ok || tool.desc.Version != a.ToolVersion {
-		return false, e.finish(ctx, run, ledger.StopInternalError, map[string]any{"error": fmt.Sprintf("tool %s@%s is not registered", a.Tool, a.ToolVersion)})
+	if !ok {
+		return false, e.finish(ctx, run, ledger.StopInternalError, map[string]any{"action_id": a.ID,
+			"error": fmt.Sprintf("tool %s is no longer registered with agent %s: approved action %s (version %s) cannot run", a.Tool, agent.Name, a.ID, a.ToolVersion)})
+	}
+	// An approval that drifted (the tool changed, the rules changed) goes
+	// through the gate again as a new action; one past its execute_by
+	// asks a person again (StartAttempt's ErrApprovalStale, below). Either
+	// way the next step finds the action, or the one that supersedes it,
+	// waiting as any other.
+	if why, err := e.drift(ctx, run, a, tool); err != nil {
+		return false, err
+	} else if why != "" {
+		if _, err := e.regate(ctx, run, a, tool, why); errors.Is(err, errArgumentsDrifted) {
+			return false, e.finish(ctx, run, ledger.StopInternalError, map[string]any{"action_id": a.ID, "error": err.Error()})
+		} else if err != nil {
+			return false, err
+		}
+		return true, nil
 	}
 	if reason, why := e.retryVerdict(run, a, e.now()); reason != "" {
 		return false, e.finish(ctx, run, reason, map[string]any{"action_id": a.ID, "rationale": why})
@@ -788,6 +807,11 @@ func (e *Engine) attempt(ctx context.Context, run *ledger.Run, agent *registered
 		return false, e.finish(ctx, run, ledger.StopRetryBudgetExhausted, map[string]any{"action_id": a.ID, "error": err.Error()})
 	case errors.Is(err, ledger.ErrLeaseLost):
 		return false, err
+	case errors.Is(err, ledger.ErrApprovalStale):
+		if _, err := e.reask(ctx, run, a, tool, err); err != nil {
+			return false, err
+		}
+		return true, nil
 	case errors.Is(err, ledger.ErrConflict):
 		return true, nil // a cancel was accepted meanwhile: the next step handles it
 	case err != nil:

@@ -94,7 +94,7 @@ func NewStoreHealth(cfg StoreHealthConfig) *StoreHealth {
 // names them: a bounded set.
 var (
 	storeWrites = [...]string{"submit_run", "transition_run", "create_action", "transition_action", "start_attempt",
-		"finish_attempt", "record_observation", "settle_review", "decide_approval", "expire_approvals", "request_cancel",
+		"finish_attempt", "record_observation", "settle_review", "decide_approval", "expire_approvals", "reask_approval", "request_cancel",
 		"transition_cancellation", "settle_cancellations", "add_usage", "record_recovery", "begin_attempt", "renew_lease",
 		"claim_runs", "renew_run_leases", "release_run_lease", "probe_write", "put_rule_set"}
 	storeReads = [...]string{"find_run_by_id", "find_runs", "find_action_by_id", "find_actions", "find_attempts",
@@ -317,6 +317,12 @@ func (s *watchedStore) DecideApproval(ctx context.Context, p ledger.DecideApprov
 func (s *watchedStore) ExpireApprovals(ctx context.Context) ([]*ledger.Approval, error) {
 	r, err := s.store.ExpireApprovals(ctx)
 	s.h.write(ctx, "expire_approvals", err, len(r) > 0)
+	return r, err
+}
+
+func (s *watchedStore) ReaskApproval(ctx context.Context, p ledger.ReaskApprovalParams) (ledger.ReaskApprovalResult, error) {
+	r, err := s.store.ReaskApproval(ctx, p)
+	s.h.write(ctx, "reask_approval", err, true)
 	return r, err
 }
 

@@ -142,6 +142,9 @@ func (e *Engine) Begin(ctx context.Context, p BeginParams) (BeginResult, error) 
 		return BeginResult{}, protoErr(CodeToolNotAllowed, "agent %s may no longer call %s", agent.Name, a.Tool)
 	}
 	if a.State == ledger.ActionApproved && run.State == ledger.RunRunning {
+		if err := e.beginDrifted(ctx, run, a, tool); err != nil {
+			return BeginResult{}, err
+		}
 		if reason, why := e.retryVerdict(run, a, e.now()); reason != "" {
 			return BeginResult{}, e.stopRun(ctx, run, budget.Verdict{Stop: reason, Rationale: why}, nil)
 		}
@@ -153,6 +156,16 @@ func (e *Engine) Begin(ctx context.Context, p BeginParams) (BeginResult, error) 
 	token := e.attemptToken(a.ID, p.Key)
 	res, err := e.store.BeginAttempt(ctx, ledger.BeginAttemptParams{ActionID: a.ID, Key: p.Key, TokenSHA256: tokenHash(token),
 		Lease: lease.HeartbeatTimeout, MaxDuration: lease.MaxDuration, Actor: p.Caller.Principal})
+	if errors.Is(err, ledger.ErrApprovalStale) {
+		asked, rerr := e.reask(ctx, run, a, tool, err)
+		if rerr != nil {
+			return BeginResult{}, rerr
+		}
+		e.Notify()
+		pe := protoErr(CodeApprovalStale, "%s: a person is asked again; wait for the action's approval, then begin", err.Error())
+		pe.Action = asked
+		return BeginResult{}, pe
+	}
 	if err != nil {
 		return BeginResult{}, e.whyNoAttempt(ctx, a.ID, err)
 	}
@@ -166,6 +179,36 @@ func (e *Engine) Begin(ctx context.Context, p BeginParams) (BeginResult, error) 
 	}
 	return BeginResult{Attempt: res.Attempt, Action: action, Token: token, Replayed: res.Replayed,
 		LeaseRemaining: max(res.Lease.Until.Sub(e.now()), 0)}, nil
+}
+
+// beginDrifted refuses the begin of approved action a whose approval
+// drifted (the tool's descriptor or the rules changed since: drift) with
+// approval_stale, after putting a new action that supersedes it through
+// the gate; the refusal carries that action, which the agent follows
+// instead (wait for its approval, then begin it). Arguments that no longer
+// fit the tool's schema are invalid_arguments, nothing recorded: propose
+// again, superseding a. Nil if a's approval still covers a begin.
+func (e *Engine) beginDrifted(ctx context.Context, run *ledger.Run, a *ledger.Action, tool registeredTool) error {
+	why, err := e.drift(ctx, run, a, tool)
+	if err != nil || why == "" {
+		return err
+	}
+	next, err := e.regate(ctx, run, a, tool, why)
+	if errors.Is(err, errArgumentsDrifted) {
+		pe := protoErr(CodeInvalidArgs, "%s: propose the call again, superseding action %s", err.Error(), a.ID)
+		var ve *contracts.ValidationError
+		if errors.As(err, &ve) {
+			pe.Issues = ve.Issues
+		}
+		return pe
+	}
+	if err != nil {
+		return err
+	}
+	e.Notify()
+	pe := protoErr(CodeApprovalStale, "%s: action %s supersedes it (%s); follow it", why, next.ID, next.State)
+	pe.Action = next
+	return pe
 }
 
 // whyNoAttempt turns the store's refusal of an attempt into the protocol's

@@ -130,7 +130,8 @@ func goldenRun(t testing.TB, f *fixture) ledger.RunID {
 	require.NoError(t, err)
 	f.clock.Advance(5 * time.Minute)
 	_, err = s.DecideApproval(ctx, ledger.DecideApprovalParams{ActionID: a1.ID, ActionDigest: a1.ActionDigest,
-		Decision: ledger.DecisionGrant, Principal: "bob", Reason: "cards look right | the old password=swordfish is rotated"})
+		Decision: ledger.DecisionGrant, Principal: "bob", Reason: "cards look right | the old password=swordfish is rotated",
+		ExecuteWithin: 15 * time.Minute})
 	require.NoError(t, err)
 	f.tick()
 	att, err := s.StartAttempt(ctx, ledger.StartAttemptParams{ActionID: a1.ID, Actor: "engine"})

@@ -89,6 +89,8 @@ func TestVerifyReport(t *testing.T) {
 	}{
 		{"approval decided_by", func(r map[string]any) { obj(r, approval...)["decided_by"] = "mallory" }, pub,
 			`approval apr_00000000000000000000000008 was changed after event 8 recorded it: decided_by is "mallory", but event 8 records the decision by "bob"`},
+		{"approval execute_by", func(r map[string]any) { obj(r, approval...)["execute_by"] = "2030-01-01T00:00:00Z" }, pub,
+			"approval apr_00000000000000000000000008 was changed after event 8 recorded it"},
 		{"visible argument", func(r map[string]any) { obj(r, "actions", 0, "arguments")["title"] = "Rust channels" }, pub,
 			"action act_00000000000000000000000005 was changed after event 16 recorded it"},
 		{"hidden argument shown", func(r map[string]any) { obj(r, "actions", 0, "arguments")["api_key"] = "sk-not-the-real-one" }, pub,

@@ -22,7 +22,8 @@ import (
 // chain head. 1.2 added each action's gate: which rule of which rule set
 // chose the state it entered, and why. 1.3 added the rule sets the gates
 // cite (rule_sets), each checked by its digest, and each action's
-// deciding_rule, the rule of that set that decided.
+// deciding_rule, the rule of that set that decided; and each approval's
+// execute_by, and when and why a granted one went stale.
 const SchemaVersion = "1.3"
 
 // DecisionEventType is the type of the events recording recovery decisions.
@@ -129,16 +130,22 @@ type Attempt struct {
 
 // Approval is one request for a person to allow an action's digest.
 type Approval struct {
-	ID             ledger.ApprovalID    `json:"id"`
-	State          ledger.ApprovalState `json:"state"`
-	ActionDigest   ledger.Digest        `json:"action_digest"`
-	DecidedBy      *string              `json:"decided_by"`
-	Reason         *string              `json:"reason"`
-	RequestedAt    time.Time            `json:"requested_at"`
-	ExpiresAt      *time.Time           `json:"expires_at"`
-	DecidedAt      *time.Time           `json:"decided_at"`
-	Digest         ledger.Digest        `json:"digest"`
-	RedactedFields RedactedFields       `json:"redacted_fields"`
+	ID           ledger.ApprovalID    `json:"id"`
+	State        ledger.ApprovalState `json:"state"`
+	ActionDigest ledger.Digest        `json:"action_digest"`
+	DecidedBy    *string              `json:"decided_by"`
+	Reason       *string              `json:"reason"`
+	RequestedAt  time.Time            `json:"requested_at"`
+	ExpiresAt    *time.Time           `json:"expires_at"`
+	DecidedAt    *time.Time           `json:"decided_at"`
+	// ExecuteBy, StaleAt and StaleReason (1.3) are a granted approval's
+	// limit and, once it stopped covering its action, when and why; null
+	// otherwise.
+	ExecuteBy      *time.Time     `json:"execute_by"`
+	StaleAt        *time.Time     `json:"stale_at"`
+	StaleReason    *string        `json:"stale_reason"`
+	Digest         ledger.Digest  `json:"digest"`
+	RedactedFields RedactedFields `json:"redacted_fields"`
 }
 
 // Cancellation is the run's cancellation: requested, accepted, stopping and
@@ -439,7 +446,8 @@ func (b *builder) actions(rep *Report, fc *ledger.Chain) error {
 		a.Approvals = append(a.Approvals, Approval{
 			ID: ap.ID, State: ap.State, ActionDigest: ap.ActionDigest, DecidedBy: nonEmpty(ap.DecidedBy),
 			Reason: nonEmpty(reason), RequestedAt: ap.RequestedAt.UTC(),
-			ExpiresAt: utcPtr(ap.ExpiresAt), DecidedAt: utcPtr(ap.DecidedAt), Digest: c.Digest(), RedactedFields: hidden,
+			ExpiresAt: utcPtr(ap.ExpiresAt), DecidedAt: utcPtr(ap.DecidedAt), ExecuteBy: utcPtr(ap.ExecuteBy),
+			StaleAt: utcPtr(ap.StaleAt), StaleReason: nonEmpty(ap.StaleReason), Digest: c.Digest(), RedactedFields: hidden,
 		})
 	}
 	// The store's orders are documented, but a report must not depend on

@@ -284,7 +284,8 @@ func (failingWriter) Write([]byte) (int, error) { return 0, errors.New("disk ful
 var addedSince10 = map[string]bool{"digest": true, "redacted_fields": true, "format": true, "rows": true, "redacted_data": true,
 	"unbound_rows": true, "signature": true, "too_late_at": true, // rows: of events and of the chain
 	"gate":      true,                        // 1.2
-	"rule_sets": true, "deciding_rule": true} // 1.3
+	"rule_sets": true, "deciding_rule": true, // 1.3
+	"execute_by": true, "stale_at": true, "stale_reason": true} // 1.3
 
 // TestTypesMatchSchema keeps the Go types and the report schema in step:
 // every property is a JSON field of the type and every JSON field a

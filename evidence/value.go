@@ -133,6 +133,7 @@ func (a *Approval) value() (any, error) {
 		"id": text(a.ID), "state": text(a.State), "action_digest": text(a.ActionDigest),
 		"decided_by": strPtrValue(a.DecidedBy), "reason": strPtrValue(a.Reason), "requested_at": timeValue(a.RequestedAt),
 		"expires_at": timePtrValue(a.ExpiresAt), "decided_at": timePtrValue(a.DecidedAt),
+		"execute_by": timePtrValue(a.ExecuteBy), "stale_at": timePtrValue(a.StaleAt), "stale_reason": strPtrValue(a.StaleReason),
 		"digest": text(a.Digest), "redacted_fields": a.RedactedFields.value(),
 	}, nil
 }

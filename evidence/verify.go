@@ -275,7 +275,8 @@ func (r *Report) contents() ([]ledger.Content, int, error) {
 		}
 		for _, ap := range a.Approvals {
 			c := ledger.ApprovalContent{ID: ap.ID, ActionID: a.ID, State: ap.State, ActionDigest: ap.ActionDigest,
-				DecidedBy: strText(ap.DecidedBy), RequestedAt: ap.RequestedAt, ExpiresAt: ap.ExpiresAt, DecidedAt: ap.DecidedAt}
+				DecidedBy: strText(ap.DecidedBy), RequestedAt: ap.RequestedAt, ExpiresAt: ap.ExpiresAt, DecidedAt: ap.DecidedAt,
+				ExecuteBy: ap.ExecuteBy, StaleAt: ap.StaleAt, StaleReasonDigest: ledger.TextDigest(strText(ap.StaleReason))}
 			if c.ReasonDigest, err = textField(ap.RedactedFields, "reason", ap.Reason, &hidden); err != nil {
 				return nil, 0, fmt.Errorf("approval %s: %v", ap.ID, err)
 			}

@@ -10,6 +10,7 @@ import (
 // and are refused by TransitionAction.
 var actionEdgeOwners = map[[2]ActionState]string{
 	{ActionApproved, ActionRunning}:          "StartAttempt",
+	{ActionApproved, ActionAwaitingApproval}: "ReaskApproval",
 	{ActionAwaitingApproval, ActionApproved}: "DecideApproval",
 	{ActionAwaitingApproval, ActionDenied}:   "DecideApproval",
 	{ActionAwaitingApproval, ActionExpired}:  "ExpireApprovals",
@@ -340,7 +341,7 @@ func (tx *txn) moveAction(p ActionTransition, attemptCount int64) (*Action, erro
 		if err != nil {
 			return nil, err
 		}
-		return action, tx.transitionApproval(apr, ApprovalInvalidated, p.Actor, "action "+string(p.To), nil)
+		return action, tx.transitionApproval(apr, ApprovalInvalidated, p.Actor, "action "+string(p.To), nil, nil)
 	}
 	return action, nil
 }

@@ -2,6 +2,7 @@ package ledger
 
 import (
 	"context"
+	"fmt"
 	"time"
 )
 
@@ -41,8 +42,9 @@ func (tx *txn) pendingApproval(action ActionID) (*Approval, error) {
 }
 
 // transitionApproval is the one place an approval's state changes; the run
-// resumes if no other approval of it is pending.
-func (tx *txn) transitionApproval(a *Approval, to ApprovalState, actor, reason string, decidedBy *string) error {
+// resumes if no other approval of it is pending. executeBy, if set, is the
+// granted approval's execute_by.
+func (tx *txn) transitionApproval(a *Approval, to ApprovalState, actor, reason string, decidedBy *string, executeBy *time.Time) error {
 	if err := ValidateApprovalTransition(a.State, to); err != nil {
 		return err
 	}
@@ -50,7 +52,7 @@ func (tx *txn) transitionApproval(a *Approval, to ApprovalState, actor, reason s
 	if decidedBy != nil {
 		by = *decidedBy
 	}
-	moved, ok, err := tx.d.MoveApproval(tx.ctx, a.ID, a.State, to, tx.now, reason, by)
+	moved, ok, err := tx.d.MoveApproval(tx.ctx, a.ID, a.State, to, tx.now, reason, by, executeBy)
 	if err != nil {
 		return err
 	}
@@ -61,8 +63,11 @@ func (tx *txn) transitionApproval(a *Approval, to ApprovalState, actor, reason s
 		}
 		return Errorf(CodeConflict, "approval %s is %s, not %s", a.ID, cur.State, a.State)
 	}
-	if _, err := tx.appendEvent(transitionEvent(a.RunID, "approval", string(a.ID), a.State, to, actor,
-		map[string]any{"action_id": a.ActionID, "action_digest": a.ActionDigest, "reason": reason}).
+	data := map[string]any{"action_id": a.ActionID, "action_digest": a.ActionDigest, "reason": reason}
+	if moved.ExecuteBy != nil {
+		data["execute_by"] = *moved.ExecuteBy
+	}
+	if _, err := tx.appendEvent(transitionEvent(a.RunID, "approval", string(a.ID), a.State, to, actor, data).
 		bind(ApprovalContentOf(moved))); err != nil {
 		return err
 	}
@@ -87,6 +92,9 @@ func (s *DB) DecideApproval(ctx context.Context, p DecideApprovalParams) (Decide
 	if !p.ActionDigest.Valid() {
 		return DecideApprovalResult{}, Errorf(CodeInvalid, "decide approval: action digest must be sha256:<64 hex>")
 	}
+	if p.ExecuteWithin < 0 {
+		return DecideApprovalResult{}, Errorf(CodeInvalid, "decide approval: execute within cannot be negative")
+	}
 	var out DecideApprovalResult
 	err := s.inTx(ctx, "decide approval", func(tx *txn) error {
 		out = DecideApprovalResult{} // a driver may run the write again
@@ -96,7 +104,7 @@ func (s *DB) DecideApproval(ctx context.Context, p DecideApprovalParams) (Decide
 		}
 		apr, err := tx.pendingApproval(p.ActionID)
 		if Code(err) == CodeConflict {
-			return Errorf(CodeConflict, "action %s is %s: no approval is pending", p.ActionID, action.State)
+			return tx.noPendingApproval(action)
 		}
 		if err != nil {
 			return err
@@ -107,7 +115,12 @@ func (s *DB) DecideApproval(ctx context.Context, p DecideApprovalParams) (Decide
 		if apr.ExpiresAt != nil && !tx.now.Before(*apr.ExpiresAt) {
 			return Errorf(CodeConflict, "approval %s expired at %s", apr.ID, apr.ExpiresAt.Format("2006-01-02T15:04:05Z07:00"))
 		}
-		if err := tx.transitionApproval(apr, to, p.Principal, p.Reason, &p.Principal); err != nil {
+		var executeBy *time.Time
+		if to == ApprovalGranted && p.ExecuteWithin > 0 {
+			by := tx.now.Add(p.ExecuteWithin.Truncate(time.Microsecond))
+			executeBy = &by
+		}
+		if err := tx.transitionApproval(apr, to, p.Principal, p.Reason, &p.Principal, executeBy); err != nil {
 			return err
 		}
 		if err := tx.transitionAction(ActionTransition{ID: p.ActionID, From: ActionAwaitingApproval, To: actionTo,
@@ -142,7 +155,7 @@ func (s *DB) ExpireApprovals(ctx context.Context) ([]*Approval, error) {
 			return err
 		}
 		for _, apr := range due {
-			if err := tx.transitionApproval(apr, ApprovalExpired, "ledger", "approval TTL passed", nil); err != nil {
+			if err := tx.transitionApproval(apr, ApprovalExpired, "ledger", "approval TTL passed", nil, nil); err != nil {
 				return err
 			}
 			if err := tx.transitionAction(ActionTransition{ID: apr.ActionID, From: ActionAwaitingApproval, To: ActionExpired,
@@ -156,6 +169,97 @@ func (s *DB) ExpireApprovals(ctx context.Context) ([]*Approval, error) {
 			out = append(out, got)
 		}
 		return nil
+	})
+	return out, err
+}
+
+// noPendingApproval is DecideApproval's refusal of an action with no
+// pending approval; for an approved action whose approval passed its
+// execute_by it says that a new one is asked at the next begin, so that a
+// person approving it again learns why nothing is pending.
+func (tx *txn) noPendingApproval(action *Action) error {
+	if action.State == ActionApproved {
+		granted, err := tx.d.GrantedApproval(tx.ctx, action.ID)
+		switch {
+		case err == nil && granted.ExecuteBy != nil && !tx.now.Before(*granted.ExecuteBy):
+			return Errorf(CodeConflict, "action %s is approved, but its approval %s passed its execute_by %s: a new approval is asked when it next begins",
+				action.ID, granted.ID, granted.ExecuteBy.Format(time.RFC3339))
+		case err != nil && Code(err) != CodeNotFound:
+			return err
+		}
+	}
+	return Errorf(CodeConflict, "action %s is %s: no approval is pending", action.ID, action.State)
+}
+
+// checkNotStale refuses (CodeApprovalStale) an attempt of an approved
+// action whose newest granted approval passed its execute_by. An action
+// with no granted approval (the rules approved it) or whose approval has
+// no execute_by is not refused.
+func (tx *txn) checkNotStale(action *Action) error {
+	granted, err := tx.d.GrantedApproval(tx.ctx, action.ID)
+	switch {
+	case Code(err) == CodeNotFound:
+		return nil
+	case err != nil:
+		return err
+	case granted.ExecuteBy != nil && !tx.now.Before(*granted.ExecuteBy):
+		return Errorf(CodeApprovalStale, "action %s: its approval %s passed its execute_by %s: it needs a new approval",
+			action.ID, granted.ID, granted.ExecuteBy.Format(time.RFC3339))
+	}
+	return nil
+}
+
+// ReaskApproval implements Store.
+func (s *DB) ReaskApproval(ctx context.Context, p ReaskApprovalParams) (ReaskApprovalResult, error) {
+	switch {
+	case p.Reason == "":
+		return ReaskApprovalResult{}, Errorf(CodeInvalid, "reask approval: a reason is required")
+	case p.ApprovalTTL < 0:
+		return ReaskApprovalResult{}, Errorf(CodeInvalid, "reask approval: the approval TTL cannot be negative")
+	}
+	if err := checkText("reason", p.Reason, MaxGateReasonLength); err != nil {
+		return ReaskApprovalResult{}, fmt.Errorf("reask approval: %w", err)
+	}
+	var out ReaskApprovalResult
+	err := s.inTx(ctx, "reask approval", func(tx *txn) error {
+		out = ReaskApprovalResult{} // a driver may run the write again
+		action, err := tx.findAction(p.ActionID)
+		if err != nil {
+			return err
+		}
+		if action.State != ActionApproved {
+			return Errorf(CodeConflict, "action %s is %s: only an approved action is asked for approval again", action.ID, action.State)
+		}
+		granted, err := tx.d.GrantedApproval(tx.ctx, action.ID)
+		switch {
+		case err == nil && granted.StaleAt == nil:
+			stale, ok, err := tx.d.StaleApproval(tx.ctx, granted.ID, tx.now, p.Reason)
+			if err != nil {
+				return err
+			}
+			if !ok {
+				return Errorf(CodeConflict, "approval %s is no longer granted and current", granted.ID)
+			}
+			if _, err := tx.appendEvent(eventSpec{RunID: action.RunID, Type: "approval.stale", EntityType: "approval",
+				EntityID: string(stale.ID), Actor: p.Actor,
+				Data: map[string]any{"action_id": action.ID, "action_digest": stale.ActionDigest, "reason": p.Reason}}.
+				bind(ApprovalContentOf(stale))); err != nil {
+				return err
+			}
+			out.Stale = stale
+		case err != nil && Code(err) != CodeNotFound:
+			return err
+		}
+		data := map[string]any{"cause": "reask", "reason": p.Reason}
+		if out.Stale != nil {
+			data["stale_approval_id"] = out.Stale.ID
+		}
+		if out.Action, err = tx.moveAction(ActionTransition{ID: action.ID, From: ActionApproved, To: ActionAwaitingApproval,
+			ApprovalTTL: p.ApprovalTTL, Actor: p.Actor, Data: data}, 0); err != nil {
+			return err
+		}
+		out.Approval, err = tx.pendingApproval(action.ID)
+		return err
 	})
 	return out, err
 }

@@ -35,6 +35,9 @@ func (tx *txn) startAttempt(p StartAttemptParams) (*Attempt, error) {
 	}
 	switch action.State {
 	case ActionApproved:
+		if err := tx.checkNotStale(action); err != nil {
+			return nil, err
+		}
 	case ActionProposed, ActionAwaitingApproval:
 		return nil, Errorf(CodeApprovalRequired, "action %s is %s: it needs an approval first", action.ID, action.State)
 	default:

@@ -356,13 +356,18 @@ type ApprovalContent struct {
 	RequestedAt  time.Time     `json:"requested_at"`
 	ExpiresAt    *time.Time    `json:"expires_at"`
 	DecidedAt    *time.Time    `json:"decided_at"`
+	// ExecuteBy, StaleAt and StaleReasonDigest are keys only when set, so
+	// approvals bound before approvals had them keep their digests.
+	ExecuteBy         *time.Time `json:"execute_by,omitempty"`
+	StaleAt           *time.Time `json:"stale_at,omitempty"`
+	StaleReasonDigest Digest     `json:"stale_reason,omitempty"`
 }
 
 // ApprovalContentOf is the content of a.
 func ApprovalContentOf(a *Approval) ApprovalContent {
 	return ApprovalContent{ID: a.ID, ActionID: a.ActionID, State: a.State, ActionDigest: a.ActionDigest,
 		DecidedBy: a.DecidedBy, ReasonDigest: TextDigest(a.Reason), RequestedAt: a.RequestedAt, ExpiresAt: a.ExpiresAt,
-		DecidedAt: a.DecidedAt}
+		DecidedAt: a.DecidedAt, ExecuteBy: a.ExecuteBy, StaleAt: a.StaleAt, StaleReasonDigest: TextDigest(a.StaleReason)}
 }
 
 // TextDigest is the digest of a free-text field as content holds it: of
@@ -387,10 +392,19 @@ func (c ApprovalContent) Digest() Digest {
 	o.str("action_id", string(c.ActionID))
 	o.timeOrNull("decided_at", c.DecidedAt)
 	o.strOrNull("decided_by", c.DecidedBy)
+	if c.ExecuteBy != nil {
+		o.time("execute_by", *c.ExecuteBy)
+	}
 	o.timeOrNull("expires_at", c.ExpiresAt)
 	o.str("id", string(c.ID))
 	o.strOrNull("reason", string(c.ReasonDigest))
 	o.time("requested_at", c.RequestedAt)
+	if c.StaleAt != nil {
+		o.time("stale_at", *c.StaleAt)
+	}
+	if c.StaleReasonDigest != "" {
+		o.str("stale_reason", string(c.StaleReasonDigest))
+	}
 	o.str("state", string(c.State))
 	return o.digest()
 }

@@ -120,7 +120,8 @@ func TestContentDigestIsJCS(t *testing.T) {
 			c := ApprovalContent{ID: ApprovalID(str.Draw(t, "id")), ActionID: ActionID(str.Draw(t, "action")),
 				State: ApprovalState(str.Draw(t, "state")), ActionDigest: Digest(str.Draw(t, "digest")), DecidedBy: str.Draw(t, "by"),
 				ReasonDigest: digest.Draw(t, "reason"), RequestedAt: when.Draw(t, "requested"), ExpiresAt: maybeWhen.Draw(t, "expires"),
-				DecidedAt: maybeWhen.Draw(t, "decided")}
+				DecidedAt: maybeWhen.Draw(t, "decided"), ExecuteBy: maybeWhen.Draw(t, "execute_by"),
+				StaleAt: maybeWhen.Draw(t, "stale_at"), StaleReasonDigest: digest.Draw(t, "stale_reason")}
 			check(t, c, generalDigest(t, c, "decided_by", "reason"))
 		})
 	})

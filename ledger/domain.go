@@ -123,6 +123,17 @@ type Approval struct {
 	RequestedAt  time.Time     `json:"requested_at"`
 	ExpiresAt    *time.Time    `json:"expires_at,omitempty"`
 	DecidedAt    *time.Time    `json:"decided_at,omitempty"`
+	// ExecuteBy, on a granted approval, is when it stops covering a begin:
+	// an attempt begun at or after it needs a new approval. Nil for an
+	// approval granted without one (DecideApprovalParams.ExecuteWithin 0)
+	// and for every approval not granted.
+	ExecuteBy *time.Time `json:"execute_by,omitempty"`
+	// StaleAt and StaleReason, on a granted approval, say when and why it
+	// stopped covering its action (ReaskApproval): a begin came after its
+	// ExecuteBy, or the action had to be asked for again. Nil and "" while
+	// it covers it.
+	StaleAt     *time.Time `json:"stale_at,omitempty"`
+	StaleReason string     `json:"stale_reason,omitempty"`
 }
 
 // Cancellation is a run's cancellation; each step is a separate fact with its

@@ -89,6 +89,8 @@ type Reader interface {
 	GetApproval(ctx context.Context, id ApprovalID) (*Approval, error)
 	// PendingApproval returns an action's pending approval.
 	PendingApproval(ctx context.Context, action ActionID) (*Approval, error)
+	// GrantedApproval returns an action's newest granted approval.
+	GrantedApproval(ctx context.Context, action ActionID) (*Approval, error)
 	// ListApprovals lists approvals in id order.
 	ListApprovals(ctx context.Context, f ApprovalFilter) ([]*Approval, error)
 	// CountPendingApprovals counts a run's pending approvals.
@@ -197,9 +199,14 @@ type Tx interface {
 	// InsertApproval inserts an approval.
 	InsertApproval(ctx context.Context, a *Approval) error
 	// MoveApproval sets an approval's state, decision time and reason (and
-	// its decider, if decidedBy is not empty) and raises its version, if it
-	// is in from; it returns the approval after it.
-	MoveApproval(ctx context.Context, id ApprovalID, from, to ApprovalState, at time.Time, reason, decidedBy string) (*Approval, bool, error)
+	// its decider, if decidedBy is not empty, and its execute_by, if
+	// executeBy is not nil) and raises its version, if it is in from; it
+	// returns the approval after it.
+	MoveApproval(ctx context.Context, id ApprovalID, from, to ApprovalState, at time.Time, reason, decidedBy string, executeBy *time.Time) (*Approval, bool, error)
+	// StaleApproval sets a granted approval's stale time and reason and
+	// raises its version, if it is granted and not stale yet; it returns
+	// the approval after it.
+	StaleApproval(ctx context.Context, id ApprovalID, at time.Time, reason string) (*Approval, bool, error)
 
 	// InsertCancellation inserts a cancellation.
 	InsertCancellation(ctx context.Context, c *Cancellation) error

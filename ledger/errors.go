@@ -25,6 +25,9 @@ const (
 	CodeForbidden ErrorCode = "forbidden"
 	// CodeApprovalRequired: the action needs an approval it does not have.
 	CodeApprovalRequired ErrorCode = "approval_required"
+	// CodeApprovalStale: the action's approval passed its execute_by; an
+	// attempt needs a new approval (Store.ReaskApproval asks for it).
+	CodeApprovalStale ErrorCode = "approval_stale"
 	// CodeBudgetExceeded: a persisted budget forbids the operation.
 	CodeBudgetExceeded ErrorCode = "budget_exceeded"
 	// CodeUnsupportedVersion: the database was written by a newer version.
@@ -49,6 +52,7 @@ var (
 	ErrConflict           = &Error{Code: CodeConflict, Message: "conflict"}
 	ErrForbidden          = &Error{Code: CodeForbidden, Message: "forbidden"}
 	ErrApprovalRequired   = &Error{Code: CodeApprovalRequired, Message: "approval required"}
+	ErrApprovalStale      = &Error{Code: CodeApprovalStale, Message: "approval stale"}
 	ErrBudgetExceeded     = &Error{Code: CodeBudgetExceeded, Message: "budget exceeded"}
 	ErrUnsupportedVersion = &Error{Code: CodeUnsupportedVersion, Message: "unsupported schema version"}
 	ErrInternal           = &Error{Code: CodeInternal, Message: "internal error"}

@@ -142,7 +142,10 @@ var actionTransitions = transitions[ActionState]{
 	// effect is unknown, and it never began (nobody resent it within the
 	// tool's decision timeout, or the run was cancelled first): a person
 	// settles the earlier attempt's effect.
-	ActionApproved: {ActionRunning, ActionCancelled, ActionSuperseded, ActionSucceeded, ActionNeedsReview},
+	// approved → awaiting_approval: its approval no longer covers a begin
+	// (past its execute_by, or the rules no longer approve it): a person is
+	// asked again (ReaskApproval).
+	ActionApproved: {ActionRunning, ActionCancelled, ActionSuperseded, ActionSucceeded, ActionNeedsReview, ActionAwaitingApproval},
 	// running → needs_review: a client reported that its call failed but
 	// took effect (docs/agent-protocol.md): a person settles it.
 	ActionRunning:     {ActionSucceeded, ActionFailed, ActionUncertain, ActionNeedsReview, ActionCancelled},

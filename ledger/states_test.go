@@ -102,7 +102,7 @@ func TestActionTransitions(t *testing.T) {
 		"proposed>approved", "proposed>awaiting_approval", "proposed>denied", "proposed>cancelled", "proposed>superseded",
 		"awaiting_approval>approved", "awaiting_approval>denied", "awaiting_approval>expired",
 		"awaiting_approval>cancelled", "awaiting_approval>superseded",
-		"approved>running", "approved>cancelled", "approved>superseded", "approved>succeeded", "approved>needs_review",
+		"approved>running", "approved>cancelled", "approved>superseded", "approved>succeeded", "approved>needs_review", "approved>awaiting_approval",
 		"running>succeeded", "running>failed", "running>uncertain", "running>needs_review", "running>cancelled",
 		"uncertain>succeeded", "uncertain>approved", "uncertain>needs_review", "uncertain>failed",
 		"needs_review>succeeded", "needs_review>failed", "needs_review>abandoned",

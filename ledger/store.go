@@ -57,7 +57,9 @@ type Store interface {
 	// StartAttempt records a new attempt of an approved action before the
 	// tool is called, moves the action to running and counts the attempt
 	// against the run's budget, all in one transaction.
-	// CodeApprovalRequired if the action is not approved, CodeBudgetExceeded
+	// CodeApprovalRequired if the action is not approved,
+	// CodeApprovalStale if its newest granted approval passed its
+	// execute_by (ReaskApproval then asks again), CodeBudgetExceeded
 	// if an attempt or time budget or the deadline forbids another attempt,
 	// CodeConflict if the run is not running or its cancel was accepted.
 	StartAttempt(ctx context.Context, p StartAttemptParams) (*Attempt, error)
@@ -87,7 +89,8 @@ type Store interface {
 
 	// DecideApproval grants or denies the pending approval of an action,
 	// only if p.ActionDigest is the digest it is bound to, and moves the
-	// action to approved or denied. A run in awaiting_approval with no other
+	// action to approved or denied. A grant with p.ExecuteWithin sets the
+	// approval's execute_by that much after the decision. A run in awaiting_approval with no other
 	// pending approval goes back to running in the same transaction, so the
 	// engine picks it up. CodeConflict on a digest mismatch, if no approval
 	// is pending, or if it has passed its expiry time; nothing changes then.
@@ -98,6 +101,16 @@ type Store interface {
 	ExpireApprovals(ctx context.Context) ([]*Approval, error)
 	// FindApprovals lists approvals matching the filter in id order.
 	FindApprovals(ctx context.Context, f ApprovalFilter) ([]*Approval, error)
+	// ReaskApproval asks a person again for an approved action whose
+	// approval no longer covers a begin, in one transaction: its newest
+	// granted approval, if it has one, records p.Reason and the time as
+	// why it went stale; the action moves approved → awaiting_approval;
+	// and a new pending approval opens, bound to the same action digest,
+	// with p.ApprovalTTL. The run is not moved: whoever drives it treats
+	// the action as any other that waits for a person. CodeConflict,
+	// nothing written, if the action is not approved; CodeNotFound if
+	// unknown.
+	ReaskApproval(ctx context.Context, p ReaskApprovalParams) (ReaskApprovalResult, error)
 
 	// RequestCancel cancels a run in one transaction: the cancellation is
 	// recorded as requested, accepted at once (from then on StartAttempt
@@ -440,6 +453,32 @@ type DecideApprovalParams struct {
 	Decision     ApprovalDecision
 	Principal    string
 	Reason       string
+	// ExecuteWithin, for a grant, sets the approval's execute_by this long
+	// after the decision: an attempt begun at or after it needs a new
+	// approval. 0: no execute_by. Negative is CodeInvalid.
+	ExecuteWithin time.Duration
+}
+
+// ReaskApprovalParams asks for an approved action's approval again.
+type ReaskApprovalParams struct {
+	ActionID ActionID
+	// Reason says why the approval no longer covers a begin, recorded on
+	// the stale approval and in the action's event; required, at most
+	// MaxGateReasonLength bytes, without control characters.
+	Reason string
+	// ApprovalTTL bounds the new pending approval's life; 0 means no
+	// expiry.
+	ApprovalTTL time.Duration
+	Actor       string
+}
+
+// ReaskApprovalResult is the action back in awaiting_approval, its new
+// pending approval, and the granted approval that went stale (nil if the
+// action had none: the rules had approved it).
+type ReaskApprovalResult struct {
+	Action   *Action
+	Approval *Approval
+	Stale    *Approval
 }
 
 // DecideApprovalResult is the decided approval and the action after it.

@@ -37,7 +37,8 @@ type Problem struct {
 	// /arguments).
 	Errors []FieldError `json:"errors,omitempty"`
 	// Action is, for step_key_reused, the action recorded for this step
-	// key.
+	// key; for approval_stale, the action to follow: the same one asking
+	// for approval again, or the one that supersedes it.
 	Action *Action `json:"action,omitempty"`
 	// Recorded is, for outcome_conflict, the outcome as recorded.
 	Recorded *Outcome `json:"recorded,omitempty"`
@@ -254,6 +255,13 @@ type Approval struct {
 	RequestedAt  time.Time            `json:"requested_at"`
 	ExpiresAt    *time.Time           `json:"expires_at,omitempty"`
 	DecidedAt    *time.Time           `json:"decided_at,omitempty"`
+	// ExecuteBy, on a granted approval, is when it stops covering a begin:
+	// an attempt begun later asks for approval again.
+	ExecuteBy *time.Time `json:"execute_by,omitempty"`
+	// StaleAt and StaleReason, on a granted approval, say when and why it
+	// stopped covering its action; a new approval was asked for then.
+	StaleAt     *time.Time `json:"stale_at,omitempty"`
+	StaleReason string     `json:"stale_reason,omitempty"`
 }
 
 // ApprovalList is GET /v1/approvals: a page, and the cursor of the next one

@@ -36,7 +36,8 @@ func runPath(id ledger.RunID) string { return "/v1/runs/" + string(id) }
 
 func approvalView(a *ledger.Approval) Approval {
 	return Approval{ID: a.ID, ActionID: a.ActionID, RunID: a.RunID, ActionDigest: a.ActionDigest, State: a.State,
-		DecidedBy: a.DecidedBy, Reason: a.Reason, RequestedAt: a.RequestedAt, ExpiresAt: a.ExpiresAt, DecidedAt: a.DecidedAt}
+		DecidedBy: a.DecidedBy, Reason: a.Reason, RequestedAt: a.RequestedAt, ExpiresAt: a.ExpiresAt, DecidedAt: a.DecidedAt,
+		ExecuteBy: a.ExecuteBy, StaleAt: a.StaleAt, StaleReason: a.StaleReason}
 }
 
 func attemptView(a *ledger.Attempt) Attempt {

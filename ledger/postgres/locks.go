@@ -353,6 +353,13 @@ func (t *tx) PendingApproval(ctx context.Context, action ledger.ActionID) (*ledg
 		func(a *ledger.Approval) ledger.RunID { return a.RunID })
 }
 
+// GrantedApproval implements ledger.Tx.
+func (t *tx) GrantedApproval(ctx context.Context, action ledger.ActionID) (*ledger.Approval, error) {
+	return lockedRead(ctx, t, entityAction, string(action),
+		func() (*ledger.Approval, error) { return t.reader.GrantedApproval(ctx, action) },
+		func(a *ledger.Approval) ledger.RunID { return a.RunID })
+}
+
 // ListApprovals implements ledger.Tx: locked by run or action, when the
 // filter names one.
 func (t *tx) ListApprovals(ctx context.Context, f ledger.ApprovalFilter) ([]*ledger.Approval, error) {

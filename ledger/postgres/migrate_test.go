@@ -23,7 +23,7 @@ func TestOpenMigratesOnceAndRecordsIt(t *testing.T) {
 	v, err := f.d.SchemaVersion(ctx)
 	require.NoError(t, err)
 	require.Equal(t, postgres.SchemaVersion(), v)
-	require.Equal(t, 4, v)
+	require.Equal(t, 5, v)
 
 	rows, err := f.raw.Query(`SELECT version, name, applied_at FROM schema_migrations ORDER BY version`)
 	require.NoError(t, err)
@@ -40,14 +40,15 @@ func TestOpenMigratesOnceAndRecordsIt(t *testing.T) {
 		names = append(names, name)
 	}
 	require.NoError(t, rows.Err())
-	require.Equal(t, []string{"0001_schema.sql", "0002_run_leases.sql", "0003_store_probe.sql", "0004_rule_sets.sql"}, names)
+	require.Equal(t, []string{"0001_schema.sql", "0002_run_leases.sql", "0003_store_probe.sql", "0004_rule_sets.sql",
+		"0005_approval_execute_by.sql"}, names)
 
 	// Opening again applies nothing.
 	again := openOn(t, f.dsn)
 	v, err = again.d.SchemaVersion(ctx)
 	require.NoError(t, err)
-	require.Equal(t, 4, v)
-	require.Equal(t, 4, f.count(t, "schema_migrations"))
+	require.Equal(t, 5, v)
+	require.Equal(t, 5, f.count(t, "schema_migrations"))
 
 	require.ElementsMatch(t, []string{"actions", "agent_decisions", "approvals", "attempt_leases", "attempts", "budgets",
 		"cancellations", "chain_signatures", "events", "observations", "rule_sets", "runs", "schema_migrations", "store_probes"}, tables(t, f.raw))
@@ -98,7 +99,8 @@ func TestOpenRefusesANewerSchemaAndTouchesNothing(t *testing.T) {
 		}
 	}
 	require.NoError(t, rows.Err())
-	require.Equal(t, []string{"0001_schema.sql", "0002_run_leases.sql", "0003_store_probe.sql", "9999_future.sql"}, got)
+	require.Equal(t, []string{"0001_schema.sql", "0002_run_leases.sql", "0003_store_probe.sql", "0004_reserved.sql",
+		"0005_approval_execute_by.sql", "9999_future.sql"}, got)
 }
 
 func TestOpenRefusesANewerSchemaOnADatabaseWithOnlyItsVersion(t *testing.T) {

@@ -171,7 +171,7 @@ func TestMoveApproval(t *testing.T) {
 	f.write(t, func(tx ledger.Tx) error {
 		require.NoError(t, tx.InsertApproval(ctx, apr))
 		require.NoError(t, tx.InsertApproval(ctx, &apr2))
-		got, moved, err := tx.MoveApproval(ctx, "apr_1", ledger.ApprovalPending, ledger.ApprovalGranted, at, "looks fine", "carol")
+		got, moved, err := tx.MoveApproval(ctx, "apr_1", ledger.ApprovalPending, ledger.ApprovalGranted, at, "looks fine", "carol", nil)
 		require.NoError(t, err)
 		require.True(t, moved)
 		require.Equal(t, "carol", got.DecidedBy)
@@ -179,12 +179,12 @@ func TestMoveApproval(t *testing.T) {
 		require.Equal(t, &at, got.DecidedAt)
 		require.Equal(t, int64(2), got.Version)
 
-		_, moved, err = tx.MoveApproval(ctx, "apr_1", ledger.ApprovalPending, ledger.ApprovalDenied, at, "", "eve")
+		_, moved, err = tx.MoveApproval(ctx, "apr_1", ledger.ApprovalPending, ledger.ApprovalDenied, at, "", "eve", nil)
 		require.NoError(t, err)
 		require.False(t, moved)
 
 		// No decider given: the one recorded stays; no reason is NULL.
-		got, moved, err = tx.MoveApproval(ctx, "apr_2", ledger.ApprovalGranted, ledger.ApprovalInvalidated, at, "", "")
+		got, moved, err = tx.MoveApproval(ctx, "apr_2", ledger.ApprovalGranted, ledger.ApprovalInvalidated, at, "", "", nil)
 		require.NoError(t, err)
 		require.True(t, moved)
 		require.Equal(t, "dave", got.DecidedBy)

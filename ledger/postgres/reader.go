@@ -190,6 +190,12 @@ func (r *reader) PendingApproval(ctx context.Context, action ledger.ActionID) (*
 		string(action))
 }
 
+// GrantedApproval implements ledger.Reader.
+func (r *reader) GrantedApproval(ctx context.Context, action ledger.ActionID) (*ledger.Approval, error) {
+	return r.getApproval(ctx, "granted approval", "granted approval of action "+string(action), sqlrows.GrantedApprovalSQL,
+		string(action))
+}
+
 // ListApprovals implements ledger.Reader.
 func (r *reader) ListApprovals(ctx context.Context, f ledger.ApprovalFilter) ([]*ledger.Approval, error) {
 	var w sqlrows.Where

@@ -218,7 +218,7 @@ func (t *tx) InsertApproval(ctx context.Context, a *ledger.Approval) error {
 	}
 	r := sqlrows.ApprovalOf(a)
 	_, err := t.exec(ctx, sqlrows.InsertApprovalSQL, r.ID, r.ActionID, r.RunID, r.Tenant, r.ActionDigest, r.State, r.DecidedBy,
-		r.Reason, r.Version, r.RequestedAt, r.ExpiresAt, r.DecidedAt)
+		r.Reason, r.Version, r.RequestedAt, r.ExpiresAt, r.DecidedAt, r.ExecuteBy, r.StaleAt, r.StaleReason)
 	if err == nil {
 		t.st.hold(a.RunID, nil, entityApproval, string(a.ID))
 	}
@@ -226,15 +226,28 @@ func (t *tx) InsertApproval(ctx context.Context, a *ledger.Approval) error {
 }
 
 // MoveApproval implements ledger.Tx.
-func (t *tx) MoveApproval(ctx context.Context, id ledger.ApprovalID, from, to ledger.ApprovalState, at time.Time, reason, decidedBy string) (*ledger.Approval, bool, error) {
+func (t *tx) MoveApproval(ctx context.Context, id ledger.ApprovalID, from, to ledger.ApprovalState, at time.Time, reason, decidedBy string, executeBy *time.Time) (*ledger.Approval, bool, error) {
 	if err := t.lockEntity(ctx, entityApproval, string(id)); err != nil {
 		return nil, false, err
 	}
 	var r sqlrows.Approval
-	moved, err := t.one(ctx, sqlrows.MoveApprovalSQL, []any{string(to), sqlrows.Micros(at), sqlrows.StrPtr(reason), sqlrows.StrPtr(decidedBy), string(id), string(from)},
-		r.Targets()...)
+	moved, err := t.one(ctx, sqlrows.MoveApprovalSQL, []any{string(to), sqlrows.Micros(at), sqlrows.StrPtr(reason), sqlrows.StrPtr(decidedBy),
+		sqlrows.MicrosPtr(executeBy), string(id), string(from)}, r.Targets()...)
 	if err != nil || !moved {
 		return nil, false, wrapErr("move approval", err)
+	}
+	return r.ToApproval(), true, nil
+}
+
+// StaleApproval implements ledger.Tx.
+func (t *tx) StaleApproval(ctx context.Context, id ledger.ApprovalID, at time.Time, reason string) (*ledger.Approval, bool, error) {
+	if err := t.lockEntity(ctx, entityApproval, string(id)); err != nil {
+		return nil, false, err
+	}
+	var r sqlrows.Approval
+	moved, err := t.one(ctx, sqlrows.StaleApprovalSQL, []any{sqlrows.Micros(at), sqlrows.StrPtr(reason), string(id)}, r.Targets()...)
+	if err != nil || !moved {
+		return nil, false, wrapErr("stale approval", err)
 	}
 	return r.ToApproval(), true, nil
 }

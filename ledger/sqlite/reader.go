@@ -58,6 +58,7 @@ var (
 	lastAttemptSQL      = declare(sqlrows.LastAttemptSQL)
 	findApprovalSQL     = declare(sqlrows.GetApprovalSQL)
 	pendingApprovalSQL  = declare(sqlrows.PendingApprovalSQL)
+	grantedApprovalSQL  = declare(sqlrows.GrantedApprovalSQL)
 	countPendingSQL     = declare(sqlrows.CountPendingSQL)
 	findCancelSQL       = declare(sqlrows.GetCancellationSQL)
 )
@@ -244,6 +245,10 @@ func (r reader) GetApproval(ctx context.Context, id ledger.ApprovalID) (*ledger.
 
 func (r reader) PendingApproval(ctx context.Context, action ledger.ActionID) (*ledger.Approval, error) {
 	return r.approval(ctx, "pending approval of action "+string(action), pendingApprovalSQL, string(action))
+}
+
+func (r reader) GrantedApproval(ctx context.Context, action ledger.ActionID) (*ledger.Approval, error) {
+	return r.approval(ctx, "granted approval of action "+string(action), grantedApprovalSQL, string(action))
 }
 
 func (r reader) approvals(q *gorm.DB) ([]*ledger.Approval, error) {

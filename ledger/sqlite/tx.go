@@ -103,6 +103,7 @@ var (
 	insertObservationSQL = declare(sqlrows.InsertObservationSQL)
 	insertApprovalSQL    = declare(sqlrows.InsertApprovalSQL)
 	moveApprovalSQL      = declare(sqlrows.MoveApprovalSQL)
+	staleApprovalSQL     = declare(sqlrows.StaleApprovalSQL)
 	insertEventSQL       = declare(sqlrows.InsertEventSQL)
 	moveHeadSQL          = declare(sqlrows.MoveChainHeadSQL)
 	upsertSignatureSQL   = declare(sqlrows.PutSignatureSQL)
@@ -229,14 +230,24 @@ func (t *tx) InsertObservation(_ context.Context, o *ledger.Observation) error {
 func (t *tx) InsertApproval(_ context.Context, a *ledger.Approval) error {
 	r := sqlrows.ApprovalOf(a)
 	_, err := t.exec(insertApprovalSQL, r.ID, r.ActionID, r.RunID, r.Tenant, r.ActionDigest, r.State, r.DecidedBy, r.Reason,
-		r.Version, r.RequestedAt, r.ExpiresAt, r.DecidedAt)
+		r.Version, r.RequestedAt, r.ExpiresAt, r.DecidedAt, r.ExecuteBy, r.StaleAt, r.StaleReason)
 	return translate(err)
 }
 
-func (t *tx) MoveApproval(_ context.Context, id ledger.ApprovalID, from, to ledger.ApprovalState, at time.Time, reason, decidedBy string) (*ledger.Approval, bool, error) {
+func (t *tx) MoveApproval(_ context.Context, id ledger.ApprovalID, from, to ledger.ApprovalState, at time.Time, reason, decidedBy string, executeBy *time.Time) (*ledger.Approval, bool, error) {
 	var row sqlrows.Approval
 	ok, err := t.moved(moveApprovalSQL, func(rows *sql.Rows) error { return rows.Scan(row.Targets()...) },
-		string(to), sqlrows.Micros(at), sqlrows.StrPtr(reason), sqlrows.StrPtr(decidedBy), string(id), string(from))
+		string(to), sqlrows.Micros(at), sqlrows.StrPtr(reason), sqlrows.StrPtr(decidedBy), sqlrows.MicrosPtr(executeBy), string(id), string(from))
+	if !ok || err != nil {
+		return nil, false, err
+	}
+	return row.ToApproval(), true, nil
+}
+
+func (t *tx) StaleApproval(_ context.Context, id ledger.ApprovalID, at time.Time, reason string) (*ledger.Approval, bool, error) {
+	var row sqlrows.Approval
+	ok, err := t.moved(staleApprovalSQL, func(rows *sql.Rows) error { return rows.Scan(row.Targets()...) },
+		sqlrows.Micros(at), sqlrows.StrPtr(reason), string(id))
 	if !ok || err != nil {
 		return nil, false, err
 	}

@@ -128,6 +128,8 @@ func (f *actionFixture) apply(t *testing.T, from, to ledger.ActionState) error {
 		if err == nil && !slices.ContainsFunc(expired, func(a *ledger.Approval) bool { return a.ActionID == f.action.ID }) {
 			err = fmt.Errorf("approval of %s not expired", f.action.ID)
 		}
+	case "ReaskApproval":
+		_, err = s.ReaskApproval(ctx, ledger.ReaskApprovalParams{ActionID: f.action.ID, Reason: "asked again", ApprovalTTL: time.Hour})
 	case "FinishAttempt":
 		// The close whose outcome (ledger.OutcomeOf) takes a write there.
 		close := map[ledger.ActionState][2]string{ledger.ActionSucceeded: {"succeeded", "happened"},

@@ -115,6 +115,7 @@ var tests = []test{
 	{"RunLeases", testRunLeases},
 	{"ProbeWrite", testProbeWrite},
 	{"RuleSets", testRuleSets},
+	{"StaleApproval", testStaleApproval},
 	{"InvariantsProperty", testInvariantsProperty},
 }
 

@@ -28,6 +28,9 @@ const (
 	LastAttemptSQL     = `SELECT ` + AttemptCols + ` FROM attempts WHERE action_id = ? ORDER BY attempt_no DESC LIMIT 1`
 	GetApprovalSQL     = `SELECT ` + ApprovalCols + ` FROM approvals WHERE id = ?`
 	PendingApprovalSQL = `SELECT ` + ApprovalCols + ` FROM approvals WHERE action_id = ? AND state = 'pending'`
+	// GrantedApprovalSQL is an action's newest granted approval (the index
+	// approvals_action).
+	GrantedApprovalSQL = `SELECT ` + ApprovalCols + ` FROM approvals WHERE action_id = ? AND state = 'granted' ORDER BY id DESC LIMIT 1`
 	CountPendingSQL    = `SELECT COUNT(*) FROM approvals WHERE run_id = ? AND state = 'pending'`
 	GetCancellationSQL = `SELECT ` + CancellationCols + ` FROM cancellations WHERE run_id = ?`
 	GetRunLeaseSQL     = `SELECT ` + RunLeaseCols + ` FROM runs WHERE id = ?`
@@ -137,17 +140,21 @@ const (
 	InsertBudgetSQL      = `INSERT INTO budgets (` + BudgetCols + `) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
 	InsertActionSQL      = `INSERT INTO actions (` + ActionCols + `) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
 	InsertObservationSQL = `INSERT INTO observations (` + ObservationCols + `) VALUES (?, ?, ?, ?, ?, ?, ?, ?)`
-	InsertApprovalSQL    = `INSERT INTO approvals (` + ApprovalCols + `) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
+	InsertApprovalSQL    = `INSERT INTO approvals (` + ApprovalCols + `) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
 	InsertEventSQL       = `INSERT INTO events (` + EventCols + `) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
 	CountAttemptSQL      = `UPDATE budgets SET attempts_used = attempts_used + 1, version = version + 1 WHERE run_id = ?`
 	FinishAttemptSQL     = `UPDATE attempts SET status = ?, result = ?, error = ?, finished_at = ?, version = version + 1
 	WHERE id = ? AND status = 'started'`
 	SetAttemptEffectSQL = `UPDATE attempts SET effect = ?, effect_observation_id = ?, version = version + 1
 	WHERE id = ? AND effect = 'unknown'`
-	// MoveApprovalSQL settles an approval (decided_by only when given) and
-	// hands back its row.
+	// MoveApprovalSQL settles an approval (decided_by and execute_by only
+	// when given) and hands back its row.
 	MoveApprovalSQL = `UPDATE approvals SET state = ?, version = version + 1, decided_at = ?, reason = ?,
-	decided_by = COALESCE(?, decided_by) WHERE id = ? AND state = ? RETURNING ` + ApprovalCols
+	decided_by = COALESCE(?, decided_by), execute_by = COALESCE(?, execute_by) WHERE id = ? AND state = ? RETURNING ` + ApprovalCols
+	// StaleApprovalSQL records why a granted approval no longer covers a
+	// begin, once, and hands back its row.
+	StaleApprovalSQL = `UPDATE approvals SET stale_at = ?, stale_reason = ?, version = version + 1
+	WHERE id = ? AND state = 'granted' AND stale_at IS NULL RETURNING ` + ApprovalCols
 	// InsertRuleSetSQL stores a rule set unless its digest is stored.
 	InsertRuleSetSQL = `INSERT INTO rule_sets (` + RuleSetCols + `) VALUES (?, ?, ?) ON CONFLICT (digest) DO NOTHING`
 	// ProbeSQL raises the store probe's counter (ledger.Tx.Probe).

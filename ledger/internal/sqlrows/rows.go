@@ -422,6 +422,9 @@ type Approval struct {
 	RequestedAt  int64
 	ExpiresAt    *int64
 	DecidedAt    *int64
+	ExecuteBy    *int64
+	StaleAt      *int64
+	StaleReason  *string
 }
 
 // TableName is the row's table, for GORM.
@@ -429,19 +432,20 @@ func (Approval) TableName() string { return "approvals" }
 
 // ApprovalCols are the columns of Approval, in the order of its Targets.
 const ApprovalCols = `id, action_id, run_id, tenant, action_digest, state, decided_by, reason, version, requested_at,
-	expires_at, decided_at`
+	expires_at, decided_at, execute_by, stale_at, stale_reason`
 
 // Targets are the Scan targets of ApprovalCols.
 func (r *Approval) Targets() []any {
 	return []any{&r.ID, &r.ActionID, &r.RunID, &r.Tenant, &r.ActionDigest, &r.State, &r.DecidedBy, &r.Reason, &r.Version,
-		&r.RequestedAt, &r.ExpiresAt, &r.DecidedAt}
+		&r.RequestedAt, &r.ExpiresAt, &r.DecidedAt, &r.ExecuteBy, &r.StaleAt, &r.StaleReason}
 }
 
 // ApprovalOf is the row of a.
 func ApprovalOf(a *ledger.Approval) Approval {
 	return Approval{ID: string(a.ID), ActionID: string(a.ActionID), RunID: string(a.RunID), Tenant: a.Tenant,
 		ActionDigest: string(a.ActionDigest), State: string(a.State), DecidedBy: StrPtr(a.DecidedBy), Reason: StrPtr(a.Reason),
-		Version: a.Version, RequestedAt: Micros(a.RequestedAt), ExpiresAt: MicrosPtr(a.ExpiresAt), DecidedAt: MicrosPtr(a.DecidedAt)}
+		Version: a.Version, RequestedAt: Micros(a.RequestedAt), ExpiresAt: MicrosPtr(a.ExpiresAt), DecidedAt: MicrosPtr(a.DecidedAt),
+		ExecuteBy: MicrosPtr(a.ExecuteBy), StaleAt: MicrosPtr(a.StaleAt), StaleReason: StrPtr(a.StaleReason)}
 }
 
 // ToApproval is the row's approval.
@@ -459,6 +463,9 @@ func (r *Approval) ToApproval() *ledger.Approval {
 		RequestedAt:  FromMicros(r.RequestedAt),
 		ExpiresAt:    TimePtr(r.ExpiresAt),
 		DecidedAt:    TimePtr(r.DecidedAt),
+		ExecuteBy:    TimePtr(r.ExecuteBy),
+		StaleAt:      TimePtr(r.StaleAt),
+		StaleReason:  Deref(r.StaleReason),
 	}
 }
 
