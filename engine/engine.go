@@ -19,6 +19,7 @@ import (
 	"github.com/actionledger/ledger/ledger"
 	"github.com/actionledger/ledger/recovery"
 	"github.com/actionledger/ledger/redact"
+	"github.com/actionledger/ledger/storehealth"
 )
 
 // FaultPoint names a dangerous moment of an attempt, where a fault plan
@@ -105,12 +106,13 @@ type Config struct {
 	// metrics). It runs on the worker that made the call: keep it quick.
 	OnToolCall func(ToolCallStats)
 	Logger     *slog.Logger
-	// Health watches the store's answers: failures counted by operation,
-	// and whether writes fail now (for /readyz). The engine watches Store
-	// with it; give the same Health to whatever else writes (the approval
-	// service's store, the server's) so they count and recover together.
-	// Nil means a new one with Now, Logger and LogInterval.
-	Health *StoreHealth
+	// Health is the store's health: the Tracker the store was opened with
+	// as its observation hook (ledger.Options.Observe: Health.Observe),
+	// which sees every caller's operations. The pool backs off while
+	// writes fail and makes its probe write when one is due; the server's
+	// /readyz and metrics read it. Nil means a new one with Now, Logger and
+	// LogInterval, which sees nothing of a store not opened with it.
+	Health *storehealth.Tracker
 	// RetryMin and RetryMax bound the backoff after failures: a run whose
 	// Advance failed (other than by a lost race) waits RetryMin, doubling
 	// with each failure in a row up to RetryMax, the upper half of each
@@ -172,9 +174,9 @@ type Engine struct {
 	// backoff.
 	failures map[ledger.RunID]int
 
-	health   *StoreHealth
+	health   *storehealth.Tracker
 	backoff  backoff
-	failLogs *failureLog
+	failLogs *storehealth.FailureLog
 	tokenKey []byte
 	// clientAgents names the agents a client drives, in name order.
 	clientAgents []string
@@ -241,9 +243,8 @@ func New(cfg Config) (*Engine, error) {
 		cfg.LeaseTTL = defaultLeaseTTL
 	}
 	if cfg.Health == nil {
-		cfg.Health = NewStoreHealth(StoreHealthConfig{Now: cfg.Now, Logger: cfg.Logger, LogInterval: cfg.LogInterval})
+		cfg.Health = storehealth.New(storehealth.Config{Now: cfg.Now, Logger: cfg.Logger, LogInterval: cfg.LogInterval})
 	}
-	cfg.Store = cfg.Health.Watch(cfg.Store)
 	if cfg.Redactor == nil {
 		key := make([]byte, 32)
 		if _, err := rand.Read(key); err != nil {
@@ -265,7 +266,7 @@ func New(cfg Config) (*Engine, error) {
 		now: cfg.Now, cfg: cfg, log: cfg.Logger, calls: map[ledger.RunID]func(){},
 		notBefore: map[ledger.RunID]time.Time{}, failures: map[ledger.RunID]int{}, policy: cfg.Policy.WithDefaults(),
 		health: cfg.Health, backoff: backoff{min: cfg.RetryMin, max: cfg.RetryMax},
-		failLogs: newFailureLog(cfg.Logger, cfg.Now, cfg.LogInterval)}
+		failLogs: storehealth.NewFailureLog(cfg.Logger, cfg.Now, cfg.LogInterval)}
 	e.leases = newRunLeases(e, cfg.Owner, cfg.LeaseTTL)
 	for _, a := range cfg.Agents {
 		switch a.Driver {
@@ -420,8 +421,8 @@ func (e *Engine) Leases() LeaseStatus { return e.leases.Status() }
 // Owner is this process's name as the holder of run leases.
 func (e *Engine) Owner() string { return e.leases.owner }
 
-// Health is the StoreHealth watching the engine's store.
-func (e *Engine) Health() *StoreHealth { return e.health }
+// Health is the store's health (Config.Health).
+func (e *Engine) Health() *storehealth.Tracker { return e.health }
 
 // HasAgent reports whether runs may name agent.
 func (e *Engine) HasAgent(name string) bool { _, ok := e.agents[name]; return ok }

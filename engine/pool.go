@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/actionledger/ledger/ledger"
+	"github.com/actionledger/ledger/storehealth"
 )
 
 // pool is the running worker pool: a dispatcher that claims runnable runs
@@ -100,7 +101,7 @@ func (e *Engine) dispatch(ctx context.Context, p *pool) {
 		case <-timer.C:
 		case <-wake:
 			timer.Stop()
-		case <-e.health.recoveredC():
+		case <-e.health.Recovered():
 			// A write succeeded (a request, another worker): the store
 			// works again, so nobody need wait out a backoff.
 			timer.Stop()
@@ -132,10 +133,11 @@ func newDispatcher(e *Engine, work chan<- ledger.RunID) *dispatcher {
 // the backoff, not to be cut short, after a pass the store failed.
 func (d *dispatcher) runOnce(ctx context.Context) (time.Duration, bool) {
 	e := d.e
-	e.health.flush(ctx)
+	e.health.Flush(ctx)
 	e.failLogs.Flush(ctx)
-	if e.health.probeDue() {
-		// Its outcome is the health's (the store is watched), nothing else.
+	if e.health.ProbeDue() {
+		// Its outcome reaches the health through the store's hook; it
+		// matters to nothing else.
 		_ = e.store.ProbeWrite(ctx)
 	}
 	failed := false
@@ -275,11 +277,11 @@ func (e *Engine) work(ctx context.Context, id ledger.RunID) {
 }
 
 // logFailure logs a failure of the pool once per interval with a count
-// (failureLog). While writes fail, the StoreHealth already says so, once
-// per interval for every writer: a store failure then goes to the debug
-// log only.
+// (storehealth.FailureLog). While writes fail, the store's health already
+// says so, once per interval for every writer: a store failure then goes
+// to the debug log only.
 func (e *Engine) logFailure(ctx context.Context, msg string, err error, attrs ...any) {
-	if IsStoreFailure(err) && e.health.failing.Load() {
+	if storehealth.IsFailure(err) && e.health.Failing() {
 		e.log.DebugContext(ctx, msg, append([]any{"err", err}, attrs...)...)
 		return
 	}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"log/slog"
 	"path/filepath"
 	"strings"
@@ -17,44 +18,11 @@ import (
 	"github.com/actionledger/ledger/engine"
 	"github.com/actionledger/ledger/ledger"
 	"github.com/actionledger/ledger/ledger/ledgertest"
+	"github.com/actionledger/ledger/ledger/sqlite"
 	"github.com/actionledger/ledger/simulator"
+	"github.com/actionledger/ledger/storehealth"
 	"github.com/stretchr/testify/require"
 )
-
-// diskFull fails the writes of a real store that the pool's path makes,
-// as a full disk does, while full is set.
-type diskFull struct {
-	ledger.Store
-	full *atomic.Bool
-}
-
-func (s diskFull) err(op string) error {
-	if s.full.Load() {
-		return ledger.Errorf(ledger.CodeInternal, "%s: database or disk is full", op)
-	}
-	return nil
-}
-
-func (s diskFull) TransitionRun(ctx context.Context, p ledger.RunTransition) (*ledger.Run, error) {
-	if err := s.err("transition run"); err != nil {
-		return nil, err
-	}
-	return s.Store.TransitionRun(ctx, p)
-}
-
-func (s diskFull) ProbeWrite(ctx context.Context) error {
-	if err := s.err("probe write"); err != nil {
-		return err
-	}
-	return s.Store.ProbeWrite(ctx)
-}
-
-func (s diskFull) ExpireApprovals(ctx context.Context) ([]*ledger.Approval, error) {
-	if err := s.err("expire approvals"); err != nil {
-		return nil, err
-	}
-	return s.Store.ExpireApprovals(ctx)
-}
 
 // lockedBuffer collects a JSON logger's lines.
 type lockedBuffer struct {
@@ -85,27 +53,37 @@ func (b *lockedBuffer) messages(t *testing.T, level string) []string {
 }
 
 // TestPoolBackoff drives the pool's pass (RunOnce) and a worker's turn
-// (Work) on a fake clock while every write of the run fails: the pass backs
-// off instead of polling, the failed run is not handed out again before its
-// backoff is over, the failures are logged once, counted, and make the
-// store unhealthy; one success makes it healthy and starts over.
+// (Work) on a fake clock while the store's every write fails, as on a full
+// disk (the store's own write fault, seen by its health through the
+// store's hook): the failed run is not handed out again before its backoff
+// is over, the pass whose claim failed backs off instead of polling, the
+// failures are logged once, counted, and make the store unhealthy; once
+// writes succeed, the probe write makes it healthy and all starts over.
 func TestPoolBackoff(t *testing.T) {
 	ctx := context.Background()
-	lb := ledgertest.OpenStore(t)
+	full := &atomic.Bool{}
+	logs := &lockedBuffer{}
+	log := slog.New(slog.NewJSONHandler(logs, nil))
+	var health *storehealth.Tracker
+	lb := ledgertest.OpenStoreWith(t, func(c *sqlite.Config) {
+		c.WriteFaultFunc = func(_ int64, at ledger.WritePoint) error {
+			if at == ledger.WriteBeforeCommit && full.Load() {
+				return errors.New("database or disk is full")
+			}
+			return nil
+		}
+		health = storehealth.New(storehealth.Config{Now: c.Now, Logger: log})
+		c.Observe = health.Observe
+	})
 	effects, err := simulator.OpenEffectStore(ctx, filepath.Join(t.TempDir(), "effects.db"), lb.Clock.Now)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = effects.Close() })
-	full := &atomic.Bool{}
-	store := diskFull{Store: lb.Store, full: full}
 	cards := simulator.PracticeCardsAgent(effects, simulator.Config{})
 	policy, err := approval.NewPolicy(nil, approval.Defaults{})
 	require.NoError(t, err)
 	tools := func(string) (contracts.ToolDescriptor, bool) { return cards.Tools[0].Descriptor(), true }
-	logs := &lockedBuffer{}
-	log := slog.New(slog.NewJSONHandler(logs, nil))
-	health := engine.NewStoreHealth(engine.StoreHealthConfig{Now: lb.Clock.Now, Logger: log})
-	svc := approval.NewService(health.Watch(store), policy, tools, approval.Options{})
-	eng, err := engine.New(engine.Config{Store: store, Approvals: svc, Agents: []engine.Agent{cards}, Now: lb.Clock.Now,
+	svc := approval.NewService(lb.Store, policy, tools, approval.Options{})
+	eng, err := engine.New(engine.Config{Store: lb.Store, Approvals: svc, Agents: []engine.Agent{cards}, Now: lb.Clock.Now,
 		Logger: log, Health: health, PollInterval: 250 * time.Millisecond, RetryMin: 100 * time.Millisecond, RetryMax: time.Second})
 	require.NoError(t, err)
 
@@ -134,32 +112,33 @@ func TestPoolBackoff(t *testing.T) {
 	}
 
 	t.Run("HealthyPassPolls", func(t *testing.T) {
-		wait, wakeable, _ := pass()
+		wait, wakeable, ids := pass()
 		require.Equal(t, 250*time.Millisecond, wait)
 		require.True(t, wakeable)
-		d.Done(id) // handed out, not worked: give it back
+		require.Equal(t, []ledger.RunID{id}, ids, "claimed and handed out")
 	})
 
 	full.Store(true)
-	t.Run("FailingPassBacksOff", func(t *testing.T) {
-		wait, wakeable, ids := pass()
-		require.False(t, wakeable, "a wake-up does not cut a backoff short")
-		require.GreaterOrEqual(t, wait, 50*time.Millisecond)
-		require.Less(t, wait, 100*time.Millisecond)
-		require.Equal(t, []ledger.RunID{id}, ids, "reads still work: the run is handed out")
+	t.Run("FailedRunAndFailingPassBackOff", func(t *testing.T) {
 		turn(id)
 		require.Equal(t, 1, eng.Failures(id))
+
+		wait, wakeable, ids := pass()
+		require.False(t, wakeable, "a wake-up does not cut a backoff short")
+		require.GreaterOrEqual(t, wait, 50*time.Millisecond, "its claim failed")
+		require.Less(t, wait, 100*time.Millisecond)
+		require.Empty(t, ids, "the failed run waits out its backoff")
 
 		wait, _, ids = pass()
 		require.GreaterOrEqual(t, wait, 100*time.Millisecond, "the second failed pass waits twice as long")
 		require.Less(t, wait, 200*time.Millisecond)
-		require.Empty(t, ids, "the failed run waits out its backoff")
+		require.Empty(t, ids)
 	})
 
 	t.Run("RunRetriedAfterItsBackoff", func(t *testing.T) {
 		lb.Clock.Advance(100 * time.Millisecond) // the first backoff is below 100ms
 		_, _, ids := pass()
-		require.Equal(t, []ledger.RunID{id}, ids)
+		require.Equal(t, []ledger.RunID{id}, ids, "still held: handed out without a claim")
 		turn(id)
 		require.Equal(t, 2, eng.Failures(id))
 		lb.Clock.Advance(99 * time.Millisecond) // the second is at least 100ms
@@ -175,7 +154,8 @@ func TestPoolBackoff(t *testing.T) {
 	t.Run("FailuresCountedLoggedOnceUnhealthy", func(t *testing.T) {
 		require.Error(t, eng.Health().Err())
 		require.EqualValues(t, 3, eng.Health().Errors()["transition_run"])
-		require.EqualValues(t, 5, eng.Health().Errors()["expire_approvals"])
+		require.EqualValues(t, 5, eng.Health().Errors()["claim_runs"])
+		require.Zero(t, eng.Health().Errors()["expire_approvals"], "nothing due: no write to fail")
 		require.Equal(t, []string{"store writes failing"}, logs.messages(t, "ERROR"),
 			"eight failures, one line: the rest are counted for the next")
 	})

@@ -57,7 +57,7 @@ func (s *DB) CreateAction(ctx context.Context, p CreateActionParams) (CreateActi
 	digest := actionDigest(p.Tool, p.ToolVersion, p.Effect, args)
 	argsDigest := docDigest(args)
 	var out CreateActionResult
-	err = s.inTx(ctx, "create action", func(tx *txn) error {
+	err = s.inTx(ctx, "create_action", func(tx *txn) error {
 		out = CreateActionResult{} // a driver may run the write again
 		existing, err := tx.d.GetActionByKey(tx.ctx, p.RunID, p.IdempotencyKey)
 		switch {
@@ -283,7 +283,7 @@ func (s *DB) TransitionAction(ctx context.Context, p ActionTransition) (*Action,
 		return nil, Errorf(CodeInvalid, "transition action: %s → %s is taken by %s", p.From, p.To, owner)
 	}
 	var out *Action
-	err := s.inTx(ctx, "transition action", func(tx *txn) error {
+	err := s.inTx(ctx, "transition_action", func(tx *txn) error {
 		if err := tx.transitionAction(p); err != nil {
 			return err
 		}
@@ -369,20 +369,12 @@ func (tx *txn) findAction(id ActionID) (*Action, error) { return tx.d.GetAction(
 
 // FindActionByID implements Store.
 func (s *DB) FindActionByID(ctx context.Context, id ActionID) (*Action, error) {
-	a, err := s.reader().GetAction(ctx, id)
-	if err != nil {
-		return nil, wrapErr("find action", err)
-	}
-	return a, nil
+	return read(ctx, s, "find_action_by_id", func(r Reader) (*Action, error) { return r.GetAction(ctx, id) })
 }
 
 // FindActions implements Store.
 func (s *DB) FindActions(ctx context.Context, f ActionFilter) ([]*Action, error) {
-	out, err := s.reader().ListActions(ctx, f)
-	if err != nil {
-		return nil, wrapErr("find actions", err)
-	}
-	return out, nil
+	return read(ctx, s, "find_actions", func(r Reader) ([]*Action, error) { return r.ListActions(ctx, f) })
 }
 
 // gateOf is the gate CreateAction records: nil for the zero audit.

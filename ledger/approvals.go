@@ -96,7 +96,7 @@ func (s *DB) DecideApproval(ctx context.Context, p DecideApprovalParams) (Decide
 		return DecideApprovalResult{}, Errorf(CodeInvalid, "decide approval: execute within cannot be negative")
 	}
 	var out DecideApprovalResult
-	err := s.inTx(ctx, "decide approval", func(tx *txn) error {
+	err := s.inTx(ctx, "decide_approval", func(tx *txn) error {
 		out = DecideApprovalResult{} // a driver may run the write again
 		action, err := tx.findAction(p.ActionID)
 		if err != nil {
@@ -140,15 +140,12 @@ func (s *DB) DecideApproval(ctx context.Context, p DecideApprovalParams) (Decide
 func (s *DB) ExpireApprovals(ctx context.Context) ([]*Approval, error) {
 	// The engine asks on every pass of its pool; nearly always nothing is
 	// due, which a reader answers without taking the writer's lock.
-	due, err := s.reader().ListDueApprovals(ctx, s.now())
-	if err != nil {
-		return nil, wrapErr("expire approvals", err)
-	}
-	if len(due) == 0 {
-		return nil, nil
+	anyDue := func(r Reader) (bool, error) {
+		due, err := r.ListDueApprovals(ctx, s.now())
+		return len(due) > 0, err
 	}
 	var out []*Approval
-	err = s.inTx(ctx, "expire approvals", func(tx *txn) error {
+	err := s.inTxIf(ctx, "expire_approvals", anyDue, func(tx *txn) error {
 		out = nil // a driver may run the write again
 		due, err := tx.d.ListDueApprovals(tx.ctx, tx.now)
 		if err != nil {
@@ -221,7 +218,7 @@ func (s *DB) ReaskApproval(ctx context.Context, p ReaskApprovalParams) (ReaskApp
 		return ReaskApprovalResult{}, fmt.Errorf("reask approval: %w", err)
 	}
 	var out ReaskApprovalResult
-	err := s.inTx(ctx, "reask approval", func(tx *txn) error {
+	err := s.inTx(ctx, "reask_approval", func(tx *txn) error {
 		out = ReaskApprovalResult{} // a driver may run the write again
 		action, err := tx.findAction(p.ActionID)
 		if err != nil {
@@ -289,9 +286,5 @@ func (tx *txn) findApproval(id ApprovalID) (*Approval, error) { return tx.d.GetA
 
 // FindApprovals implements Store.
 func (s *DB) FindApprovals(ctx context.Context, f ApprovalFilter) ([]*Approval, error) {
-	out, err := s.reader().ListApprovals(ctx, f)
-	if err != nil {
-		return nil, wrapErr("find approvals", err)
-	}
-	return out, nil
+	return read(ctx, s, "find_approvals", func(r Reader) ([]*Approval, error) { return r.ListApprovals(ctx, f) })
 }

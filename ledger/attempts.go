@@ -16,7 +16,7 @@ import (
 // exceed a budget.
 func (s *DB) StartAttempt(ctx context.Context, p StartAttemptParams) (*Attempt, error) {
 	var out *Attempt
-	err := s.inTx(ctx, "start attempt", func(tx *txn) error {
+	err := s.inTx(ctx, "start_attempt", func(tx *txn) error {
 		var err error
 		out, err = tx.startAttempt(p)
 		return err
@@ -150,7 +150,7 @@ func (s *DB) FinishAttempt(ctx context.Context, p FinishAttemptParams) (FinishAt
 		}
 	}
 	var out FinishAttemptResult
-	err := s.inTx(ctx, "finish attempt", func(tx *txn) error {
+	err := s.inTx(ctx, "finish_attempt", func(tx *txn) error {
 		out = FinishAttemptResult{} // a driver may run the write again
 		att, err := tx.findAttempt(p.AttemptID)
 		if err != nil {
@@ -292,7 +292,7 @@ func (tx *txn) reviewRun(id RunID, action ActionID, actor string) error {
 func (s *DB) RecordObservation(ctx context.Context, p RecordObservationParams) (*Observation, *Attempt, error) {
 	var obs *Observation
 	var att *Attempt
-	err := s.inTx(ctx, "record observation", func(tx *txn) error {
+	err := s.inTx(ctx, "record_observation", func(tx *txn) error {
 		a, err := tx.findAttempt(p.AttemptID)
 		if err != nil {
 			return err
@@ -435,18 +435,10 @@ func (tx *txn) findAttempt(id AttemptID) (*Attempt, error) { return tx.d.GetAtte
 
 // FindAttempts implements Store.
 func (s *DB) FindAttempts(ctx context.Context, f AttemptFilter) ([]*Attempt, error) {
-	out, err := s.reader().ListAttempts(ctx, f)
-	if err != nil {
-		return nil, wrapErr("find attempts", err)
-	}
-	return out, nil
+	return read(ctx, s, "find_attempts", func(r Reader) ([]*Attempt, error) { return r.ListAttempts(ctx, f) })
 }
 
 // FindObservations implements Store.
 func (s *DB) FindObservations(ctx context.Context, f ObservationFilter) ([]*Observation, error) {
-	out, err := s.reader().ListObservations(ctx, f)
-	if err != nil {
-		return nil, wrapErr("find observations", err)
-	}
-	return out, nil
+	return read(ctx, s, "find_observations", func(r Reader) ([]*Observation, error) { return r.ListObservations(ctx, f) })
 }

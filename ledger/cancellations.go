@@ -14,7 +14,7 @@ func (s *DB) RequestCancel(ctx context.Context, p RequestCancelParams) (RequestC
 		return RequestCancelResult{}, Errorf(CodeInvalid, "request cancel: principal is required")
 	}
 	var out RequestCancelResult
-	err := s.inTx(ctx, "request cancel", func(tx *txn) error {
+	err := s.inTx(ctx, "request_cancel", func(tx *txn) error {
 		run, err := tx.findRun(p.RunID)
 		if err != nil {
 			return err
@@ -91,7 +91,7 @@ func (tx *txn) settleCancellation(c *Cancellation, run *Run, actor string) (*Can
 // SettleCancellations implements Store.
 func (s *DB) SettleCancellations(ctx context.Context) ([]*Cancellation, error) {
 	var out []*Cancellation
-	err := s.inTx(ctx, "settle cancellations", func(tx *txn) error {
+	err := s.inTx(ctx, "settle_cancellations", func(tx *txn) error {
 		out = nil // a driver may run the write again
 		unsettled, err := tx.d.ListUnsettledCancellations(tx.ctx)
 		if err != nil {
@@ -122,7 +122,7 @@ func (s *DB) TransitionCancellation(ctx context.Context, p CancellationTransitio
 		return nil, wrapErr("transition cancellation", err)
 	}
 	var out *Cancellation
-	err := s.inTx(ctx, "transition cancellation", func(tx *txn) error {
+	err := s.inTx(ctx, "transition_cancellation", func(tx *txn) error {
 		var err error
 		out, err = tx.transitionCancellation(p)
 		return err
@@ -197,9 +197,5 @@ func (tx *txn) findCancellation(run RunID) (*Cancellation, error) {
 
 // FindCancellation implements Store.
 func (s *DB) FindCancellation(ctx context.Context, run RunID) (*Cancellation, error) {
-	c, err := s.reader().GetCancellation(ctx, run)
-	if err != nil {
-		return nil, wrapErr("find cancellation", err)
-	}
-	return c, nil
+	return read(ctx, s, "find_cancellation", func(r Reader) (*Cancellation, error) { return r.GetCancellation(ctx, run) })
 }

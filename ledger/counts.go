@@ -28,9 +28,5 @@ type AttemptCountKey struct {
 // CountByState implements Store: five counting queries in one read
 // transaction, so the counts come from one snapshot, without loading rows.
 func (s *DB) CountByState(ctx context.Context) (*Counts, error) {
-	out, err := s.reader().CountByState(ctx)
-	if err != nil {
-		return nil, wrapErr("count by state", err)
-	}
-	return out, nil
+	return read(ctx, s, "count_by_state", func(r Reader) (*Counts, error) { return r.CountByState(ctx) })
 }

@@ -18,6 +18,15 @@ type Options struct {
 	// SigningKey, if set, signs each run's chain head whenever a write
 	// moves it (signing.go). It stays in memory: never stored or logged.
 	SigningKey ed25519.PrivateKey
+	// Observe, if set, is told of every operation of the Store once it has
+	// ended (Op): its name, write or read, its error and whether a write
+	// changed anything. The store's own runners call it, once per call
+	// that reaches the driver (DB.inTx and DB.planned for writes, read and
+	// readSnapshot for reads), so every method is observed, whatever
+	// wraps the Store. It runs on the caller's goroutine: keep it quick,
+	// and do not call the Store from it. Store health (storehealth) is fed
+	// by it.
+	Observe ObserveFunc
 }
 
 // DB is the Store: the ledger's rules over a Driver. Every write is one
@@ -28,6 +37,8 @@ type DB struct {
 	now    func() time.Time
 	newID  NewIDFunc
 	signer *signer
+	// observer is Options.Observe.
+	observer ObserveFunc
 }
 
 var _ Store = (*DB)(nil)
@@ -49,7 +60,7 @@ func New(d Driver, o Options) (*DB, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open store: %w", err)
 	}
-	return &DB{d: d, now: now, newID: o.NewID, signer: sign}, nil
+	return &DB{d: d, now: now, newID: o.NewID, signer: sign, observer: o.Observe}, nil
 }
 
 // Driver is the driver the Store writes through.
@@ -63,9 +74,6 @@ func (s *DB) CurrentSchemaVersion(ctx context.Context) (int, error) { return s.d
 
 // LatestSchemaVersion is the schema version the driver of this build writes.
 func (s *DB) LatestSchemaVersion() int { return s.d.LatestSchemaVersion() }
-
-// reader is the driver's reader outside any snapshot.
-func (s *DB) reader() Reader { return s.d.Reader() }
 
 // txn is one write: the driver's transaction, one "now" for every row and
 // event it writes, and the id generator.
@@ -111,6 +119,10 @@ type txn struct {
 	// fence is the run lease the write's context carries (WithRunLease):
 	// the move of that run's head is guarded on its token.
 	fence *RunLease
+	// wrote is set once the write changes the database: an event appended
+	// (appendEvent) or a row outside the chains written (whoever writes
+	// one sets it). It is what Op.Wrote reports.
+	wrote bool
 }
 
 // write runs op on the driver's transaction now or, in a planned write,
@@ -125,10 +137,25 @@ func (tx *txn) write(op func(Tx) error) error {
 
 // inTx runs fn as one write of the driver, then moves the chain heads its
 // events moved, the head of the run whose lease ctx carries guarded on the
-// lease's token (runleases.go). Errors come out as *Error with op as
-// context.
+// lease's token (runleases.go). It is one operation of the Store, op (the
+// method's name in snake case, Op.Name), told to the observer; errors come
+// out as *Error with op as context.
 func (s *DB) inTx(ctx context.Context, op string, fn func(tx *txn) error) error {
+	return s.inTxIf(ctx, op, nil, fn)
+}
+
+// inTxIf is inTx for a write that is often not needed: needed, if set,
+// first asks the driver's reader, without taking the writer, and the
+// operation ends there, having written nothing, unless it says true.
+func (s *DB) inTxIf(ctx context.Context, op string, needed func(Reader) (bool, error), fn func(tx *txn) error) error {
+	if needed != nil {
+		if ok, err := needed(s.d.Reader()); err != nil || !ok {
+			return s.observe(ctx, op, true, err, false)
+		}
+	}
+	wrote := false
 	err := s.d.Write(ctx, func(d Tx) error {
+		wrote = false // a driver may run fn again
 		tx := &txn{ctx: ctx, d: d, now: s.now(), newID: s.newID, signer: s.signer}
 		if l, ok := RunLeaseFrom(ctx); ok {
 			tx.fence = &l
@@ -136,12 +163,13 @@ func (s *DB) inTx(ctx context.Context, op string, fn func(tx *txn) error) error 
 		if err := fn(tx); err != nil {
 			return err
 		}
-		return tx.flushHeads()
+		if err := tx.flushHeads(); err != nil {
+			return err
+		}
+		wrote = tx.wrote
+		return nil
 	})
-	if err != nil {
-		return wrapErr(op, err)
-	}
-	return nil
+	return s.observe(ctx, op, true, err, wrote)
 }
 
 // planned is inTx for a write that reads nothing from the database: fn
@@ -172,16 +200,16 @@ func (s *DB) planned(ctx context.Context, op string, fn func(tx *txn) error) err
 			return nil
 		})
 	}
-	if err != nil {
-		return wrapErr(op, err)
-	}
-	return nil
+	return s.observe(ctx, op, true, err, tx.wrote)
 }
 
 // ProbeWrite implements Store: one write of the driver's Probe, outside
 // any run's lease.
 func (s *DB) ProbeWrite(ctx context.Context) error {
-	return s.inTx(WithoutRunLease(ctx), "probe write", func(tx *txn) error { return tx.d.Probe(tx.ctx) })
+	return s.inTx(WithoutRunLease(ctx), "probe_write", func(tx *txn) error {
+		tx.wrote = true
+		return tx.d.Probe(tx.ctx)
+	})
 }
 
 // wrapErr gives err the op as context and makes sure it is an *Error.

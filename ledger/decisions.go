@@ -8,7 +8,7 @@ func (s *DB) SettleReview(ctx context.Context, p SettleReviewParams) (*Action, e
 		return nil, Errorf(CodeInvalid, "settle review: actor is required")
 	}
 	var out *Action
-	err := s.inTx(ctx, "settle review", func(tx *txn) error {
+	err := s.inTx(ctx, "settle_review", func(tx *txn) error {
 		a, err := tx.findAction(p.ActionID)
 		if err != nil {
 			return err

@@ -677,6 +677,7 @@ func (tx *txn) appendEvent(spec eventSpec) (*Event, error) {
 		return nil, fmt.Errorf("append event %s: %w", e.Type, err)
 	}
 	h.seq, h.hash = e.Seq, e.Hash
+	tx.wrote = true
 	return e, nil
 }
 
@@ -737,11 +738,7 @@ func (tx *txn) flushHeads() error {
 
 // FindEvents returns a run's events in sequence order.
 func (s *DB) FindEvents(ctx context.Context, run RunID) ([]*Event, error) {
-	events, err := s.reader().ListEvents(ctx, run, 0)
-	if err != nil {
-		return nil, wrapErr("find events", err)
-	}
-	return events, nil
+	return read(ctx, s, "find_events", func(r Reader) ([]*Event, error) { return r.ListEvents(ctx, run, 0) })
 }
 
 // FindEventsAfter returns the events of f.RunID after f.AfterSeq, at most
@@ -750,11 +747,7 @@ func (s *DB) FindEventsAfter(ctx context.Context, f EventFilter) ([]*Event, erro
 	if f.AfterSeq < 0 || f.Limit < 0 {
 		return nil, Errorf(CodeInvalid, "find events after: AfterSeq and Limit cannot be negative")
 	}
-	events, err := s.reader().ListEventsAfter(ctx, f)
-	if err != nil {
-		return nil, wrapErr("find events after", err)
-	}
-	return events, nil
+	return read(ctx, s, "find_events_after", func(r Reader) ([]*Event, error) { return r.ListEventsAfter(ctx, f) })
 }
 
 // FindChain reads a run's events, its recorded head, its rows, the rule
@@ -763,8 +756,13 @@ func (s *DB) FindEventsAfter(ctx context.Context, f EventFilter) ([]*Event, erro
 // show events, rows and their verdict (timelines, evidence) get all of it
 // from one snapshot, in one pass.
 func (s *DB) FindChain(ctx context.Context, run RunID) (*Chain, error) {
+	return s.findChain(ctx, "find_chain", run)
+}
+
+// findChain is FindChain as the operation op.
+func (s *DB) findChain(ctx context.Context, op string, run RunID) (*Chain, error) {
 	var out Chain
-	err := s.d.Read(ctx, func(r Reader) error {
+	err := s.readSnapshot(ctx, op, func(r Reader) error {
 		if err := readRecord(ctx, r, run, &out); err != nil {
 			return err
 		}
@@ -778,7 +776,7 @@ func (s *DB) FindChain(ctx context.Context, run RunID) (*Chain, error) {
 		return nil
 	})
 	if err != nil {
-		return nil, wrapErr("find chain of "+string(run), err)
+		return nil, err
 	}
 	return &out, nil
 }
@@ -808,7 +806,7 @@ func (c *Chain) contents() []Content {
 
 // VerifyChain is FindChain's verdict alone.
 func (s *DB) VerifyChain(ctx context.Context, run RunID) (ChainReport, error) {
-	c, err := s.FindChain(ctx, run)
+	c, err := s.findChain(ctx, "verify_chain", run)
 	if err != nil {
 		return ChainReport{}, err
 	}

@@ -144,7 +144,7 @@ func (s *DB) BeginAttempt(ctx context.Context, p BeginAttemptParams) (BeginAttem
 		return BeginAttemptResult{}, Errorf(CodeInvalid, "begin attempt: the lease must be positive and no longer than the maximum")
 	}
 	var out BeginAttemptResult
-	err := s.inTx(ctx, "begin attempt", func(tx *txn) error {
+	err := s.inTx(ctx, "begin_attempt", func(tx *txn) error {
 		out = BeginAttemptResult{}
 		prior, err := tx.d.GetAttemptLeaseByKey(tx.ctx, p.ActionID, p.Key)
 		switch {
@@ -188,7 +188,7 @@ func (s *DB) RenewLease(ctx context.Context, p RenewLeaseParams) (*AttemptLease,
 		}
 	}
 	var out *AttemptLease
-	err := s.inTx(ctx, "renew lease", func(tx *txn) error {
+	err := s.inTx(ctx, "renew_lease", func(tx *txn) error {
 		lease, att, err := tx.leaseOf(p.AttemptID, p.TokenSHA256)
 		if err != nil {
 			return err
@@ -208,6 +208,7 @@ func (s *DB) RenewLease(ctx context.Context, p RenewLeaseParams) (*AttemptLease,
 		if err := tx.d.UpdateAttemptLease(tx.ctx, lease); err != nil {
 			return err
 		}
+		tx.wrote = true
 		out = lease
 		return nil
 	})
@@ -240,41 +241,30 @@ func (tx *txn) completeLease(id AttemptID, o *LeaseOutcome) error {
 		return Errorf(CodeConflict, "attempt %s is closed: its lease lapsed or it was completed", id)
 	}
 	lease.OutcomeDigest, lease.Outcome = o.Digest, o.Outcome
+	tx.wrote = true
 	return tx.d.UpdateAttemptLease(tx.ctx, lease)
 }
 
 // FindAttemptLease implements Store.
 func (s *DB) FindAttemptLease(ctx context.Context, id AttemptID) (*AttemptLease, error) {
-	l, err := s.reader().GetAttemptLease(ctx, id)
-	if err != nil {
-		return nil, wrapErr("find attempt lease", err)
-	}
-	return l, nil
+	return read(ctx, s, "find_attempt_lease", func(r Reader) (*AttemptLease, error) { return r.GetAttemptLease(ctx, id) })
 }
 
 // FindLapsedLeases implements Store.
 func (s *DB) FindLapsedLeases(ctx context.Context, before time.Time, limit int) ([]*AttemptLease, error) {
-	out, err := s.reader().ListLapsedLeases(ctx, before, limit)
-	if err != nil {
-		return nil, wrapErr("find lapsed leases", err)
-	}
-	return out, nil
+	return read(ctx, s, "find_lapsed_leases", func(r Reader) ([]*AttemptLease, error) { return r.ListLapsedLeases(ctx, before, limit) })
 }
 
 // FindAgentDecisions implements Store.
 func (s *DB) FindAgentDecisions(ctx context.Context, f AgentDecisionFilter) ([]*AgentDecision, error) {
-	out, err := s.reader().ListAgentDecisions(ctx, f)
-	if err != nil {
-		return nil, wrapErr("find agent decisions", err)
-	}
-	return out, nil
+	return read(ctx, s, "find_agent_decisions", func(r Reader) ([]*AgentDecision, error) { return r.ListAgentDecisions(ctx, f) })
 }
 
 // FindAgentDecision implements Store.
 func (s *DB) FindAgentDecision(ctx context.Context, action ActionID) (AgentDecision, error) {
-	d, err := s.reader().GetAgentDecision(ctx, action)
+	d, err := read(ctx, s, "find_agent_decision", func(r Reader) (*AgentDecision, error) { return r.GetAgentDecision(ctx, action) })
 	if err != nil {
-		return AgentDecision{}, wrapErr("find agent decision", err)
+		return AgentDecision{}, err
 	}
 	return *d, nil
 }
@@ -287,6 +277,7 @@ func (tx *txn) tellDecision(action ActionID, id, kind string) (bool, error) {
 	case err == nil && d.DecisionID == id:
 		return false, nil
 	case err == nil, Code(err) == CodeNotFound:
+		tx.wrote = true
 		return true, tx.d.PutAgentDecision(tx.ctx, &AgentDecision{ActionID: action, DecisionID: id, Kind: kind, DecidedAt: tx.now})
 	default:
 		return false, err
@@ -300,6 +291,7 @@ func (tx *txn) answerDecision(action ActionID, id string) error {
 	if err != nil {
 		return err
 	}
+	tx.wrote = tx.wrote || ok
 	if !ok {
 		return Errorf(CodeConflict, "decision %s about action %s is not the current one, or was answered already", id, action)
 	}

@@ -52,9 +52,14 @@ func (s *DB) FindRecoveryFacts(ctx context.Context, f RecoveryFilter) ([]*Recove
 	if f.Runs < 0 {
 		return nil, Errorf(CodeInvalid, "find recovery facts: runs cannot be negative")
 	}
-	out, unknown, err := s.reader().ListRecoveryFacts(ctx, f)
+	var unknown []*Observation
+	out, err := read(ctx, s, "find_recovery_facts", func(r Reader) ([]*RecoveryFacts, error) {
+		facts, obs, err := r.ListRecoveryFacts(ctx, f)
+		unknown = obs
+		return facts, err
+	})
 	if err != nil {
-		return nil, wrapErr("find recovery facts", err)
+		return nil, err
 	}
 	byAttempt := make(map[AttemptID]*RecoveryFacts, len(out))
 	for _, rf := range out {

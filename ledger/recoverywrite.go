@@ -158,9 +158,9 @@ func (s *DB) RecordRecovery(ctx context.Context, p RecordRecoveryParams) (Record
 		return nil
 	}
 	if p.plannable() {
-		return out, s.planned(ctx, "record recovery", body)
+		return out, s.planned(ctx, "record_recovery", body)
 	}
-	return out, s.inTx(ctx, "record recovery", body)
+	return out, s.inTx(ctx, "record_recovery", body)
 }
 
 // plannable reports whether the write of p reads nothing from the

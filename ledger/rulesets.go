@@ -66,7 +66,7 @@ func (s *DB) PutRuleSet(ctx context.Context, document json.RawMessage) (PutRuleS
 	}
 	var out PutRuleSetResult
 	rs := &RuleSet{Digest: DigestCanonical(doc), Document: doc}
-	err = s.inTx(WithoutRunLease(ctx), "put rule set", func(tx *txn) error {
+	err = s.inTx(WithoutRunLease(ctx), "put_rule_set", func(tx *txn) error {
 		rs.StoredAt = tx.now
 		created, err := tx.d.InsertRuleSet(tx.ctx, rs)
 		if err != nil {
@@ -98,14 +98,11 @@ func (s *DB) FindRuleSets(ctx context.Context, f RuleSetFilter) ([]*RuleSet, err
 		return nil, Errorf(CodeInvalid, "find rule sets: negative limit %d", f.Limit)
 	}
 	var out []*RuleSet
-	err := s.d.Read(ctx, func(r Reader) (err error) {
+	err := s.readSnapshot(ctx, "find_rule_sets", func(r Reader) (err error) {
 		out, err = readRuleSets(ctx, r, f)
 		return err
 	})
-	if err != nil {
-		return nil, wrapErr("find rule sets", err)
-	}
-	return out, nil
+	return out, err
 }
 
 // readRuleSets reads the rule sets f selects on r.

@@ -154,9 +154,10 @@ func (s *DB) ClaimRuns(ctx context.Context, p ClaimRunsParams) ([]RunLease, erro
 		}
 	}
 	var out []RunLease
-	err := s.inTx(ctx, "claim runs", func(tx *txn) error {
+	err := s.inTx(ctx, "claim_runs", func(tx *txn) error {
 		var err error
 		out, err = tx.d.ClaimRuns(tx.ctx, p, tx.now)
+		tx.wrote = len(out) > 0
 		return err
 	})
 	if err != nil {
@@ -182,9 +183,10 @@ func (s *DB) RenewRunLeases(ctx context.Context, owner string, leases []RunLease
 		return nil, nil
 	}
 	var out []RunLease
-	err := s.inTx(ctx, "renew run leases", func(tx *txn) error {
+	err := s.inTx(ctx, "renew_run_leases", func(tx *txn) error {
 		var err error
 		out, err = tx.d.RenewRunLeases(tx.ctx, leases, tx.now, ttl)
+		tx.wrote = len(out) > 0
 		return err
 	})
 	if err != nil {
@@ -198,28 +200,25 @@ func (s *DB) ReleaseRunLease(ctx context.Context, l RunLease) error {
 	if err := checkOwner(l.Owner); err != nil {
 		return wrapErr("release run lease", err)
 	}
-	return s.inTx(ctx, "release run lease", func(tx *txn) error {
-		_, err := tx.d.ReleaseRunLease(tx.ctx, l)
+	return s.inTx(ctx, "release_run_lease", func(tx *txn) error {
+		released, err := tx.d.ReleaseRunLease(tx.ctx, l)
+		tx.wrote = released
 		return err
 	})
 }
 
 // FindRunLease implements Store.
 func (s *DB) FindRunLease(ctx context.Context, run RunID) (RunLease, error) {
-	l, err := s.reader().GetRunLease(ctx, run)
+	l, err := read(ctx, s, "find_run_lease", func(r Reader) (*RunLease, error) { return r.GetRunLease(ctx, run) })
 	if err != nil {
-		return RunLease{}, wrapErr("find run lease", err)
+		return RunLease{}, err
 	}
 	return *l, nil
 }
 
 // FindRunLeaseOwners implements Store.
 func (s *DB) FindRunLeaseOwners(ctx context.Context) ([]string, error) {
-	out, err := s.reader().ListRunLeaseOwners(ctx)
-	if err != nil {
-		return nil, wrapErr("find run lease owners", err)
-	}
-	return out, nil
+	return read(ctx, s, "find_run_lease_owners", func(r Reader) ([]string, error) { return r.ListRunLeaseOwners(ctx) })
 }
 
 // leaseLost is the error of a write refused by its fence: the run's token

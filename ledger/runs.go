@@ -120,7 +120,7 @@ func (s *DB) SubmitRun(ctx context.Context, p SubmitRunParams) (SubmitRunResult,
 		return SubmitRunResult{}, fmt.Errorf("submit run: %w", err)
 	}
 	var out SubmitRunResult
-	err = s.inTx(ctx, "submit run", func(tx *txn) error {
+	err = s.inTx(ctx, "submit_run", func(tx *txn) error {
 		existing, err := tx.d.GetRunByRequest(tx.ctx, p.Tenant, p.Principal, p.IdempotencyKey)
 		switch {
 		case err == nil:
@@ -194,7 +194,7 @@ func (tx *txn) checkPendingCap(tenant string, capN int) error {
 // TransitionRun implements Store.
 func (s *DB) TransitionRun(ctx context.Context, p RunTransition) (*Run, error) {
 	var run *Run
-	err := s.inTx(ctx, "transition run", func(tx *txn) error {
+	err := s.inTx(ctx, "transition_run", func(tx *txn) error {
 		if err := tx.transitionRun(p); err != nil {
 			return err
 		}
@@ -262,18 +262,14 @@ func (tx *txn) chainMove(run RunID) ChainMove {
 
 // FindRunByID implements Store.
 func (s *DB) FindRunByID(ctx context.Context, id RunID) (*Run, error) {
-	run, err := s.reader().GetRun(ctx, id)
-	if err != nil {
-		return nil, wrapErr("find run", err)
-	}
-	return run, nil
+	return read(ctx, s, "find_run_by_id", func(r Reader) (*Run, error) { return r.GetRun(ctx, id) })
 }
 
 // FindRuns implements Store.
 func (s *DB) FindRuns(ctx context.Context, f RunFilter) ([]*Run, error) {
-	runs, err := s.reader().ListRuns(ctx, f)
+	runs, err := read(ctx, s, "find_runs", func(r Reader) ([]*Run, error) { return r.ListRuns(ctx, f) })
 	if err != nil {
-		return nil, wrapErr("find runs", err)
+		return nil, err
 	}
 	if len(runs) == 0 {
 		return nil, nil
@@ -287,7 +283,7 @@ func (s *DB) AddUsage(ctx context.Context, p AddUsageParams) (*Budget, error) {
 		return nil, Errorf(CodeInvalid, "add usage: usage cannot be negative")
 	}
 	var out *Budget
-	err := s.inTx(ctx, "add usage", func(tx *txn) error {
+	err := s.inTx(ctx, "add_usage", func(tx *txn) error {
 		if _, err := tx.addUsage(p); err != nil {
 			return err
 		}

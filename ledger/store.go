@@ -205,7 +205,7 @@ type Store interface {
 
 	// ProbeWrite runs one write that reaches the database's log and
 	// commits but changes nothing the ledger reads: the check, while
-	// writes fail (engine.StoreHealth), that they succeed again when
+	// writes fail (storehealth.Tracker), that they succeed again when
 	// nothing else writes.
 	ProbeWrite(ctx context.Context) error
 

@@ -28,6 +28,7 @@ import (
 	"github.com/actionledger/ledger/server"
 	"github.com/actionledger/ledger/server/servertest"
 	"github.com/actionledger/ledger/simulator"
+	"github.com/actionledger/ledger/storehealth"
 )
 
 // TestMain fails the package if a goroutine outlives the tests: servers,
@@ -73,6 +74,9 @@ type options struct {
 	client bool
 	// engineStore, if set, wraps the store the engine uses.
 	engineStore func(ledger.Store) ledger.Store
+	// writeFault, if set, is the store's write fault hook
+	// (sqlite.Config.WriteFaultFunc): a full disk, for one.
+	writeFault func(n int64, at ledger.WritePoint) error
 }
 
 // testRedactionKey is the one redaction key of an env, as a process has
@@ -100,7 +104,13 @@ func newEnv(t testing.TB, o options) *env {
 	t.Helper()
 	ctx := context.Background()
 	var metrics atomic.Pointer[server.Metrics] // set once the server exists
+	// The store's health is its hook, as serve wires it: the engine, and
+	// through it the server, read it.
+	var health *storehealth.Tracker
 	lb := ledgertest.OpenStoreWith(t, func(c *sqlite.Config) {
+		health = storehealth.New(storehealth.Config{Now: c.Now})
+		c.Observe = health.Observe
+		c.WriteFaultFunc = o.writeFault
 		if o.hooks {
 			c.OnCommit = func(s ledger.CommitStats) {
 				if m := metrics.Load(); m != nil {
@@ -138,7 +148,7 @@ func newEnv(t testing.TB, o options) *env {
 		return d, ok
 	}, approval.Options{RelaxSeparationOfDuties: o.dev})
 	ecfg := engine.Config{Store: lb.Store, Approvals: svc, Agents: agents,
-		Now: lb.Clock.Now, PollInterval: 10 * time.Millisecond, FaultFunc: o.fault, Redactor: redactor}
+		Now: lb.Clock.Now, PollInterval: 10 * time.Millisecond, FaultFunc: o.fault, Redactor: redactor, Health: health}
 	if o.engineStore != nil {
 		ecfg.Store = o.engineStore(ecfg.Store)
 	}

@@ -21,6 +21,7 @@ import (
 	"github.com/actionledger/ledger/engine"
 	"github.com/actionledger/ledger/ledger"
 	"github.com/actionledger/ledger/redact"
+	"github.com/actionledger/ledger/storehealth"
 )
 
 // DefaultMaxBodyBytes bounds request bodies when Config.MaxBodyBytes is 0.
@@ -100,8 +101,9 @@ type Config struct {
 	// one-row FindRuns and, if the store can say (CurrentSchemaVersion),
 	// a schema version equal to the one its driver writes (LatestSchemaVersion). Either way /readyz
 	// is also not ready while the store's writes fail (the engine's
-	// StoreHealth, which also watches Store for the handlers), nor while
-	// the engine's last claim or renewal of run leases failed.
+	// Health, the store's observation hook, which sees the handlers'
+	// operations too), nor while the engine's last claim or renewal of run
+	// leases failed.
 	ReadyFunc func(ctx context.Context) error
 	// Redaction is the keyed redactor of evidence reports and of the
 	// default Redactor; nil means one with a random key of this process
@@ -145,7 +147,7 @@ type Config struct {
 type Server struct {
 	store     ledger.Store
 	schema    schemaVersioner // the store's, if it can tell
-	health    *engine.StoreHealth
+	health    *storehealth.Tracker
 	engine    *engine.Engine
 	approvals *approval.Service
 	// tokens is swapped whole by SetTokens; it is nil, for good, in dev mode.
@@ -218,10 +220,10 @@ func New(cfg Config) (*Server, error) {
 		longPolls: newSlots(cfg.MaxLongPolls, CodeTooManyLongPolls, "long-polls"),
 	}
 	s.tokens.Store(cfg.Tokens)
-	// The handlers' store failures are counted, and decide readiness,
-	// with the engine's.
+	// The handlers' store failures are counted, and decide readiness, with
+	// the engine's: the store's hook tells the one Health of both.
 	s.health = cfg.Engine.Health()
-	s.store = s.health.Watch(cfg.Store)
+	s.store = cfg.Store
 	s.schema, _ = cfg.Store.(schemaVersioner)
 	if s.ready == nil {
 		s.ready = s.defaultReady

@@ -3,7 +3,7 @@ package server
 import (
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/actionledger/ledger/engine"
+	"github.com/actionledger/ledger/storehealth"
 )
 
 var storeErrorsDesc = prometheus.NewDesc("ledger_store_errors_total",
@@ -11,10 +11,10 @@ var storeErrorsDesc = prometheus.NewDesc("ledger_store_errors_total",
 		"by store operation, from the engine's workers and the HTTP handlers alike.",
 	[]string{"op"}, nil)
 
-// storeErrorsCollector exports the engine's StoreHealth counts as
-// ledger_store_errors_total{op}, every operation present from the start so
-// rates need no first failure.
-type storeErrorsCollector struct{ health *engine.StoreHealth }
+// storeErrorsCollector exports the store health's counts as
+// ledger_store_errors_total{op}, every operation of the Store present from
+// the start so rates need no first failure.
+type storeErrorsCollector struct{ health *storehealth.Tracker }
 
 // Describe implements prometheus.Collector.
 func (c storeErrorsCollector) Describe(ch chan<- *prometheus.Desc) { ch <- storeErrorsDesc }

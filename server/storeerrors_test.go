@@ -1,7 +1,7 @@
 package server_test
 
 import (
-	"context"
+	"errors"
 	"net/http"
 	"sync/atomic"
 	"testing"
@@ -14,20 +14,6 @@ import (
 	"github.com/actionledger/ledger/server"
 )
 
-// fullDisk fails a real store's submits, as a full disk does, while full
-// is set.
-type fullDisk struct {
-	ledger.Store
-	full *atomic.Bool
-}
-
-func (s fullDisk) SubmitRun(ctx context.Context, p ledger.SubmitRunParams) (ledger.SubmitRunResult, error) {
-	if s.full.Load() {
-		return ledger.SubmitRunResult{}, ledger.Errorf(ledger.CodeInternal, "submit run: database or disk is full")
-	}
-	return s.Store.SubmitRun(ctx, p)
-}
-
 // TestStoreErrors: a write of the HTTP handlers that the store cannot make
 // is a 500, counted in ledger_store_errors_total{op}, and /readyz is 503
 // until a write succeeds with none failed for two seconds.
@@ -35,10 +21,15 @@ func TestStoreErrors(t *testing.T) {
 	t.Parallel()
 	full := &atomic.Bool{}
 	reg := prometheus.NewRegistry()
-	e := newEnv(t, options{config: func(c *server.Config) {
-		c.Store = fullDisk{Store: c.Store, full: full}
-		c.Registry = reg
-	}})
+	// The store's writes fail while full is set, as on a full disk: its
+	// own fault hook, so its health sees them through its hook.
+	e := newEnv(t, options{config: func(c *server.Config) { c.Registry = reg },
+		writeFault: func(_ int64, at ledger.WritePoint) error {
+			if at == ledger.WriteBeforeCommit && full.Load() {
+				return errors.New("database or disk is full")
+			}
+			return nil
+		}})
 	metric := func(op string) string {
 		return `ledger_store_errors_total{op="` + op + `"} `
 	}

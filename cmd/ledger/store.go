@@ -51,16 +51,19 @@ type storeConfig struct {
 	// DB is a SQLite file path or a postgres:// URL.
 	DB string
 	// OnCommit and WriteFault are the driver's hooks (metrics, fault
-	// plans); SigningKey signs chain heads.
+	// plans); SigningKey signs chain heads; Observe is told of every
+	// operation of the store (its health).
 	OnCommit   func(ledger.CommitStats)
 	WriteFault func(n int64, at ledger.WritePoint) error
 	SigningKey ed25519.PrivateKey
+	Observe    ledger.ObserveFunc
 }
 
 // openStore opens the driver the database's name selects and the ledger
 // over it, applying pending migrations.
 func openStore(ctx context.Context, c storeConfig) (*ledger.DB, error) {
-	return stores.Open(ctx, stores.Config{DB: c.DB, OnCommit: c.OnCommit, WriteFault: c.WriteFault, SigningKey: c.SigningKey})
+	return stores.Open(ctx, stores.Config{DB: c.DB, OnCommit: c.OnCommit, WriteFault: c.WriteFault, SigningKey: c.SigningKey,
+		Observe: c.Observe})
 }
 
 // defaultEffectsPath is where the simulator keeps its side effects when

@@ -21,6 +21,7 @@ import (
 	"github.com/actionledger/ledger/recovery"
 	"github.com/actionledger/ledger/redact"
 	"github.com/actionledger/ledger/simulator"
+	"github.com/actionledger/ledger/storehealth"
 )
 
 // service is the wired service: the ledger store, the simulator's own
@@ -139,8 +140,12 @@ func openService(ctx context.Context, cfg serviceConfig) (*service, error) {
 	if err != nil {
 		return nil, err
 	}
+	// The store's health sees every operation of every caller (approvals,
+	// engine, server) through the store's own hook: failures counted
+	// together, and writes seen to succeed again whoever writes first.
+	health := storehealth.New(storehealth.Config{Logger: cfg.Logger})
 	store, err := openStore(ctx, storeConfig{DB: cfg.DBPath, OnCommit: cfg.OnCommit, WriteFault: cfg.WriteFault,
-		SigningKey: cfg.SigningKey})
+		SigningKey: cfg.SigningKey, Observe: health.Observe})
 	if err != nil {
 		return nil, err
 	}
@@ -164,10 +169,6 @@ func openService(ctx context.Context, cfg serviceConfig) (*service, error) {
 	}
 	agents, clientTools := configAgents(cfg.Config, simulator.PracticeCardsAgent(effects, cfg.Simulator))
 	rt.clientTools = clientTools
-	// One StoreHealth for every writer (approvals, engine and, through
-	// the engine, the server): failures counted together, and writes seen
-	// to succeed again whoever writes first.
-	health := engine.NewStoreHealth(engine.StoreHealthConfig{Logger: cfg.Logger})
 	// The engine redacts tool output and errors, and the engine and the
 	// approval service redact people's reasons and notes, before they are
 	// stored, with the same key evidence exports use, so markers correlate.
@@ -186,7 +187,7 @@ func openService(ctx context.Context, cfg serviceConfig) (*service, error) {
 	// The engine needs the approval service for gates, and the service
 	// needs the engine's tool registry for rules: it asks the engine, which
 	// exists before the first decision.
-	rt.approvals = approval.NewService(health.Watch(store), policy, func(name string) (contracts.ToolDescriptor, bool) {
+	rt.approvals = approval.NewService(store, policy, func(name string) (contracts.ToolDescriptor, bool) {
 		return rt.engine.Tool(name)
 	}, approval.Options{RelaxSeparationOfDuties: cfg.DevMode, Redactor: redactor})
 	// The rule set goes on the record before the engine exists, so before

@@ -115,10 +115,11 @@ type Config struct {
 	// that write, rolled back and not run again, as CodeInternal; at
 	// WriteAfterCommit it is ignored. Nil, the default, costs nothing.
 	WriteFaultFunc func(n int64, at ledger.WritePoint) error
-	// NewID and SigningKey are the ledger's (ledger.Options), for
+	// NewID, SigningKey and Observe are the ledger's (ledger.Options), for
 	// OpenStore; Open ignores them.
 	NewID      ledger.NewIDFunc
 	SigningKey ed25519.PrivateKey
+	Observe    ledger.ObserveFunc
 }
 
 // Defaults of Config.
@@ -230,7 +231,7 @@ func OpenStore(ctx context.Context, cfg Config) (*ledger.DB, error) {
 	if err != nil {
 		return nil, err
 	}
-	s, err := ledger.New(d, ledger.Options{Now: cfg.Now, NewID: cfg.NewID, SigningKey: cfg.SigningKey})
+	s, err := ledger.New(d, ledger.Options{Now: cfg.Now, NewID: cfg.NewID, SigningKey: cfg.SigningKey, Observe: cfg.Observe})
 	if err != nil {
 		_ = d.Close()
 		return nil, err

@@ -67,7 +67,7 @@ var postgresHarness = storetest.Harness{
 // ends.
 func openPostgres(tb testing.TB, dsn string, opts storetest.Options) (ledger.Store, error) {
 	s, err := postgres.OpenStore(context.Background(), postgres.Config{DSN: dsn, Now: opts.Now, NewID: opts.NewID,
-		SigningKey: opts.SigningKey})
+		SigningKey: opts.SigningKey, Observe: opts.Observe})
 	if err != nil {
 		return nil, err
 	}

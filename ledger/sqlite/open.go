@@ -55,10 +55,11 @@ type Config struct {
 	// CodeInternal; at WriteAfterCommit the error is ignored. Nil, the
 	// default, costs nothing.
 	WriteFaultFunc func(n int64, at ledger.WritePoint) error
-	// NewID and SigningKey are the ledger's (ledger.Options), for
+	// NewID, SigningKey and Observe are the ledger's (ledger.Options), for
 	// OpenStore; Open ignores them.
 	NewID      ledger.NewIDFunc
 	SigningKey ed25519.PrivateKey
+	Observe    ledger.ObserveFunc
 	// OnCommit, if set, is told of every group commit once it has ended:
 	// how many writes it held and how long its transaction took, BEGIN to
 	// the end of COMMIT, on the clock Now (metrics). It runs on the
@@ -180,7 +181,7 @@ func OpenStore(ctx context.Context, cfg Config) (*ledger.DB, error) {
 	if err != nil {
 		return nil, err
 	}
-	s, err := ledger.New(d, ledger.Options{Now: cfg.Now, NewID: cfg.NewID, SigningKey: cfg.SigningKey})
+	s, err := ledger.New(d, ledger.Options{Now: cfg.Now, NewID: cfg.NewID, SigningKey: cfg.SigningKey, Observe: cfg.Observe})
 	if err != nil {
 		_ = d.Close()
 		return nil, err

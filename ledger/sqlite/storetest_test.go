@@ -65,7 +65,7 @@ var sqliteHarness = storetest.Harness{
 // tb ends.
 func openSQLite(tb testing.TB, path string, opts storetest.Options) (ledger.Store, error) {
 	s, err := sqlite.OpenStore(context.Background(), sqlite.Config{Path: path, Now: opts.Now, NewID: opts.NewID,
-		SigningKey: opts.SigningKey})
+		SigningKey: opts.SigningKey, Observe: opts.Observe})
 	if err != nil {
 		return nil, err
 	}

@@ -21,10 +21,12 @@ import (
 type Config struct {
 	// DB is a SQLite file path or a postgres:// URL.
 	DB string
-	// Now, NewID and SigningKey are the ledger's (ledger.Options).
+	// Now, NewID, SigningKey and Observe are the ledger's
+	// (ledger.Options).
 	Now        func() time.Time
 	NewID      ledger.NewIDFunc
 	SigningKey ed25519.PrivateKey
+	Observe    ledger.ObserveFunc
 	// OnCommit and WriteFault are the driver's hooks (metrics, fault
 	// plans), as the drivers' Configs describe them.
 	OnCommit   func(ledger.CommitStats)
@@ -58,8 +60,8 @@ func Open(ctx context.Context, c Config) (*ledger.DB, error) {
 	}
 	if IsPostgres(c.DB) {
 		return postgres.OpenStore(ctx, postgres.Config{DSN: c.DB, Now: c.Now, NewID: c.NewID, SigningKey: c.SigningKey,
-			OnCommit: c.OnCommit, WriteFaultFunc: c.WriteFault})
+			Observe: c.Observe, OnCommit: c.OnCommit, WriteFaultFunc: c.WriteFault})
 	}
 	return sqlite.OpenStore(ctx, sqlite.Config{Path: c.DB, Now: c.Now, NewID: c.NewID, SigningKey: c.SigningKey,
-		OnCommit: c.OnCommit, WriteFaultFunc: c.WriteFault})
+		Observe: c.Observe, OnCommit: c.OnCommit, WriteFaultFunc: c.WriteFault})
 }

@@ -13,7 +13,7 @@
 //	// dropped, if it needs dropping) when tb ends.
 //	func open(tb testing.TB, opts storetest.Options) (ledger.Store, storetest.DB, error) {
 //		dsn := newDatabase(tb) // a file in tb.TempDir(), a fresh PostgreSQL database…
-//		s, err := openStore(tb, dsn, opts)
+//		s, err := openStore(tb, dsn, opts) // with opts.Observe as the ledger's Observe
 //		if err != nil {
 //			return nil, storetest.DB{}, err // as the Store returned it
 //		}
@@ -39,6 +39,12 @@
 // business, and typed ids are passed as plain strings. What is
 // dialect-specific is behind DB's functions, which the driver writes: the
 // package imports neither GORM nor any database driver.
+//
+// The driver's open must pass opts.Observe on to the Store
+// (ledger.Options.Observe): once the whole suite has passed, it checks
+// that every operation of the Store was observed, under its method's name
+// and as a write or a read, so that store health sees every method
+// without a list of them.
 //
 // A driver conforms only if the whole suite passes. There are no per-driver
 // skips: a test that cannot hold for a driver is a question about the

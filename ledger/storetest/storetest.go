@@ -5,6 +5,7 @@ import (
 	"crypto/ed25519"
 	"database/sql"
 	"reflect"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -42,6 +43,11 @@ type Options struct {
 	// SigningKey, if set, signs each run's chain head (ledger's
 	// signing.go); a malformed one must be refused with CodeInvalid.
 	SigningKey ed25519.PrivateKey
+	// Observe is the Store's observation hook (ledger.Options.Observe):
+	// the driver's OpenStore must pass it on. The suite sets it on every
+	// Store it opens, and checks, once every test has passed, that each
+	// operation of the Store was observed (observe.go).
+	Observe ledger.ObserveFunc
 }
 
 // DB is the database a Store of the suite runs on, for what the Store's
@@ -116,6 +122,8 @@ var tests = []test{
 	{"ProbeWrite", testProbeWrite},
 	{"RuleSets", testRuleSets},
 	{"StaleApproval", testStaleApproval},
+	{"AttemptLeases", testAttemptLeases},
+	{"ObservedWrites", testObservedWrites},
 	{"InvariantsProperty", testInvariantsProperty},
 }
 
@@ -126,10 +134,20 @@ func Run(t *testing.T, h Harness) {
 	if h.Open == nil {
 		t.Fatalf("storetest: harness %q has no Open", h.Name)
 	}
+	seen := observeAll(&h)
+	var passed atomic.Int64
+	t.Cleanup(func() {
+		if int(passed.Load()) == len(tests) {
+			checkEveryOpObserved(t, seen)
+		}
+	})
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			tc.run(t, h)
+			if !t.Failed() {
+				passed.Add(1) // not reached when it skipped or stopped
+			}
 		})
 	}
 }
