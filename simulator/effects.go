@@ -13,7 +13,7 @@ import (
 
 	"github.com/actionledger/ledger/ledger"
 
-	_ "github.com/mattn/go-sqlite3" // database/sql driver "sqlite3"
+	"github.com/mattn/go-sqlite3" // database/sql driver "sqlite3"
 )
 
 // Effect is one side effect a write tool applied: a row of the effect store.
@@ -186,10 +186,31 @@ func OpenEffectStore(ctx context.Context, path string, now func() time.Time) (*E
 	db.SetMaxIdleConns(1)
 	db.SetConnMaxLifetime(0)
 	s := &EffectStore{db: db, now: now}
-	if err := s.init(ctx); err != nil {
+	if err := s.initShared(ctx); err != nil {
 		return nil, errors.Join(fmt.Errorf("open effect store %s: %w", path, err), db.Close())
 	}
 	return s, nil
+}
+
+// initShared runs init, again while another process opening the same store
+// holds it locked (replicas start at once: one of them turns the new file
+// to WAL or creates the schema, and SQLite answers SQLITE_BUSY at once,
+// without its busy handler, to a reader that meets the file mid-change).
+// The bound is the store's busy timeout.
+func (s *EffectStore) initShared(ctx context.Context) error {
+	deadline := time.Now().Add(5 * time.Second)
+	for wait := 10 * time.Millisecond; ; wait = min(2*wait, 200*time.Millisecond) {
+		err := s.init(ctx)
+		var se sqlite3.Error
+		if err == nil || !errors.As(err, &se) || (se.Code != sqlite3.ErrBusy && se.Code != sqlite3.ErrLocked) || time.Now().After(deadline) {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return errors.Join(err, ctx.Err())
+		case <-time.After(wait):
+		}
+	}
 }
 
 // effectsDSN is the mattn/go-sqlite3 DSN for path. The path is escaped as a

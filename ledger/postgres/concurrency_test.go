@@ -56,7 +56,8 @@ func doAction(ctx context.Context, s *ledger.DB, run ledger.RunID, key string) e
 		return fmt.Errorf("start attempt of %s: %w", key, res.StartErr)
 	}
 	if _, err := s.FinishAttempt(ctx, ledger.FinishAttemptParams{AttemptID: res.Attempt.ID, Status: ledger.AttemptSucceeded,
-		Result: json.RawMessage(`{"ok":true}`), Actor: "engine"}); err != nil {
+		Result: json.RawMessage(`{"ok":true}`), Actor: "engine",
+		Observation: &ledger.ObservationInput{Source: ledger.ObservedResult, Effect: ledger.EffectHappened}}); err != nil {
 		return fmt.Errorf("finish attempt of %s: %w", key, err)
 	}
 	return nil

@@ -99,7 +99,7 @@ func TestOpenRefusesANewerSchemaAndTouchesNothing(t *testing.T) {
 		}
 	}
 	require.NoError(t, rows.Err())
-	require.Equal(t, []string{"0001_schema.sql", "0002_run_leases.sql", "0003_store_probe.sql", "0004_reserved.sql",
+	require.Equal(t, []string{"0001_schema.sql", "0002_run_leases.sql", "0003_store_probe.sql", "0004_rule_sets.sql",
 		"0005_approval_execute_by.sql", "9999_future.sql"}, got)
 }
 
