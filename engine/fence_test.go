@@ -78,7 +78,7 @@ func TestCallCarriesTheFence(t *testing.T) {
 			checkedMu.Unlock()
 			// The pause modelled here, not a wait on anything: a process
 			// stopped between its lease check and its call.
-			time.Sleep(50 * time.Millisecond)
+			time.Sleep(50 * time.Millisecond) // the pause is the fault: nothing to wait on
 		}
 	})
 	tool.store = lb.Store

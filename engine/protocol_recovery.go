@@ -114,7 +114,7 @@ func (e *Engine) handToPerson(ctx context.Context, run *ledger.Run, a *ledger.Ac
 
 // reviewMove moves a run to needs_review, if it can go there.
 func reviewMove(run *ledger.Run) *ledger.RunTransition {
-	if run.State != ledger.RunRunning && run.State != ledger.RunAwaitingApproval {
+	if !run.State.CanMoveTo(ledger.RunNeedsReview) {
 		return nil
 	}
 	return &ledger.RunTransition{ID: run.ID, From: run.State, To: ledger.RunNeedsReview, Actor: "recovery"}

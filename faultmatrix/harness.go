@@ -294,20 +294,16 @@ func (h *harness) effects(ctx context.Context) ([]simulator.Effect, error) {
 	if h.agentStore != "" {
 		return agentEffects(ctx, h.agentStore)
 	}
-	path := h.effectsPath
-	if path == "" {
-		path = h.db + ".effects.db"
-	}
-	s, err := simulator.OpenEffectStore(ctx, path, nil)
-	if err != nil {
-		return nil, err
-	}
-	defer s.Close()
-	return s.Effects(ctx)
+	return fromSimulator(ctx, h, (*simulator.EffectStore).Effects)
 }
 
 // calls reads the simulator's record of every call its tools got.
 func (h *harness) calls(ctx context.Context) ([]simulator.CallRecord, error) {
+	return fromSimulator(ctx, h, (*simulator.EffectStore).Calls)
+}
+
+// fromSimulator reads the cell's simulator store with read, opened for it.
+func fromSimulator[T any](ctx context.Context, h *harness, read func(*simulator.EffectStore, context.Context) ([]T, error)) ([]T, error) {
 	path := h.effectsPath
 	if path == "" {
 		path = h.db + ".effects.db"
@@ -317,7 +313,7 @@ func (h *harness) calls(ctx context.Context) ([]simulator.CallRecord, error) {
 		return nil, err
 	}
 	defer s.Close()
-	return s.Calls(ctx)
+	return read(s, ctx)
 }
 
 // cli runs a local command of the binary (evidence verify, recover…).

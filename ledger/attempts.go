@@ -275,13 +275,13 @@ func (tx *txn) finishAttempt(att *Attempt, o attemptOutcome) (*Action, *Observat
 }
 
 // reviewRun moves the run of an action that went to review to
-// needs_review, if it is running or waiting for an approval.
+// needs_review, if its state machine lets it go there.
 func (tx *txn) reviewRun(id RunID, action ActionID, actor string) error {
 	run, err := tx.findRun(id)
 	if err != nil {
 		return err
 	}
-	if run.State != RunRunning && run.State != RunAwaitingApproval {
+	if !run.State.CanMoveTo(RunNeedsReview) {
 		return nil
 	}
 	return tx.transitionRun(RunTransition{ID: id, From: run.State, To: RunNeedsReview, Actor: actor,

@@ -3,7 +3,6 @@ package ledger
 import (
 	"errors"
 	"fmt"
-	"strings"
 )
 
 // ErrOutcomeNotAllowed is wrapped by the CodeInvalid error of a
@@ -130,26 +129,4 @@ func writeOutcome(status AttemptStatus, fact EffectFact) (ActionState, string) {
 		return ActionUncertain, ""
 	}
 	return "", fmt.Sprintf("%q does not close an attempt", status)
-}
-
-// OutcomeTableMarkdown is the outcome table as docs/state-machines.md shows
-// it (a test checks that they agree): one line per effect class and status,
-// the facts in columns.
-func OutcomeTableMarkdown() string {
-	var b strings.Builder
-	b.WriteString("| tool | attempt status | effect `happened` | effect `not_happened` | effect `unknown` |\n")
-	b.WriteString("|---|---|---|---|---|\n")
-	rows := OutcomeTable()
-	for i := 0; i < len(rows); i += len(effectFacts) {
-		fmt.Fprintf(&b, "| %s | `%s` |", rows[i].Effect, rows[i].Status)
-		for _, r := range rows[i : i+len(effectFacts)] {
-			if r.Refusal != "" {
-				fmt.Fprintf(&b, " refused: %s |", r.Refusal)
-			} else {
-				fmt.Fprintf(&b, " `%s` |", r.Action)
-			}
-		}
-		b.WriteString("\n")
-	}
-	return b.String()
 }

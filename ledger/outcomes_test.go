@@ -85,7 +85,7 @@ func TestOutcomeTable(t *testing.T) {
 }
 
 // TestOutcomeTableDocumented: docs/state-machines.md shows the table as the
-// code has it (OutcomeTableMarkdown), between its markers.
+// code has it (outcomeTableMarkdown), between its markers.
 func TestOutcomeTableDocumented(t *testing.T) {
 	doc, err := os.ReadFile("../docs/state-machines.md")
 	require.NoError(t, err)
@@ -93,6 +93,29 @@ func TestOutcomeTableDocumented(t *testing.T) {
 	text := string(doc)
 	i, j := strings.Index(text, begin), strings.Index(text, end)
 	require.True(t, i >= 0 && j > i, "docs/state-machines.md lacks the outcome table's markers")
-	require.Equal(t, ledger.OutcomeTableMarkdown(), text[i+len(begin):j],
-		"docs/state-machines.md's outcome table differs from the code's: paste ledger.OutcomeTableMarkdown()")
+	want := outcomeTableMarkdown()
+	require.Equal(t, want, text[i+len(begin):j],
+		"docs/state-machines.md's outcome table differs from the code's: paste this between its markers:\n%s", want)
+}
+
+// outcomeTableMarkdown is ledger.OutcomeTable as docs/state-machines.md
+// shows it: one line per effect class and status, the facts in columns.
+func outcomeTableMarkdown() string {
+	var b strings.Builder
+	b.WriteString("| tool | attempt status | effect `happened` | effect `not_happened` | effect `unknown` |\n")
+	b.WriteString("|---|---|---|---|---|\n")
+	rows := ledger.OutcomeTable()
+	const facts = 3 // happened, not_happened, unknown: the table's order
+	for i := 0; i < len(rows); i += facts {
+		fmt.Fprintf(&b, "| %s | `%s` |", rows[i].Effect, rows[i].Status)
+		for _, r := range rows[i : i+facts] {
+			if r.Refusal != "" {
+				fmt.Fprintf(&b, " refused: %s |", r.Refusal)
+			} else {
+				fmt.Fprintf(&b, " `%s` |", r.Action)
+			}
+		}
+		b.WriteString("\n")
+	}
+	return b.String()
 }

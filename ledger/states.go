@@ -191,6 +191,9 @@ var stopReasonState = map[StopReason]RunState{
 	StopInternalError:        RunFailed,
 }
 
+// CanMoveTo reports whether the run state machine has the edge s → to.
+func (s RunState) CanMoveTo(to RunState) bool { return runTransitions.allows(s, to) }
+
 // Terminal reports whether no transition leaves s.
 func (s RunState) Terminal() bool { _, ok := runTransitions[s]; return !ok && s.Valid() }
 

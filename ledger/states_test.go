@@ -130,3 +130,17 @@ func TestCancellationTransitions(t *testing.T) {
 		"requested>too_late", "accepted>too_late", "stopping>too_late")
 	checkAllPairs(t, ledger.CancellationStates(), want, ledger.ValidateCancellationTransition)
 }
+
+// TestRunCanMoveTo: CanMoveTo answers from the run table itself, so a run
+// waiting for an approval is not moved to review (no such edge).
+func TestRunCanMoveTo(t *testing.T) {
+	for _, from := range ledger.RunStates() {
+		for _, to := range ledger.RunStates() {
+			ok := ledger.ValidateRunTransition(from, to, "") == nil || ledger.ValidateRunTransition(from, to, ledger.StopUserCancelled) == nil ||
+				ledger.ValidateRunTransition(from, to, ledger.StopInternalError) == nil || ledger.ValidateRunTransition(from, to, ledger.StopCompleted) == nil
+			require.Equal(t, ok, from.CanMoveTo(to), "%s → %s", from, to)
+		}
+	}
+	require.True(t, ledger.RunRunning.CanMoveTo(ledger.RunNeedsReview))
+	require.False(t, ledger.RunAwaitingApproval.CanMoveTo(ledger.RunNeedsReview))
+}

@@ -470,7 +470,7 @@ func plan(w *ledger.RecordRecoveryParams, run *ledger.Run, f Facts, d Decision) 
 	case Review:
 		closeAttempt(ledger.AttemptUncertain)
 		move(ledger.ActionNeedsReview)
-		if run.State == ledger.RunRunning || run.State == ledger.RunAwaitingApproval {
+		if run.State.CanMoveTo(ledger.RunNeedsReview) {
 			w.Run = &ledger.RunTransition{ID: run.ID, From: run.State, To: ledger.RunNeedsReview,
 				Actor: "recovery", Data: map[string]any{"action_id": a.ID, "rationale": d.Rationale}}
 		}

@@ -170,7 +170,7 @@ func getWithin(t *testing.T, e *env, principal, path string, header map[string][
 // the answer to a new request, with no event to wait on.
 func until(t *testing.T, cond func() bool, what string) {
 	t.Helper()
-	for deadline := time.Now().Add(5 * time.Second); !cond(); time.Sleep(pollInterval / 3) {
+	for deadline := time.Now().Add(5 * time.Second); !cond(); time.Sleep(pollInterval / 3) { // no event: only a new request shows it
 		require.True(t, time.Now().Before(deadline), "not within 5 s: %s", what)
 	}
 }
@@ -383,7 +383,7 @@ func TestLongPollCap(t *testing.T) {
 			select {
 			case st := <-status:
 				t.Fatalf("a long-poll was answered %d instead of waiting", st)
-			case <-time.After(2 * pollInterval):
+			case <-time.After(2 * pollInterval): // waiting shows only as no answer
 			}
 		}
 		return cancels
@@ -429,7 +429,7 @@ func TestEventStreamEndsWhenTokenRevoked(t *testing.T) {
 	select {
 	case st := <-polled:
 		t.Fatalf("the long-poll was answered %d before the tokens changed", st)
-	case <-time.After(2 * pollInterval):
+	case <-time.After(2 * pollInterval): // waiting shows only as no answer
 	}
 
 	// The tokens file again, without ada's.
