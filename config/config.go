@@ -50,6 +50,9 @@ type Config struct {
 	Agents []Agent
 	// Rules are the approval rules, or nil when the file has none.
 	Rules *contracts.Rules
+	// MCP is the MCP gateway's section, or nil when the file has none;
+	// lock_file is relative to the directory of Path.
+	MCP *contracts.ConfigMCP
 }
 
 // Tool is one declared tool.
@@ -243,7 +246,7 @@ func Parse(data []byte, format Format, b Builtins) (*Config, error) {
 		}
 		return nil, ce
 	}
-	c := &Config{Rules: doc.Rules}
+	c := &Config{Rules: doc.Rules, MCP: doc.MCP}
 	for _, t := range doc.Tools {
 		tool := Tool{Descriptor: t.ToolDescriptor, Executor: t.Executor}
 		switch t.Executor {

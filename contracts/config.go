@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"slices"
 	"strconv"
 	"strings"
@@ -26,8 +27,8 @@ const (
 	// ExecutorBuiltin: one of the tools this build of the ledger has (the
 	// simulator's cards.write and cards.count); the ledger calls it.
 	ExecutorBuiltin Executor = "builtin"
-	// ExecutorMCP is reserved for tools reached over MCP; this version
-	// refuses it.
+	// ExecutorMCP names tools reached over MCP, which the config's mcp
+	// section declares, never /tools: a tool of /tools with it is refused.
 	ExecutorMCP Executor = "mcp"
 )
 
@@ -60,6 +61,136 @@ type Config struct {
 	Agents []ConfigAgent `json:"agents,omitempty"`
 	// Rules are the approval rules, or nil when the file has none.
 	Rules *Rules `json:"rules,omitempty"`
+	// MCP is the MCP gateway's section, or nil when the file has none.
+	MCP *ConfigMCP `json:"mcp,omitempty"`
+}
+
+// ConfigMCP is the MCP gateway's section of a config file: the MCP servers
+// it stands in front of and how a call waits for a person.
+type ConfigMCP struct {
+	// Agent is the agent the gateway's runs are recorded under; "" means
+	// DefaultMCPAgent.
+	Agent string `json:"agent,omitempty"`
+	// ApprovalWait is a Go duration ("20s"); "" means
+	// DefaultMCPApprovalWait. ApprovalWaitDuration parses it.
+	ApprovalWait string `json:"approval_wait,omitempty"`
+	// LockFile holds the confirmed tool definitions, relative to the
+	// config file's directory; "" means DefaultMCPLockFile.
+	LockFile string `json:"lock_file,omitempty"`
+	// MaxResultBytes caps an upstream answer kept and passed on; 0 means
+	// DefaultMCPMaxResultBytes.
+	MaxResultBytes int64 `json:"max_result_bytes,omitempty"`
+	// Tenants, if not empty, are the only tenants that may use the gateway.
+	Tenants []string `json:"tenants,omitempty"`
+	// Policies are the loop-policy thresholds of the gateway's runs.
+	Policies *AgentPolicies `json:"policies,omitempty"`
+	// Upstreams in file order; each name appears once.
+	Upstreams []ConfigUpstream `json:"upstreams"`
+}
+
+// Defaults of the MCP gateway's section.
+const (
+	DefaultMCPAgent          = "mcp"
+	DefaultMCPApprovalWait   = 20 * time.Second
+	DefaultMCPLockFile       = "mcp-tools.lock.json"
+	DefaultMCPMaxResultBytes = 1 << 20
+	DefaultMCPTimeoutMS      = 30000
+)
+
+// AgentName is the agent of the gateway's runs.
+func (m *ConfigMCP) AgentName() string {
+	if m.Agent == "" {
+		return DefaultMCPAgent
+	}
+	return m.Agent
+}
+
+// ApprovalWaitDuration is how long a call waits for a person.
+func (m *ConfigMCP) ApprovalWaitDuration() time.Duration {
+	d, err := time.ParseDuration(m.ApprovalWait)
+	if err != nil || d <= 0 {
+		return DefaultMCPApprovalWait
+	}
+	return d
+}
+
+// ResultCap is the largest upstream answer kept, in bytes.
+func (m *ConfigMCP) ResultCap() int64 {
+	if m.MaxResultBytes <= 0 {
+		return DefaultMCPMaxResultBytes
+	}
+	return m.MaxResultBytes
+}
+
+// Upstream is the upstream named name.
+func (m *ConfigMCP) Upstream(name string) (ConfigUpstream, bool) {
+	for _, u := range m.Upstreams {
+		if u.Name == name {
+			return u, true
+		}
+	}
+	return ConfigUpstream{}, false
+}
+
+// ConfigUpstream is one MCP server behind the gateway: a command spoken to
+// over stdio, or a streamable HTTP URL.
+type ConfigUpstream struct {
+	Name           string            `json:"name"`
+	Command        []string          `json:"command,omitempty"`
+	Env            map[string]string `json:"env,omitempty"`
+	URL            string            `json:"url,omitempty"`
+	BearerTokenEnv string            `json:"bearer_token_env,omitempty"`
+	// TimeoutMS bounds a call of a tool whose profile sets none; 0 means
+	// DefaultMCPTimeoutMS.
+	TimeoutMS int64 `json:"timeout_ms,omitempty"`
+	// Tools are the profiles of its tools, by the upstream's tool name.
+	Tools map[string]ToolProfile `json:"tools,omitempty"`
+}
+
+// Profile is the profile of the upstream's tool name: the configured one,
+// or a write with no guarantees; configured reports which.
+func (u ConfigUpstream) Profile(tool string) (p ToolProfile, configured bool) {
+	p, configured = u.Tools[tool]
+	if p.Effect == "" {
+		p.Effect = EffectWrite
+	}
+	if p.TimeoutMS == 0 {
+		p.TimeoutMS = u.TimeoutMS
+	}
+	if p.TimeoutMS == 0 {
+		p.TimeoutMS = DefaultMCPTimeoutMS
+	}
+	return p, configured
+}
+
+// ToolProfile is what the ledger holds an upstream tool to: its effect and
+// guarantees (the upstream's annotations are hints it does not trust), the
+// paths of secrets in its arguments, and how recovery asks the same
+// upstream about a call.
+type ToolProfile struct {
+	// Effect is read or write; "" means write.
+	Effect            Effect     `json:"effect,omitempty"`
+	Guarantees        Guarantees `json:"guarantees"`
+	SecretPaths       []string   `json:"secret_paths,omitempty"`
+	TimeoutMS         int64      `json:"timeout_ms,omitempty"`
+	DedupRetentionMS  int64      `json:"dedup_retention_ms,omitempty"`
+	QueryVisibilityMS int64      `json:"query_visibility_ms,omitempty"`
+	Query             *ProbeTool `json:"query,omitempty"`
+	Cancel            *ProbeTool `json:"cancel,omitempty"`
+}
+
+// ProbeTool is the upstream tool recovery calls to query or cancel a call
+// by its dedup key.
+type ProbeTool struct {
+	Tool string `json:"tool"`
+	// KeyArgument carries the dedup key; "" means "dedup_key".
+	KeyArgument string `json:"key_argument,omitempty"`
+	// EffectPointer locates a query's answer in the structured result;
+	// "" means "/effect".
+	EffectPointer string `json:"effect_pointer,omitempty"`
+	// ConfirmedPointer locates a cancel's confirmation; "" means
+	// "/confirmed".
+	ConfirmedPointer string `json:"confirmed_pointer,omitempty"`
 }
 
 // ConfigTool is one tool of a config file: the fields of a tool descriptor,
@@ -404,7 +535,7 @@ func configNameIssues(v any, opts ConfigOptions) []Issue {
 		}
 		switch Executor(executor) {
 		case ExecutorMCP:
-			add(at+"/executor", "executor mcp is not supported in this version")
+			add(at+"/executor", "executor mcp is not declared in /tools: the MCP gateway's tools come from mcp.upstreams")
 		case ExecutorBuiltin:
 			if name != "" && !slices.Contains(opts.BuiltinTools, name) {
 				add(at+"/name", "this build has no built-in tool %q (built-in tools: %s)", name, listOrNone(opts.BuiltinTools))
@@ -456,6 +587,66 @@ func configNameIssues(v any, opts ConfigOptions) []Issue {
 					add(loc, "tool %q is not declared in /tools", tool)
 				case executor == string(ExecutorBuiltin):
 					add(loc, "tool %q is executed by the ledger (executor builtin): a client agent may call only client tools", tool)
+				}
+			}
+		}
+	}
+	return append(issues, configMCPIssues(v, firstAgent, opts)...)
+}
+
+// configMCPIssues checks the names of the MCP gateway's section: its agent
+// is no other agent, each upstream is named once, and a profile that
+// promises query or cancel says which upstream tool does it.
+func configMCPIssues(v any, agents map[string]int, opts ConfigOptions) []Issue {
+	var issues []Issue
+	add := func(loc, format string, args ...any) {
+		issues = append(issues, Issue{Location: loc, Message: fmt.Sprintf(format, args...)})
+	}
+	m, _ := v.(map[string]any)
+	mcp, ok := m["mcp"].(map[string]any)
+	if !ok {
+		return nil
+	}
+	agent, _ := mcp["agent"].(string)
+	if agent == "" {
+		agent = DefaultMCPAgent
+	}
+	if j, declared := agents[agent]; declared {
+		add("/mcp/agent", "the gateway's runs are recorded under agent %q, which /agents/%d declares too: give mcp.agent another name", agent, j)
+	} else if slices.Contains(opts.BuiltinAgents, agent) {
+		add("/mcp/agent", "%q is a built-in agent: give mcp.agent another name", agent)
+	}
+	if w, ok := mcp["approval_wait"].(string); ok {
+		if d, err := time.ParseDuration(w); err == nil && d <= 0 {
+			add("/mcp/approval_wait", "approval_wait must be positive, not %q", w)
+		}
+	}
+	ups, _ := mcp["upstreams"].([]any)
+	first := map[string]int{}
+	for i, item := range ups {
+		u, ok := item.(map[string]any)
+		if !ok {
+			continue
+		}
+		at := "/mcp/upstreams/" + strconv.Itoa(i)
+		if name, _ := u["name"].(string); name != "" {
+			if j, dup := first[name]; dup {
+				add(at+"/name", "upstream %q is declared twice (first at /mcp/upstreams/%d)", name, j)
+			} else {
+				first[name] = i
+			}
+		}
+		tools, _ := u["tools"].(map[string]any)
+		for _, tool := range slices.Sorted(maps.Keys(tools)) {
+			p, ok := tools[tool].(map[string]any)
+			if !ok {
+				continue
+			}
+			loc := at + "/tools/" + escapeToken(tool)
+			g, _ := p["guarantees"].(map[string]any)
+			for _, probe := range []string{"query", "cancel"} {
+				if promised, _ := g[probe].(bool); promised && p[probe] == nil {
+					add(loc+"/"+probe, "guarantees.%s is promised but no %s tool says how: name the upstream tool that does it", probe, probe)
 				}
 			}
 		}

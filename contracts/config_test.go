@@ -102,7 +102,7 @@ func TestParseConfig(t *testing.T) {
 			"/colour":                           "unknown field",
 			"/tools/0/version":                  "not allowed here",
 			"/tools/1/name":                     `no built-in tool "cards.fly" (built-in tools: cards.count, cards.write)`,
-			"/tools/2/executor":                 "mcp is not supported in this version",
+			"/tools/2/executor":                 "the MCP gateway's tools come from mcp.upstreams",
 			"/tools/3/name":                     `tool "pay.send" is declared twice (first at /tools/2)`,
 			"/tools/3/arguments_schema/pattern": "not valid 'regex'",
 			"/tools/3/retries":                  "unknown field",

@@ -145,6 +145,12 @@ const (
 	// each tool call through the agent protocol (docs/agent-protocol.md);
 	// the engine takes no model step and calls no tool of such a run.
 	DriverClient Driver = "client"
+	// DriverGateway: a front end of this process (the MCP gateway)
+	// proposes each call for a caller attached to it, and the engine calls
+	// the tool while that caller waits (gateway.go): no model step, and no
+	// attempt begins without a caller attached. Its tools are the engine's
+	// to call, query and cancel, as a built-in agent's.
+	DriverGateway Driver = "gateway"
 )
 
 // Agent is a named pairing of a model and the tools it may call, as the

@@ -87,8 +87,8 @@ func (e *Engine) stepRunning(ctx context.Context, run *ledger.Run, v *runView) (
 	if !ok {
 		return false, e.finish(ctx, run, ledger.StopInternalError, map[string]any{"error": "agent " + run.Agent + " is not registered"})
 	}
-	if agent.Driver == DriverClient {
-		return false, nil // its client takes every step (protocol_steps.go)
+	if agent.Driver == DriverClient || agent.Driver == DriverGateway {
+		return false, nil // its front end takes every step (protocol_calls.go, gateway.go)
 	}
 	actions, err := v.findActions(ctx, e.store, run.ID)
 	if err != nil {

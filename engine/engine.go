@@ -144,8 +144,13 @@ type Engine struct {
 	backoff  backoff
 	failLogs *storehealth.FailureLog
 	tokenKey []byte
-	// clientAgents names the agents a client drives, in name order.
-	clientAgents []string
+	// frontDriven names the agents whose running runs a front end drives
+	// (a client through the agent protocol, or a gateway's caller), in
+	// name order: the pool does not claim those.
+	frontDriven []string
+	// runGens is the generation of each gateway run key last opened
+	// (OpenRun), under callsMu.
+	runGens map[string]int
 	// decisionSweep is the sweep's place in the told, unanswered decisions
 	// (sweepDecisions), and minDecisionTimeout the shortest decision
 	// timeout of a client tool: no decision is due before it.
@@ -219,7 +224,7 @@ func New(cfg Config) (*Engine, error) {
 	}
 	e := &Engine{store: cfg.Store, tokenKey: cfg.AttemptTokenKey, approvals: cfg.Approvals, agents: map[string]*registeredAgent{},
 		now: cfg.Now, cfg: cfg, log: cfg.Logger, calls: map[ledger.RunID]func(){},
-		notBefore: map[ledger.RunID]time.Time{}, failures: map[ledger.RunID]int{}, policy: cfg.Policy.WithDefaults(),
+		notBefore: map[ledger.RunID]time.Time{}, runGens: map[string]int{}, failures: map[ledger.RunID]int{}, policy: cfg.Policy.WithDefaults(),
 		health: cfg.Health, backoff: backoff{min: cfg.RetryMin, max: cfg.RetryMax},
 		failLogs: storehealth.NewFailureLog(cfg.Logger, cfg.Now, cfg.LogInterval)}
 	e.leases = newRunLeases(e, cfg.Owner, cfg.LeaseTTL)
@@ -227,7 +232,7 @@ func New(cfg Config) (*Engine, error) {
 		switch a.Driver {
 		case "":
 			a.Driver = DriverBuiltin
-		case DriverBuiltin, DriverClient:
+		case DriverBuiltin, DriverClient, DriverGateway:
 		default:
 			return nil, fmt.Errorf("engine: agent %s: unknown driver %q", a.Name, a.Driver)
 		}
@@ -256,11 +261,11 @@ func New(cfg Config) (*Engine, error) {
 			}
 		}
 		e.agents[a.Name] = ra
-		if a.Driver == DriverClient {
-			e.clientAgents = append(e.clientAgents, a.Name)
+		if a.Driver == DriverClient || a.Driver == DriverGateway {
+			e.frontDriven = append(e.frontDriven, a.Name)
 		}
 	}
-	slices.Sort(e.clientAgents)
+	slices.Sort(e.frontDriven)
 	e.recoverer = recovery.New(recovery.Config{Store: cfg.Store, Probes: e.probe, Retry: e.retryVerdict, Now: cfg.Now,
 		OnDecision: cfg.OnDecision, ProbeTimeout: probeTimeout, Lease: e.scanLease, Done: e.scanDone, Guard: e.probeGuard})
 	return e, nil

@@ -226,10 +226,10 @@ func (d *dispatcher) done(ctx context.Context, id ledger.RunID) {
 
 // claimRunnable claims up to limit runs the engine can advance without a
 // person: queued, running and stopping ones, oldest first. A running run
-// of a client-driven agent is its client's to advance, so it is not
-// claimed (nor counted against the limit).
+// of a client-driven or gateway agent is its front end's to advance, so it
+// is not claimed (nor counted against the limit).
 func (e *Engine) claimRunnable(ctx context.Context, limit int) ([]ledger.RunLease, error) {
-	if len(e.clientAgents) == 0 {
+	if len(e.frontDriven) == 0 {
 		return e.leases.claim(ctx, ledger.ClaimRunsParams{Limit: limit,
 			States: []ledger.RunState{ledger.RunQueued, ledger.RunRunning, ledger.RunStopping}})
 	}
@@ -238,7 +238,7 @@ func (e *Engine) claimRunnable(ctx context.Context, limit int) ([]ledger.RunLeas
 		return got, err
 	}
 	more, err := e.leases.claim(ctx, ledger.ClaimRunsParams{Limit: limit - len(got), States: []ledger.RunState{ledger.RunRunning},
-		NotAgents: e.clientAgents})
+		NotAgents: e.frontDriven})
 	return append(got, more...), err
 }
 
@@ -300,7 +300,7 @@ func (e *Engine) Runnable(ctx context.Context) ([]ledger.RunID, error) {
 	for _, st := range []ledger.RunState{ledger.RunQueued, ledger.RunRunning, ledger.RunStopping} {
 		f := ledger.RunFilter{State: &st, Limit: 256}
 		if st == ledger.RunRunning {
-			f.NotAgents = e.clientAgents
+			f.NotAgents = e.frontDriven
 		}
 		runs, err := e.store.FindRuns(ctx, f)
 		if err != nil {

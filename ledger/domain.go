@@ -173,12 +173,18 @@ const (
 	// evidence for the new holder's recovery, an established effect in it
 	// written on the attempt, instead of finishing the attempt.
 	ObservedStaleHolder ObservationSource = "stale_holder"
+	// ObservedDelivered records that a front end handed the attempt's
+	// recorded outcome to the caller it ran the tool for (the MCP
+	// gateway); it says nothing of the effect (always unknown). A call
+	// repeated after a crash joins an action whose outcome was never
+	// delivered instead of making the call again.
+	ObservedDelivered ObservationSource = "delivered"
 )
 
 // Valid reports whether s is a known source.
 func (s ObservationSource) Valid() bool {
 	switch s {
-	case ObservedResult, ObservedQuery, ObservedCancel, ObservedPerson, ObservedLate, ObservedStaleHolder:
+	case ObservedResult, ObservedQuery, ObservedCancel, ObservedPerson, ObservedLate, ObservedStaleHolder, ObservedDelivered:
 		return true
 	}
 	return false

@@ -171,7 +171,7 @@ func TestServeConfig(t *testing.T) {
 					"  /colour: unknown field\n"+
 					"  /rules/rules/0/approval_ttl_ms: not allowed here\n"+ // a TTL goes with require_approval only
 					`  /rules/rules/0/decision: value must be one of "auto_approve", "require_approval", "deny"`+"\n"+
-					"  /tools/0/executor: executor mcp is not supported in this version", err.Error())
+					"  /tools/0/executor: executor mcp is not declared in /tools: the MCP gateway's tools come from mcp.upstreams", err.Error())
 			})
 		}
 		_, err := os.Stat(db)

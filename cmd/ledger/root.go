@@ -46,7 +46,7 @@ func newRootCmd(stdout, stderr io.Writer) *cobra.Command {
 	root.SetVersionTemplate("{{.Version}}\n")
 	root.SetOut(stdout)
 	root.SetErr(stderr)
-	root.AddCommand(newVersionCmd(), newMigrateCmd(), newDemoCmd(), newSimulatorCmd())
+	root.AddCommand(newVersionCmd(), newMigrateCmd(), newDemoCmd(), newSimulatorCmd(), newMCPCmd())
 	root.AddCommand(httpCommands()...)
 	root.AddCommand(localCommands()...)
 	// cobra adds help and completion when it executes; adding them now puts

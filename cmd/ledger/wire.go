@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"strings"
 	"time"
 	"unicode"
@@ -18,6 +19,7 @@ import (
 	"github.com/actionledger/ledger/contracts"
 	"github.com/actionledger/ledger/engine"
 	"github.com/actionledger/ledger/ledger"
+	"github.com/actionledger/ledger/mcpgw"
 	"github.com/actionledger/ledger/recovery"
 	"github.com/actionledger/ledger/redact"
 	"github.com/actionledger/ledger/simulator"
@@ -39,6 +41,8 @@ type service struct {
 	// clientTools are the leases of the config file's client tools, by
 	// name, for the server's GET /v1/tools.
 	clientTools map[string]engine.Lease
+	// gateway is the MCP gateway of the config file's mcp section, or nil.
+	gateway *mcpgw.Gateway
 }
 
 // serviceConfig says where things live and how they behave.
@@ -82,6 +86,10 @@ type serviceConfig struct {
 	// LeaseTTL is how long the engine's run leases hold unless renewed;
 	// 0 means $LEDGER_LEASE_TTL, or the engine's default.
 	LeaseTTL time.Duration
+	// ApprovalURL is where the MCP gateway's clients are sent to approve
+	// (nil: nowhere); MaxPendingApprovals its cap at a call.
+	ApprovalURL         func(ledger.ActionID) string
+	MaxPendingApprovals int
 }
 
 // envLeaseTTL, a duration ("15s"), is how long the run leases of serve,
@@ -195,6 +203,16 @@ func openService(ctx context.Context, cfg serviceConfig) (*service, error) {
 	if _, err := rt.approvals.StoreRules(ctx); err != nil {
 		return nil, errors.Join(err, rt.Close())
 	}
+	if cfg.Config != nil && cfg.Config.MCP != nil {
+		// The gateway's tools are those of the lock file; its upstreams
+		// are connected at their first use (a call, a query, a cancel).
+		rt.gateway, err = mcpgw.New(mcpgw.Options{Config: cfg.Config.MCP, Dir: filepath.Dir(cfg.Config.Path), Logger: cfg.Logger,
+			Version: Version, StateKey: mcpStateKey(key), ApprovalURL: cfg.ApprovalURL, MaxPendingApprovals: cfg.MaxPendingApprovals})
+		if err != nil {
+			return nil, errors.Join(err, rt.Close())
+		}
+		agents = append(agents, rt.gateway.Agent())
+	}
 	var engineStore ledger.Store = store
 	if cfg.WrapStore != nil {
 		engineStore = cfg.WrapStore(engineStore)
@@ -204,6 +222,9 @@ func openService(ctx context.Context, cfg serviceConfig) (*service, error) {
 		AttemptTokenKey: attemptTokenKey(key), LeaseTTL: cfg.LeaseTTL, Owner: owner})
 	if err != nil {
 		return nil, errors.Join(fmt.Errorf("wire engine: %w", err), rt.Close())
+	}
+	if rt.gateway != nil {
+		rt.gateway.Bind(rt.engine)
 	}
 	return rt, nil
 }
@@ -252,7 +273,20 @@ func (rt *service) Close() error {
 	if rt.engine != nil {
 		rt.engine.Stop()
 	}
-	return errors.Join(rt.effects.Close(), rt.store.Close())
+	var gwErr error
+	if rt.gateway != nil {
+		gwErr = rt.gateway.Close()
+	}
+	return errors.Join(gwErr, rt.effects.Close(), rt.store.Close())
+}
+
+// mcpStateKey derives the key of the MCP gateway's request states from
+// the redaction key, as attemptTokenKey does: with LEDGER_REDACTION_KEY
+// set, a state outlives a restart and is good on every replica.
+func mcpStateKey(redactionKey []byte) []byte {
+	m := hmac.New(sha256.New, redactionKey)
+	m.Write([]byte("ledger mcp request states v1"))
+	return m.Sum(nil)
 }
 
 // attemptTokenKey derives the key of attempt tokens (the agent protocol)
