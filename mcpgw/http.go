@@ -1,0 +1,49 @@
+package mcpgw
+
+import (
+	"net/http"
+
+	"github.com/modelcontextprotocol/go-sdk/auth"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+)
+
+// Keys of the TokenInfo.Extra an HTTP front's token verifier fills in.
+const (
+	// TokenTenant is the tenant of the token's principal (TokenInfo.UserID).
+	TokenTenant = "tenant"
+)
+
+// HTTPHandler serves MCP over streamable HTTP (the 2025-11-25 sessions,
+// and the 2026-07-28 revision's requests as the SDK serves them). Put it
+// behind auth.RequireBearerToken with a verifier that sets
+// TokenInfo.UserID to the principal and Extra[TokenTenant] to its tenant:
+// a request without them is refused. A settled call's delivery is
+// recorded when its answer is handed to the HTTP response.
+func (g *Gateway) HTTPHandler() http.Handler {
+	who := func(extra *mcp.RequestExtra) (Identity, bool) {
+		return tokenIdentity(extra)
+	}
+	s := g.server(who, true)
+	return mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return s }, &mcp.StreamableHTTPOptions{Logger: g.log})
+}
+
+// tokenIdentity is the identity a verified bearer token carries.
+func tokenIdentity(extra *mcp.RequestExtra) (Identity, bool) {
+	if extra == nil {
+		return Identity{}, false
+	}
+	ti := extra.TokenInfo
+	if ti == nil || ti.UserID == "" {
+		return Identity{}, false
+	}
+	tenant, _ := ti.Extra[TokenTenant].(string)
+	if tenant == "" {
+		return Identity{}, false
+	}
+	return Identity{Tenant: tenant, Principal: ti.UserID}, true
+}
+
+// TokenInfo is what a verifier answers for a principal of a tenant.
+func TokenInfo(tenant, principal string) *auth.TokenInfo {
+	return &auth.TokenInfo{UserID: principal, Extra: map[string]any{TokenTenant: tenant}}
+}
