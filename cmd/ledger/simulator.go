@@ -1,23 +1,34 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
 	"os"
 	"text/tabwriter"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"github.com/spf13/cobra"
 
 	"github.com/actionledger/ledger/simulator"
-	"github.com/spf13/cobra"
+	"github.com/actionledger/ledger/simulator/mcpupstream"
 )
 
 func newSimulatorCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "simulator",
-		Short: "Inspect the tool simulator's own side-effect store",
+		Short: "Inspect the tool simulator's own side-effect store, or serve its tools over MCP",
 		Example: `  ledger simulator effects --store ./ledger.db.effects.db
-  ledger simulator effects --store ./ledger.db.effects.db --json`,
+  ledger simulator effects --store ./ledger.db.effects.db --json
+  ledger simulator mcp-upstream --store ./upstream.effects.db`,
 	}
-	cmd.AddCommand(newSimulatorEffectsCmd())
+	cmd.AddCommand(newSimulatorEffectsCmd(), newSimulatorMCPUpstreamCmd())
 	return cmd
 }
 
@@ -71,4 +82,131 @@ of how often a tool really acted. --json prints one JSON object per effect.`,
 	cmd.Flags().StringVar(&path, "store", "./ledger.db.effects.db", "path of the simulator's effect store")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "one JSON object per effect")
 	return cmd
+}
+
+// mcpUpstreamShutdown is how long `simulator mcp-upstream --http` waits for
+// requests in flight once signalled (a hang call never ends by itself)
+// before it closes their connections.
+const mcpUpstreamShutdown = 5 * time.Second
+
+func newSimulatorMCPUpstreamCmd() *cobra.Command {
+	var (
+		path, configPath, httpAddr string
+		misbehaving                bool
+	)
+	cmd := &cobra.Command{
+		Use:   "mcp-upstream --store PATH [--config FILE] [--misbehaving-tools] [--http ADDR]",
+		Short: "Serve the simulated tools over MCP, with their effects in their own store (a test and demo upstream)",
+		Long: `Serve the simulator's tools as an MCP server: cards_write, cards_count, cards_status and
+cards_cancel, keeping their effects in the effect store --store names (created if missing), which
+` + "`ledger simulator effects`" + ` lists. It is an upstream for the MCP gateway's tests and demos, not a
+product tool: it has no authentication.
+
+A call's dedup key, fencing token, run, action and attempt come from the _meta of its tools/call
+request (io.actionledger/dedup_key, …/fencing_token, …/run, …/action, …/attempt); every result says
+in its _meta (io.actionledger/effect) whether the call took effect. --config reads a simulator
+config file (the JSON of LEDGER_SIMULATOR_CONFIG: guarantees and fault plans under the names
+cards.write and cards.count); its crash faults kill this process. --misbehaving-tools adds
+huge_read, hang, exit_now (exits with status 3) and malformed, for bad-input tests.
+
+By default it serves one session over stdin and stdout, until stdin closes. With --http it serves
+streamable HTTP on ADDR (a loopback address) at the path /mcp, prints that URL as the first line of
+stdout, and stops on SIGINT or SIGTERM. Logs go to stderr.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if path == "" {
+				return usagef("--store is required: the effect store file (see %s --help)", cmd.CommandPath())
+			}
+			if httpAddr != "" && !isLoopback(httpAddr) {
+				return usagef("--http %q: a loopback address only (this server has no authentication), such as 127.0.0.1:0", httpAddr)
+			}
+			log := warningLogger(cmd.ErrOrStderr())
+			var cfg simulator.Config
+			if configPath != "" {
+				data, err := os.ReadFile(configPath)
+				if err != nil {
+					return &usageError{err: fmt.Errorf("--config: %w", err)}
+				}
+				if cfg, err = simulator.ParseConfig(data); err != nil {
+					return &usageError{err: fmt.Errorf("--config %s: %w", configPath, err)}
+				}
+				if hasFaults(cfg) {
+					log.Warn("a simulator fault plan is configured: calls will fail, hang or crash this process as it says", "config", configPath)
+				}
+			}
+			store, err := simulator.OpenEffectStore(cmd.Context(), path, nil)
+			if err != nil {
+				return err
+			}
+			defer store.Close()
+			srv, err := mcpupstream.New(store, cfg, mcpupstream.Options{Misbehaving: misbehaving, Version: Version, Logger: log})
+			if err != nil {
+				return err
+			}
+			if httpAddr == "" {
+				err := srv.Run(cmd.Context(), &mcp.StdioTransport{})
+				if cmd.Context().Err() != nil {
+					return nil // signalled: a normal stop
+				}
+				return err
+			}
+			return serveMCPUpstreamHTTP(cmd.Context(), srv, httpAddr, cmd.OutOrStdout(), log)
+		},
+		Example: `  ledger simulator mcp-upstream --store ./upstream.effects.db
+  ledger simulator mcp-upstream --store ./upstream.effects.db --http 127.0.0.1:0
+  ledger simulator mcp-upstream --store ./upstream.effects.db --config ./faults.json --misbehaving-tools`,
+	}
+	cmd.Flags().StringVar(&path, "store", "", "path of the effect store (created if missing)")
+	cmd.Flags().StringVar(&configPath, "config", "", "simulator config file: guarantees and fault plans of cards.write and cards.count")
+	cmd.Flags().BoolVar(&misbehaving, "misbehaving-tools", false, "add huge_read, hang, exit_now and malformed")
+	cmd.Flags().StringVar(&httpAddr, "http", "", "serve streamable HTTP on this loopback HOST:PORT at /mcp instead of stdio")
+	return cmd
+}
+
+// hasFaults reports whether cfg holds a fault plan for any tool.
+func hasFaults(cfg simulator.Config) bool {
+	for _, tc := range cfg.Tools {
+		if len(tc.Faults) > 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// serveMCPUpstreamHTTP serves srv as streamable HTTP on addr at /mcp,
+// printing the URL as the first line of out, until ctx ends.
+func serveMCPUpstreamHTTP(ctx context.Context, srv *mcp.Server, addr string, out io.Writer, log *slog.Logger) error {
+	var lc net.ListenConfig
+	ln, err := lc.Listen(ctx, "tcp", addr)
+	if err != nil {
+		return fmt.Errorf("listen on %s: %w", addr, err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/mcp", mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return srv }, nil))
+	hs := &http.Server{
+		Handler:           mux,
+		ReadHeaderTimeout: 10 * time.Second,
+		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+	}
+	serveErr := make(chan error, 1)
+	go func() { serveErr <- hs.Serve(ln) }()
+	if _, err := fmt.Fprintf(out, "http://%s/mcp\n", ln.Addr()); err != nil {
+		_ = hs.Close()
+		return fmt.Errorf("print the URL: %w", err)
+	}
+	select {
+	case err := <-serveErr:
+		return fmt.Errorf("serve: %w", err)
+	case <-ctx.Done():
+	}
+	shutdownCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), mcpUpstreamShutdown)
+	defer cancel()
+	if err := hs.Shutdown(shutdownCtx); err != nil {
+		log.Warn("requests still in flight at the shutdown timeout; closing their connections", "err", err)
+		_ = hs.Close()
+	}
+	if err := <-serveErr; err != nil && !errors.Is(err, http.ErrServerClosed) {
+		return fmt.Errorf("serve: %w", err)
+	}
+	return nil
 }
