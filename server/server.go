@@ -20,6 +20,7 @@ import (
 	"github.com/actionledger/ledger/approval"
 	"github.com/actionledger/ledger/engine"
 	"github.com/actionledger/ledger/ledger"
+	"github.com/actionledger/ledger/mcpgw"
 	"github.com/actionledger/ledger/redact"
 	"github.com/actionledger/ledger/storehealth"
 )
@@ -135,6 +136,10 @@ type Config struct {
 	// /v1/tools shows them, and every other tool as executed by the
 	// ledger. Nil means none.
 	ClientTools map[string]engine.Lease
+	// MCP is the MCP gateway served at /mcp, or nil; MCPAgent is its
+	// agent, which a token must drive to use it.
+	MCP      *mcpgw.Gateway
+	MCPAgent string
 
 	// beforeSubmit, if set, runs after a submit is marked in flight and
 	// before it reaches the store. Tests set it (export_test.go) to hold a
@@ -167,6 +172,9 @@ type Server struct {
 	beforeSubmit func()
 	maxPending   int
 	clientTools  map[string]engine.Lease
+	// mcp and mcpAgent: Config.MCP and Config.MCPAgent.
+	mcp      *mcpgw.Gateway
+	mcpAgent string
 
 	// limits holds each identity's bucket, authFailures each client
 	// address's bucket of 401s; both nil without a rate limit.
@@ -215,7 +223,7 @@ func New(cfg Config) (*Server, error) {
 		store: cfg.Store, engine: cfg.Engine, approvals: cfg.Approvals,
 		log: cfg.Logger, maxBody: cfg.MaxBodyBytes, now: cfg.Now, ready: cfg.ReadyFunc,
 		redactor: cfg.Redactor, beforeSubmit: cfg.beforeSubmit, inflight: map[inflightKey]struct{}{},
-		maxPending: cfg.MaxPendingApprovals, clientTools: maps.Clone(cfg.ClientTools),
+		maxPending: cfg.MaxPendingApprovals, clientTools: maps.Clone(cfg.ClientTools), mcp: cfg.MCP, mcpAgent: cfg.MCPAgent,
 		streams:   newSlots(cfg.MaxStreams, CodeTooManyStreams, "event streams"),
 		longPolls: newSlots(cfg.MaxLongPolls, CodeTooManyLongPolls, "long-polls"),
 	}
@@ -326,6 +334,9 @@ func (s *Server) newEcho() *echo.Echo {
 	get("/v1/runs/:run_id/next", s.nextDirectives, auth...)
 	get("/v1/runs/:run_id/events", s.streamEvents, auth...)
 	e.POST("/v1/runs/:run_id/finish", s.finishRun, auth...)
+	if s.mcp != nil {
+		s.mountMCP(e, s.mcp, s.mcpAgent, auth...)
+	}
 
 	s.routes = map[string]bool{}
 	for _, r := range e.Routes() {

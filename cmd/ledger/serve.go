@@ -257,6 +257,10 @@ func runServe(ctx context.Context, o *serveOptions, stderr io.Writer) (err error
 	var metrics atomic.Pointer[server.Metrics]
 	svc, err := openService(ctx, serviceConfig{DBPath: o.dbPath, EffectsPath: o.effectsPath, Rules: rules, Config: cfg, DevMode: devMode, Simulator: faults.Simulator,
 		FaultFunc: faults.Func, WrapStore: faults.WrapStore, WriteFault: faults.WriteFault, OnEffects: faults.UseEffects, Logger: log, SigningKey: signingKey, AllowUnsigned: o.allowUnsigned, LeaseTTL: o.leaseTTL,
+		// The MCP gateway's clients are sent to the action's URL to approve
+		// (the console's page once there is one).
+		ApprovalURL:         func(id ledger.ActionID) string { return "http://" + o.addr + "/v1/actions/" + string(id) },
+		MaxPendingApprovals: o.maxPending,
 		OnDecision: func(d recovery.Decision) {
 			if m := metrics.Load(); m != nil {
 				m.ObserveDecision(d)
@@ -302,6 +306,8 @@ func runServe(ctx context.Context, o *serveOptions, stderr io.Writer) (err error
 		MaxStreams:          o.maxStreams,
 		MaxLongPolls:        o.maxLongPolls,
 		ClientTools:         svc.clientTools,
+		MCP:                 svc.gateway,
+		MCPAgent:            mcpAgentOf(cfg),
 	})
 	if err != nil {
 		return fmt.Errorf("build server: %w", err)
@@ -380,6 +386,14 @@ func configFrom(flag string) string {
 		return flag
 	}
 	return os.Getenv(envConfig)
+}
+
+// mcpAgentOf is the agent of the config's MCP gateway, "" if it has none.
+func mcpAgentOf(cfg *config.Config) string {
+	if cfg == nil || cfg.MCP == nil {
+		return ""
+	}
+	return cfg.MCP.AgentName()
 }
 
 // loadConfig loads the operator's config file, if path names one; a file

@@ -34,16 +34,18 @@ var allowed = map[string][]string{
 	// Opens the Store on the driver a database's name selects.
 	"ledger/stores": {"ledger", "ledger/sqlite", "ledger/postgres"},
 	// The Store conformance suite every driver runs from its tests.
-	"ledger/storetest":  {"ledger", "ledger/ledgertest"},
-	"approval":          {"ledger", "contracts", "redact"},
-	"budget":            {"ledger", "contracts"},
-	"config":            {"ledger", "contracts", "budget"},
-	"evidence":          {"ledger", "contracts", "redact"},
-	"recovery":          {"ledger", "contracts"},
-	"storehealth":       {"ledger"},
-	"simulator":         {"ledger", "contracts", "approval", "budget", "recovery", "engine", "redact"},
-	"engine":            {"ledger", "contracts", "approval", "budget", "recovery", "redact", "storehealth"},
-	"server":            {"ledger", "contracts", "approval", "budget", "recovery", "engine", "evidence", "simulator", "redact", "storehealth"},
+	"ledger/storetest": {"ledger", "ledger/ledgertest"},
+	"approval":         {"ledger", "contracts", "redact"},
+	"budget":           {"ledger", "contracts"},
+	"config":           {"ledger", "contracts", "budget"},
+	"evidence":         {"ledger", "contracts", "redact"},
+	"recovery":         {"ledger", "contracts"},
+	"storehealth":      {"ledger"},
+	"simulator":        {"ledger", "contracts", "approval", "budget", "recovery", "engine", "redact"},
+	"engine":           {"ledger", "contracts", "approval", "budget", "recovery", "redact", "storehealth"},
+	// The MCP gateway: a front end on the engine's one propose path.
+	"mcpgw":             {"ledger", "contracts", "budget", "engine"},
+	"server":            {"ledger", "contracts", "approval", "budget", "recovery", "engine", "evidence", "simulator", "redact", "storehealth", "mcpgw"},
 	"perf":              {"ledger", "ledger/sqlite", "ledger/postgres", "ledger/stores", "contracts", "approval", "recovery", "engine", "evidence", "simulator", "server"},
 	"faultmatrix":       {"*"},
 	"cmd/ledger":        {"*"},
@@ -54,6 +56,8 @@ var allowed = map[string][]string{
 	// Test support of the HTTP API; it reads the server over HTTP only,
 	// and checks answers against the contracts too.
 	"server/servertest": {"contracts"},
+	// The MCP test upstream: the simulator's tools served over MCP.
+	"simulator/mcpupstream": {"simulator", "engine", "ledger"},
 	// The generator of openapi.json's component schemas, from the server's
 	// wire types, and the command `go generate ./server` runs.
 	"server/internal/openapigen":                {"server", "ledger", "contracts", "engine"},
@@ -78,6 +82,9 @@ var owners = map[string][]string{
 	// A module path here covers its packages too.
 	"github.com/getkin/kin-openapi": {"server/servertest"},
 	"github.com/invopop/jsonschema": {"server/internal/openapigen"},
+	// The MCP SDK: the gateway, the test upstream, and the commands and
+	// tests that start or call them.
+	"github.com/modelcontextprotocol/go-sdk": {"mcpgw", "simulator/mcpupstream", "cmd/ledger", "server", "faultmatrix", "perf"},
 }
 
 // ownersOf returns the packages of ours that may import imp, if it is
