@@ -35,6 +35,10 @@ const (
 	MetaAttemptID = "io.actionledger/attempt_id"
 	// MetaReplayed says the answer is one recorded earlier, not a new call.
 	MetaReplayed = "io.actionledger/replayed"
+	// MetaAnswerLost says the call took effect but its own answer was lost
+	// with a crashed process: the result says so and carries no content
+	// of the upstream's.
+	MetaAnswerLost = "io.actionledger/answer_lost"
 )
 
 // Identity is who makes a call: the principal and tenant of the API token
@@ -116,7 +120,7 @@ func New(o Options) (*Gateway, error) {
 	g.lock = lock
 	impl := &mcp.Implementation{Name: "ledger-mcp-gateway", Version: o.Version}
 	for _, u := range g.cfg.Upstreams {
-		g.ups[u.Name] = newUpstream(u, impl, g.log, g.now)
+		g.ups[u.Name] = newUpstream(u, impl, g.cfg.ResultCap(), g.log, g.now)
 	}
 	seen := map[string]string{}
 	for _, name := range lock.Names() {
@@ -359,22 +363,61 @@ func (g *Gateway) call(ctx context.Context, req *mcp.CallToolRequest, t *tool, w
 	if len(args) == 0 || string(args) == "null" {
 		args = json.RawMessage(`{}`)
 	}
-	a, replayed, err := g.action(ctx, req, t, caller, id, args)
+	a, joined, err := g.action(ctx, req, t, caller, id, args)
 	if err != nil {
 		return g.refusal(err), nil
 	}
+	// An answer recorded before this call: the action it joined had its
+	// outcome already.
+	replayed := joined && a.State.Terminal()
 	if a, err = g.await(ctx, req, caller, a); err != nil {
 		return nil, err // the client went away: the action stays as it is
 	}
 	switch a.State {
 	case ledger.ActionApproved, ledger.ActionRunning, ledger.ActionUncertain:
-		// The call is made even if the client goes away meanwhile: it is
-		// recorded, and its outcome must be too.
-		if a, err = g.engine.RunCall(context.WithoutCancel(ctx), caller, a.ID, t.up.callWait()); err != nil {
+		if a, err = g.runCall(ctx, t, caller, a); err != nil {
+			if ctx.Err() != nil {
+				return nil, ctx.Err() // the client went away: no answer
+			}
 			return g.refusal(err), nil
 		}
 	}
 	return g.answer(ctx, req, caller, id, a, replayed, recordDelivery)
+}
+
+// runCall makes the call through the engine. It is made, and its outcome
+// recorded, even if the client goes away meanwhile: a client's cancel
+// reaches the upstream only for a tool whose profile can cancel (its
+// cancel tool, with the action's dedup key), and the in-flight call then
+// ends with the upstream's own answer, recorded as any other. The
+// client that cancelled gets no answer (its request is gone); a refusal
+// is a tool error.
+func (g *Gateway) runCall(ctx context.Context, t *tool, caller engine.Caller, a *ledger.Action) (*ledger.Action, error) {
+	type result struct {
+		a   *ledger.Action
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		got, err := g.engine.RunCall(context.WithoutCancel(ctx), caller, a.ID, t.up.callWait())
+		done <- result{got, err}
+	}()
+	select {
+	case r := <-done:
+		return r.a, r.err
+	case <-ctx.Done():
+		if t.desc.Guarantees.Cancel && t.profile.Cancel != nil {
+			go func() {
+				cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+				defer cancel()
+				res, err := t.Cancel(cctx, a.DedupKey)
+				g.log.Info("client cancelled a call: cancel sent upstream", "action", a.ID, "confirmed", res.Confirmed, "err", err)
+			}()
+		} else {
+			g.log.Info("client cancelled a call: the tool cannot cancel, the call goes on and its outcome is recorded", "action", a.ID)
+		}
+		return nil, ctx.Err()
+	}
 }
 
 // callWait is how long a call waits for its run while another call of the
@@ -505,6 +548,9 @@ func (g *Gateway) answer(ctx context.Context, req *mcp.CallToolRequest, caller e
 	default:
 		res = g.stateError(ctx, caller, a)
 	}
+	for k, v := range res.Meta {
+		meta[k] = v
+	}
 	res.Meta = meta
 	return res, nil
 }
@@ -525,6 +571,13 @@ func (g *Gateway) stateError(ctx context.Context, caller engine.Caller, a *ledge
 // resultOf is the MCP result of a settled attempt: its recorded output
 // (content and structured content), or its error as a tool error.
 func resultOf(a *ledger.Action, att *ledger.Attempt) *mcp.CallToolResult {
+	if a.State == ledger.ActionSucceeded && len(att.Result) == 0 {
+		// Recovery established the effect (the upstream's query found it)
+		// after the call's own answer was lost with a crashed process.
+		return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: fmt.Sprintf(
+			"the call took effect: action %s's effect was established after a crash lost the upstream's own answer, which was not recorded; do not repeat the call", a.ID)}},
+			Meta: mcp.Meta{MetaAnswerLost: true}}
+	}
 	if a.State == ledger.ActionSucceeded {
 		var res mcp.CallToolResult
 		if err := json.Unmarshal(att.Result, &res); err == nil {

@@ -3,6 +3,7 @@ package mcpgw_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -32,6 +33,10 @@ type notes struct {
 	effects map[string]int // by dedup key
 	calls   int
 	meta    []mcp.Meta
+	// started, if set, hears of each call of note_hang; release, closed
+	// when the test ends, lets the calls that hang go.
+	started chan struct{}
+	release chan struct{}
 }
 
 func (n *notes) server() *mcp.Server {
@@ -50,6 +55,30 @@ func (n *notes) server() *mcp.Server {
 			}
 			return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: "written: " + string(req.Params.Arguments)}},
 				Meta: mcp.Meta{mcpgw.MetaEffect: "happened"}}, nil
+		})
+	s.AddTool(&mcp.Tool{Name: "note_huge", InputSchema: json.RawMessage(`{"type":"object","properties":{"mb":{"type":"integer"}}}`)},
+		func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+			var args struct {
+				MB int `json:"mb"`
+			}
+			_ = json.Unmarshal(req.Params.Arguments, &args)
+			return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: strings.Repeat("x", args.MB<<20)}}}, nil
+		})
+	s.AddTool(&mcp.Tool{Name: "note_hang", InputSchema: json.RawMessage(`{"type":"object"}`)},
+		func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+			n.mu.Lock()
+			n.calls++
+			started := n.started
+			n.mu.Unlock()
+			if started != nil {
+				started <- struct{}{}
+			}
+			select {
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			case <-n.release:
+				return nil, errors.New("the test is over")
+			}
 		})
 	s.AddTool(&mcp.Tool{Name: "note_count", InputSchema: json.RawMessage(`{"type":"object"}`)},
 		func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
@@ -98,15 +127,17 @@ type harness struct {
 	engine    *engine.Engine
 	gw        *mcpgw.Gateway
 	up        *notes
+	srv       *httptest.Server
 	client    *mcp.ClientSession
 }
 
 func newHarness(t *testing.T, wait string) *harness {
 	t.Helper()
 	ctx := context.Background()
-	up := &notes{dedup: true, effects: map[string]int{}}
+	up := &notes{dedup: true, effects: map[string]int{}, release: make(chan struct{})}
 	srv := httptest.NewServer(mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return up.server() }, nil))
 	t.Cleanup(srv.Close)
+	t.Cleanup(func() { close(up.release) })
 	dir := t.TempDir()
 	cfg := &contracts.ConfigMCP{ApprovalWait: wait, Upstreams: []contracts.ConfigUpstream{{Name: "notes", URL: srv.URL,
 		Tools: map[string]contracts.ToolProfile{
@@ -114,19 +145,21 @@ func newHarness(t *testing.T, wait string) *harness {
 				Query: &contracts.ProbeTool{Tool: "note_status"}},
 			"note_count":  {Effect: contracts.EffectRead},
 			"note_status": {Effect: contracts.EffectRead},
+			"note_huge":   {Effect: contracts.EffectRead},
+			"note_hang":   {TimeoutMS: 2000},
 		}}}}
 	// An operator confirms the upstream's definitions first.
 	confirm, err := mcpgw.New(mcpgw.Options{Config: cfg, Dir: dir})
 	require.NoError(t, err)
 	st, err := confirm.Survey(ctx)
 	require.NoError(t, err)
-	require.Len(t, st, 3)
+	require.Len(t, st, 5)
 	for _, s := range st {
 		require.Equal(t, mcpgw.StatusUnconfirmed, s.Status, s.Name)
 	}
-	done, err := confirm.Confirm(ctx, []string{"notes__note_write", "notes__note_count"}, "operator", time.Now())
+	done, err := confirm.Confirm(ctx, []string{"notes__note_write", "notes__note_count", "notes__note_huge", "notes__note_hang"}, "operator", time.Now())
 	require.NoError(t, err)
-	require.Equal(t, []string{"notes__note_count", "notes__note_write"}, done)
+	require.Equal(t, []string{"notes__note_count", "notes__note_hang", "notes__note_huge", "notes__note_write"}, done)
 	require.NoError(t, confirm.Close())
 
 	store, err := sqlite.OpenStore(ctx, sqlite.Config{Path: filepath.Join(dir, "ledger.db")})
@@ -136,7 +169,7 @@ func newHarness(t *testing.T, wait string) *harness {
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = gw.Close() })
 	agent := gw.Agent()
-	require.Len(t, agent.Tools, 2)
+	require.Len(t, agent.Tools, 4)
 	tools := map[string]contracts.ToolDescriptor{}
 	for _, tl := range agent.Tools {
 		tools[tl.Descriptor().Name] = tl.Descriptor()
@@ -148,22 +181,29 @@ func newHarness(t *testing.T, wait string) *harness {
 	require.NoError(t, err)
 	gw.Bind(e)
 
+	h := &harness{t: t, store: store, approvals: svc, engine: e, gw: gw, up: up, srv: srv}
+	h.client = h.connect(mcpgw.Identity{Tenant: "default", Principal: "agent"}, nil)
+	return h
+}
+
+// connect serves a new stdio session as id to a new SDK client.
+func (h *harness) connect(id mcpgw.Identity, opts *mcp.ClientOptions, sending ...mcp.Middleware) *mcp.ClientSession {
+	h.t.Helper()
 	cin, sout := io.Pipe()
 	sin, cout := io.Pipe()
-	sctx, cancel := context.WithCancel(ctx)
+	sctx, cancel := context.WithCancel(context.Background())
 	served := make(chan error, 1)
-	go func() {
-		served <- gw.ServeStdio(sctx, mcpgw.Identity{Tenant: "default", Principal: "agent"}, sin, sout)
-	}()
-	client := mcp.NewClient(&mcp.Implementation{Name: "test-client", Version: "1"}, nil)
-	cs, err := client.Connect(ctx, &mcp.IOTransport{Reader: cin, Writer: cout}, nil)
-	require.NoError(t, err)
-	t.Cleanup(func() {
+	go func() { served <- h.gw.ServeStdio(sctx, id, sin, sout) }()
+	client := mcp.NewClient(&mcp.Implementation{Name: "test-client", Version: "1"}, opts)
+	client.AddSendingMiddleware(sending...)
+	cs, err := client.Connect(context.Background(), &mcp.IOTransport{Reader: cin, Writer: cout}, nil)
+	require.NoError(h.t, err)
+	h.t.Cleanup(func() {
 		_ = cs.Close()
 		cancel()
 		<-served
 	})
-	return &harness{t: t, store: store, approvals: svc, engine: e, gw: gw, up: up, client: cs}
+	return cs
 }
 
 func (h *harness) call(name string, args any) *mcp.CallToolResult {
@@ -197,7 +237,7 @@ func TestGatewayListsConfirmedToolsWithTheirProfiles(t *testing.T) {
 		}
 	}
 	// note_status was never confirmed: not served.
-	require.Equal(t, []string{"notes__note_count", "notes__note_write"}, names)
+	require.Equal(t, []string{"notes__note_count", "notes__note_hang", "notes__note_huge", "notes__note_write"}, names)
 }
 
 func TestGatewayRunsAReadAtOnceAndRecordsIt(t *testing.T) {

@@ -92,8 +92,12 @@ func (t *tool) Execute(ctx context.Context, c engine.Call) (engine.Result, error
 	if c.FencingToken > 0 {
 		p.Meta[MetaFencingToken] = c.FencingToken
 	}
+	hits := t.up.capHits.Load()
 	res, err := t.up.call(ctx, p)
 	if err != nil {
+		if t.up.capHits.Load() > hits {
+			err = fmt.Errorf("%w: %v", errTooLarge, err)
+		}
 		return engine.Result{}, t.callError(ctx, err)
 	}
 	return t.answer(res)
@@ -108,6 +112,9 @@ func (t *tool) callError(ctx context.Context, err error) error {
 	switch {
 	case ctx.Err() != nil:
 		return ctx.Err()
+	case errors.Is(err, errTooLarge) || strings.Contains(err.Error(), "line too long"):
+		return &engine.ToolError{Code: "result_too_large", Message: "the upstream's answer was over the gateway's cap, and was not read: " + err.Error(),
+			Effect: readEffect(t.desc, ledger.EffectUnknown)}
 	case errors.Is(err, errUpstreamDown):
 		return &engine.ToolError{Code: "upstream_unavailable", Message: err.Error(), Effect: ledger.EffectNotHappened}
 	case errors.As(err, &rpc) && (rpc.Code == jsonrpc.CodeInvalidParams || rpc.Code == jsonrpc.CodeMethodNotFound):
@@ -126,16 +133,21 @@ func (t *tool) answer(res *mcp.CallToolResult) (engine.Result, error) {
 	if s, ok := res.Meta[MetaEffect].(string); ok && ledger.EffectFact(s).Valid() {
 		effect = ledger.EffectFact(s)
 	}
-	out, err := json.Marshal(output{Content: res.Content, StructuredContent: res.StructuredContent})
-	if err != nil {
-		return engine.Result{}, &engine.ToolError{Code: "malformed_result", Message: err.Error(), Effect: orUnknown(effect)}
+	var out []byte
+	size := contentSize(res.Content)
+	if size <= t.maxResult {
+		var err error
+		if out, err = json.Marshal(output{Content: res.Content, StructuredContent: res.StructuredContent}); err != nil {
+			return engine.Result{}, &engine.ToolError{Code: "malformed_result", Message: err.Error(), Effect: orUnknown(effect)}
+		}
+		size = int64(len(out))
 	}
-	if int64(len(out)) > t.maxResult {
-		msg := fmt.Sprintf("the upstream's answer was %d bytes, over the gateway's max_result_bytes (%d): it was not kept", len(out), t.maxResult)
+	if size > t.maxResult {
+		msg := fmt.Sprintf("the upstream's answer was at least %d bytes, over the gateway's max_result_bytes (%d): it was not kept", size, t.maxResult)
 		if t.desc.Effect == contracts.EffectRead || res.IsError {
 			return engine.Result{}, &engine.ToolError{Code: "result_too_large", Message: msg, Effect: readEffect(t.desc, orUnknown(effect))}
 		}
-		out, _ = json.Marshal(output{Content: []mcp.Content{&mcp.TextContent{Text: msg}}, Omitted: len(out)})
+		out, _ = json.Marshal(output{Content: []mcp.Content{&mcp.TextContent{Text: msg}}, Omitted: size})
 	}
 	if res.IsError {
 		return engine.Result{}, &engine.ToolError{Code: "upstream_tool_error", Message: errorText(res, 4096), Effect: readEffect(t.desc, orUnknown(effect))}
@@ -149,7 +161,24 @@ type output struct {
 	Content           []mcp.Content `json:"content"`
 	StructuredContent any           `json:"structuredContent,omitempty"`
 	// Omitted is the size of an answer not kept, over the cap.
-	Omitted int `json:"omitted_bytes,omitempty"`
+	Omitted int64 `json:"omitted_bytes,omitempty"`
+}
+
+// contentSize is a lower bound of the content's size as JSON, read
+// without encoding it: the text and the data it carries.
+func contentSize(cs []mcp.Content) int64 {
+	var n int64
+	for _, c := range cs {
+		switch c := c.(type) {
+		case *mcp.TextContent:
+			n += int64(len(c.Text))
+		case *mcp.ImageContent:
+			n += int64(len(c.Data))
+		case *mcp.AudioContent:
+			n += int64(len(c.Data))
+		}
+	}
+	return n
 }
 
 // readEffect is effect, except that a read takes no effect whatever

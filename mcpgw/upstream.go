@@ -4,11 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net/http"
 	"os"
 	"os/exec"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/actionledger/ledger/contracts"
@@ -22,6 +24,10 @@ import (
 type upstream struct {
 	cfg  contracts.ConfigUpstream
 	impl *mcp.Implementation
+	// maxBody caps each HTTP answer of a url upstream, in bytes; capHits
+	// counts the answers cut there (the SDK's error does not say why).
+	maxBody int64
+	capHits atomic.Int64
 	log  *slog.Logger
 	now  func() time.Time
 
@@ -41,8 +47,8 @@ const (
 	upstreamBackoffMax = 30 * time.Second
 )
 
-func newUpstream(cfg contracts.ConfigUpstream, impl *mcp.Implementation, log *slog.Logger, now func() time.Time) *upstream {
-	return &upstream{cfg: cfg, impl: impl, log: log.With("upstream", cfg.Name), now: now}
+func newUpstream(cfg contracts.ConfigUpstream, impl *mcp.Implementation, maxResult int64, log *slog.Logger, now func() time.Time) *upstream {
+	return &upstream{cfg: cfg, impl: impl, maxBody: maxResult + mcp.DefaultMaxLineLength, log: log.With("upstream", cfg.Name), now: now}
 }
 
 // transport is how the gateway reaches the upstream: its command, started
@@ -50,14 +56,15 @@ func newUpstream(cfg contracts.ConfigUpstream, impl *mcp.Implementation, log *sl
 // bearer token.
 func (u *upstream) transport() (mcp.Transport, error) {
 	if u.cfg.URL != "" {
-		client := &http.Client{}
+		var rt http.RoundTripper = capped{limit: u.maxBody, hits: &u.capHits, next: http.DefaultTransport}
 		if name := u.cfg.BearerTokenEnv; name != "" {
 			token := os.Getenv(name)
 			if token == "" {
 				return nil, fmt.Errorf("upstream %s: $%s is empty", u.cfg.Name, name)
 			}
-			client.Transport = bearer{token: token, next: http.DefaultTransport}
+			rt = bearer{token: token, next: rt}
 		}
+		client := &http.Client{Transport: rt}
 		return &mcp.StreamableClientTransport{Endpoint: u.cfg.URL, HTTPClient: client, MaxRetries: -1}, nil
 	}
 	cmd := exec.Command(u.cfg.Command[0], u.cfg.Command[1:]...)
@@ -79,6 +86,50 @@ func (b bearer) RoundTrip(r *http.Request) (*http.Response, error) {
 	r = r.Clone(r.Context())
 	r.Header.Set("Authorization", "Bearer "+b.token)
 	return b.next.RoundTrip(r)
+}
+
+// capped stops reading an upstream's HTTP answer past limit bytes, as the
+// SDK's stdio transport stops at a line over 16 MiB: a huge answer costs
+// the gateway no more than that before the call fails.
+type capped struct {
+	limit int64
+	hits  *atomic.Int64 // counts the answers cut at the cap
+	next  http.RoundTripper
+}
+
+// errTooLarge is the error of an answer read past the cap.
+var errTooLarge = errors.New("the upstream's answer is over the gateway's cap")
+
+func (c capped) RoundTrip(r *http.Request) (*http.Response, error) {
+	resp, err := c.next.RoundTrip(r)
+	if err != nil || c.limit <= 0 {
+		return resp, err
+	}
+	resp.Body = &cappedBody{ReadCloser: resp.Body, left: c.limit, hits: c.hits}
+	return resp, nil
+}
+
+type cappedBody struct {
+	io.ReadCloser
+	left int64
+	hits *atomic.Int64
+	hit  bool
+}
+
+func (b *cappedBody) Read(p []byte) (int, error) {
+	if b.left <= 0 {
+		if !b.hit {
+			b.hit = true
+			b.hits.Add(1)
+		}
+		return 0, errTooLarge
+	}
+	if int64(len(p)) > b.left {
+		p = p[:b.left]
+	}
+	n, err := b.ReadCloser.Read(p)
+	b.left -= int64(n)
+	return n, err
 }
 
 // logWriter logs an upstream command's stderr, a line at a time as it
