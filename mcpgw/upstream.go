@@ -28,8 +28,8 @@ type upstream struct {
 	// counts the answers cut there (the SDK's error does not say why).
 	maxBody int64
 	capHits atomic.Int64
-	log  *slog.Logger
-	now  func() time.Time
+	log     *slog.Logger
+	now     func() time.Time
 
 	mu        sync.Mutex
 	session   *mcp.ClientSession
