@@ -120,3 +120,79 @@ func TestMCPGatewayStdio(t *testing.T) {
 	require.Equal(t, action, done.Meta[mcpgw.MetaAction], "the second call joined the approved action")
 	require.Len(t, effectsIn(t, s.effects), 1)
 }
+
+// TestMCPGatewayHTTP: /mcp on ledger serve answers only a token that
+// drives the gateway's agent (401 otherwise, naming the resource
+// metadata), and a call through it is the token's principal's.
+func TestMCPGatewayHTTP(t *testing.T) {
+	t.Parallel()
+	s := newMCPSetup(t, "1s")
+	tokens := filepath.Join(s.dir, "tokens.json")
+	newToken := func(args ...string) string {
+		out, errOut, err := runCLI(t, nil, append([]string{"token", "new", "--tenant", "acme", "--add-to", tokens}, args...)...)
+		require.NoError(t, err, errOut)
+		tok, _, _ := strings.Cut(out, "\n")
+		return tok
+	}
+	agent := newToken("--principal", "bot", "--role", "agent", "--agent", "mcp")
+	other := newToken("--principal", "someone", "--role", "agent", "--agent", "notes-agent")
+	approver := newToken("--principal", "alice", "--role", "approver")
+	require.NotEmpty(t, approver)
+	api := startServeProcess(t, s.bin, "--db", s.db, "--config", s.config, "--tokens", tokens,
+		"--effects", filepath.Join(s.dir, "serve.effects.db"))
+
+	for name, tok := range map[string]string{"no token": "", "bad token": "nope", "another agent's": other} {
+		req, err := http.NewRequest(http.MethodPost, api.url+"/mcp", strings.NewReader(`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{}}`))
+		require.NoError(t, err)
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Accept", "application/json, text/event-stream")
+		if tok != "" {
+			req.Header.Set("Authorization", "Bearer "+tok)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		_ = resp.Body.Close()
+		require.Equal(t, http.StatusUnauthorized, resp.StatusCode, name)
+	}
+	resp, err := http.Get(api.url + "/.well-known/oauth-protected-resource/mcp")
+	require.NoError(t, err)
+	var md map[string]any
+	require.NoError(t, json.NewDecoder(resp.Body).Decode(&md))
+	_ = resp.Body.Close()
+	require.Equal(t, api.url+"/mcp", md["resource"])
+
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	client := &http.Client{Transport: bearerTransport{token: agent}}
+	cs, err := mcp.NewClient(&mcp.Implementation{Name: "http-client", Version: "1"}, nil).Connect(ctx,
+		&mcp.StreamableClientTransport{Endpoint: api.url + "/mcp", HTTPClient: client}, nil)
+	require.NoError(t, err, api.logs.String())
+	defer cs.Close()
+	read, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "cards__cards_count", Arguments: map[string]any{"title": "Go"}})
+	require.NoError(t, err)
+	require.False(t, read.IsError, "%s\n%s", resultText(read), api.logs.String())
+	var run struct {
+		Tenant      string `json:"tenant"`
+		SubmittedBy string `json:"submitted_by"`
+		Agent       string `json:"agent"`
+	}
+	req, err := http.NewRequest(http.MethodGet, api.url+"/v1/runs/"+read.Meta[mcpgw.MetaRun].(string), nil)
+	require.NoError(t, err)
+	req.Header.Set("Authorization", "Bearer "+agent)
+	got, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	require.NoError(t, json.NewDecoder(got.Body).Decode(&run))
+	_ = got.Body.Close()
+	require.Equal(t, "acme", run.Tenant)
+	require.Equal(t, "bot", run.SubmittedBy)
+	require.Equal(t, "mcp", run.Agent)
+}
+
+// bearerTransport sends a bearer token with every request.
+type bearerTransport struct{ token string }
+
+func (b bearerTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	r = r.Clone(r.Context())
+	r.Header.Set("Authorization", "Bearer "+b.token)
+	return http.DefaultTransport.RoundTrip(r)
+}
