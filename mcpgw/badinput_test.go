@@ -59,7 +59,7 @@ func TestGatewayRefusesArgumentsTheSchemaRefuses(t *testing.T) {
 
 func TestGatewayKeepsAHugeAnswerOutOfTheLedger(t *testing.T) {
 	h := newHarness(t, "200ms")
-	res := h.call("notes__note_huge", map[string]any{"mb": 50})
+	res := h.call("notes__note_huge", map[string]any{"mb": 20}) // over the cap plus 16 MiB; 50 MB over stdio: TestMCPGatewayHugeAnswer
 	require.True(t, res.IsError)
 	require.Contains(t, text(res), "result_too_large")
 	require.Less(t, len(text(res)), 2000)

@@ -145,7 +145,7 @@ func newHarness(t *testing.T, wait string) *harness {
 				Query: &contracts.ProbeTool{Tool: "note_status"}},
 			"note_count":  {Effect: contracts.EffectRead},
 			"note_status": {Effect: contracts.EffectRead},
-			"note_huge":   {Effect: contracts.EffectRead},
+			"note_huge":   {Effect: contracts.EffectRead, TimeoutMS: 120000},
 			"note_hang":   {TimeoutMS: 2000},
 		}}}}
 	// An operator confirms the upstream's definitions first.

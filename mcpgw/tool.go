@@ -15,22 +15,15 @@ import (
 )
 
 // The _meta keys the gateway sends an upstream with each call, and reads
-// of its answer.
+// of its answer (contracts.MCPMeta*). MetaRun and MetaAction name the call
+// in the gateway's answers to its clients too.
 const (
-	// MetaDedupKey is the action's dedup key: an upstream that dedups
-	// applies one call per key.
-	MetaDedupKey = "io.actionledger/dedup_key"
-	// MetaFencingToken is the run lease's fencing token: an upstream that
-	// keeps the highest it has seen for MetaRun refuses a lower one.
-	MetaFencingToken = "io.actionledger/fencing_token"
-	// MetaRun, MetaAction and MetaAttempt name the call in the ledger; the
-	// gateway returns MetaRun and MetaAction to its clients too.
-	MetaRun     = "io.actionledger/run"
-	MetaAction  = "io.actionledger/action"
-	MetaAttempt = "io.actionledger/attempt"
-	// MetaEffect, in an upstream's answer, is what it says of its effect:
-	// happened, not_happened or unknown.
-	MetaEffect = "io.actionledger/effect"
+	MetaDedupKey     = contracts.MCPMetaDedupKey
+	MetaFencingToken = contracts.MCPMetaFencingToken
+	MetaRun          = contracts.MCPMetaRun
+	MetaAction       = contracts.MCPMetaAction
+	MetaAttempt      = contracts.MCPMetaAttempt
+	MetaEffect       = contracts.MCPMetaEffect
 )
 
 // tool is an upstream's tool as the engine calls it: its descriptor from
@@ -112,7 +105,7 @@ func (t *tool) callError(ctx context.Context, err error) error {
 	switch {
 	case ctx.Err() != nil:
 		return ctx.Err()
-	case errors.Is(err, errTooLarge) || strings.Contains(err.Error(), "line too long"):
+	case errors.Is(err, errTooLarge) || strings.Contains(err.Error(), "exceeded the configured maximum line length"):
 		return &engine.ToolError{Code: "result_too_large", Message: "the upstream's answer was over the gateway's cap, and was not read: " + err.Error(),
 			Effect: readEffect(t.desc, ledger.EffectUnknown)}
 	case errors.Is(err, errUpstreamDown):

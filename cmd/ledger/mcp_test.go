@@ -196,3 +196,61 @@ func (b bearerTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 	r.Header.Set("Authorization", "Bearer "+b.token)
 	return http.DefaultTransport.RoundTrip(r)
 }
+
+// TestMCPGatewayMisbehavingUpstream: over stdio, a 50 MB answer is a tool
+// error (the SDK drops a line over 16 MiB, which ends the upstream's
+// session) and the next call starts the upstream again; an upstream that
+// exits in the middle of a write leaves the write's effect unknown, in
+// review, and the gateway keeps serving.
+func TestMCPGatewayMisbehavingUpstream(t *testing.T) {
+	t.Parallel()
+	bin := ledgerBinary(t)
+	dir := t.TempDir()
+	cfgPath := filepath.Join(dir, "ledger.yaml")
+	cfg := fmt.Sprintf(`schema_version: "1.0"
+mcp:
+  approval_wait: 200ms
+  upstreams:
+    - name: bad
+      command: [%q, simulator, mcp-upstream, --store, %q, --misbehaving-tools]
+      tools:
+        huge_read: {effect: read, timeout_ms: 120000}
+        cards_count: {effect: read}
+        exit_now: {effect: write}
+`, bin, filepath.Join(dir, "effects.db"))
+	require.NoError(t, os.WriteFile(cfgPath, []byte(cfg), 0o644))
+	_, errOut, err := runCLI(t, nil, "mcp", "tools", "confirm", "--config", cfgPath, "bad__huge_read", "bad__cards_count", "bad__exit_now")
+	require.NoError(t, err, errOut)
+	s := &mcpSetup{bin: bin, dir: dir, config: cfgPath, db: filepath.Join(dir, "ledger.db")}
+	api := startServeProcess(t, bin, "--db", s.db, "--config", cfgPath, "--effects", filepath.Join(dir, "serve.effects.db"))
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	cs, logs := s.gateway(t, ctx, api.url)
+
+	huge, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "bad__huge_read", Arguments: map[string]any{"bytes": 50 << 20}})
+	require.NoError(t, err)
+	require.True(t, huge.IsError)
+	require.Contains(t, resultText(huge), "result_too_large", logs.String())
+	require.Equal(t, "failed", huge.Meta[mcpgw.MetaState])
+
+	// The upstream's session ended; the next call finds it started again,
+	// once its backoff has passed.
+	require.Eventually(t, func() bool {
+		res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "bad__cards_count", Arguments: map[string]any{"i": time.Now().UnixNano()}})
+		return err == nil && !res.IsError
+	}, time.Minute, 200*time.Millisecond, logs.String())
+
+	waiting, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "bad__exit_now", Arguments: map[string]any{}})
+	require.NoError(t, err)
+	action, digest := waiting.Meta[mcpgw.MetaAction].(string), waiting.Meta[mcpgw.MetaDigest].(string)
+	body, _ := json.Marshal(map[string]string{"action_digest": digest})
+	resp, err := http.Post(api.url+"/v1/actions/"+action+"/approve", "application/json", bytes.NewReader(body))
+	require.NoError(t, err)
+	_ = resp.Body.Close()
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	died, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "bad__exit_now", Arguments: map[string]any{}})
+	require.NoError(t, err, "the gateway answers when its upstream dies")
+	require.True(t, died.IsError)
+	require.Equal(t, action, died.Meta[mcpgw.MetaAction])
+	require.Equal(t, "needs_review", died.Meta[mcpgw.MetaState], "%s\n%s", resultText(died), logs.String())
+}

@@ -57,7 +57,7 @@ var allowed = map[string][]string{
 	// and checks answers against the contracts too.
 	"server/servertest": {"contracts"},
 	// The MCP test upstream: the simulator's tools served over MCP.
-	"simulator/mcpupstream": {"simulator", "engine", "ledger"},
+	"simulator/mcpupstream": {"simulator", "engine", "ledger", "contracts"},
 	// The generator of openapi.json's component schemas, from the server's
 	// wire types, and the command `go generate ./server` runs.
 	"server/internal/openapigen":                {"server", "ledger", "contracts", "engine"},

@@ -14,6 +14,7 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/actionledger/ledger/contracts"
 	"github.com/actionledger/ledger/engine"
 	"github.com/actionledger/ledger/ledger"
 	"github.com/actionledger/ledger/simulator"
@@ -32,24 +33,17 @@ const (
 )
 
 // Keys of the _meta objects the server reads (of a tools/call request's
-// params) and writes (of every tools/call result).
+// params) and writes (of every tools/call result): the gateway's wire
+// contract (contracts.MCPMeta*). Absent, a dedup key is a fresh random one.
 const (
-	// MetaDedupKey (string) is engine.Call.DedupKey. Absent, the call gets
-	// a fresh random key.
-	MetaDedupKey = "io.actionledger/dedup_key"
-	// MetaFencingToken (a non-negative integer) is engine.Call.FencingToken.
-	MetaFencingToken = "io.actionledger/fencing_token"
-	// MetaRun (string) is engine.Call.RunID, the run the fencing token
-	// fences.
-	MetaRun = "io.actionledger/run"
-	// MetaAction (string) is engine.Call.ActionID.
-	MetaAction = "io.actionledger/action"
-	// MetaAttempt (a non-negative integer) is engine.Call.Attempt.
-	MetaAttempt = "io.actionledger/attempt"
-	// MetaEffect (string: happened, not_happened or unknown) is in every
-	// result's _meta: what the call did to the world, as the simulator
-	// reports it.
-	MetaEffect = "io.actionledger/effect"
+	MetaDedupKey     = contracts.MCPMetaDedupKey
+	MetaFencingToken = contracts.MCPMetaFencingToken
+	MetaRun          = contracts.MCPMetaRun
+	MetaAction       = contracts.MCPMetaAction
+	MetaAttempt      = contracts.MCPMetaAttempt
+	// MetaEffect is in every result's _meta: what the call did to the
+	// world, as the simulator reports it.
+	MetaEffect = contracts.MCPMetaEffect
 )
 
 // Error codes of the server's own, beside the simulator's (such as
