@@ -3,6 +3,7 @@ package mcpgw_test
 import (
 	"context"
 	"errors"
+	"path"
 	"sync"
 	"testing"
 	"time"
@@ -171,7 +172,7 @@ func TestGatewayChecksRequestStates(t *testing.T) {
 			mu.Lock()
 			elicited = append(elicited, req.Params)
 			mu.Unlock()
-			a, err := h.store.FindActionByID(ctx, ledger.ActionID(req.Params.ElicitationID))
+			a, err := h.store.FindActionByID(ctx, ledger.ActionID(path.Base(req.Params.URL)))
 			if err != nil {
 				return nil, err
 			}
@@ -207,7 +208,7 @@ func TestGatewayChecksRequestStates(t *testing.T) {
 	sealed := waiting.RequestState
 	el, ok := waiting.InputRequests["approval"].(*mcp.ElicitParams)
 	require.True(t, ok)
-	id := ledger.ActionID(el.ElicitationID)
+	id := ledger.ActionID(path.Base(el.URL))
 
 	for name, tc := range map[string]struct {
 		id    mcpgw.Identity

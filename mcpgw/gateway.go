@@ -312,7 +312,11 @@ type identify func(*mcp.RequestExtra) (Identity, bool)
 // is the confirmed one. recordDelivery says the handler records a
 // delivery itself (over HTTP); over stdio the transport does, once the
 // answer is written (deliveryTransport).
-func (g *Gateway) server(who identify, recordDelivery bool) *mcp.Server {
+//
+// settle, if set, waits until the deliveries of answers already written
+// are recorded: a call that follows its answer at once must not find the
+// action it repeats still undelivered and join it.
+func (g *Gateway) server(who identify, recordDelivery bool, settle func()) *mcp.Server {
 	s := mcp.NewServer(&mcp.Implementation{Name: "ledger", Title: "ledger MCP gateway", Version: g.opts.Version},
 		&mcp.ServerOptions{Instructions: "Every tool call here is recorded in the ledger before it runs; a write may wait for a person to approve its exact arguments."})
 	for _, name := range g.lock.Names() {
@@ -321,6 +325,9 @@ func (g *Gateway) server(who identify, recordDelivery bool) *mcp.Server {
 			continue
 		}
 		s.AddTool(t.def, func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+			if settle != nil {
+				settle()
+			}
 			return g.call(ctx, req, t, who, recordDelivery)
 		})
 	}
@@ -610,7 +617,7 @@ func (g *Gateway) needsApproval(req *mcp.CallToolRequest, id Identity, a *ledger
 		st := requestState{Action: a.ID, Digest: a.ActionDigest, Tenant: id.Tenant, Principal: id.Principal,
 			Expires: g.now().Add(24 * time.Hour).Unix()}
 		return &mcp.CallToolResult{
-			InputRequests: mcp.InputRequestMap{"approval": &mcp.ElicitParams{Mode: "url", URL: url, Message: msg, ElicitationID: string(a.ID)}},
+			InputRequests: mcp.InputRequestMap{"approval": &mcp.ElicitParams{Mode: "url", URL: url, Message: msg}},
 			RequestState:  st.seal(g.stateKey),
 		}
 	}
@@ -622,7 +629,7 @@ func (g *Gateway) needsApproval(req *mcp.CallToolRequest, id Identity, a *ledger
 // URL elicitations.
 func inputRequired(req *mcp.CallToolRequest) bool {
 	ip := req.Session.InitializeParams()
-	if ip == nil || ip.ProtocolVersion < "2026-07-28" || ip.Capabilities == nil {
+	if ip == nil || ip.ProtocolVersion < statelessRevision || ip.Capabilities == nil {
 		return false
 	}
 	el := ip.Capabilities.Elicitation

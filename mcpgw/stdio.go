@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"io"
+	"sync"
 
 	"github.com/actionledger/ledger/ledger"
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
@@ -16,8 +17,9 @@ import (
 // has been written to out, not before: a gateway killed in between answers
 // the client's repeated call from the record instead of calling again.
 func (g *Gateway) ServeStdio(ctx context.Context, id Identity, in io.ReadCloser, out io.WriteCloser) error {
-	s := g.server(func(*mcp.RequestExtra) (Identity, bool) { return id, true }, false)
-	return s.Run(ctx, &deliveryTransport{inner: &mcp.IOTransport{Reader: in, Writer: out}, g: g})
+	t := &deliveryTransport{inner: &mcp.IOTransport{Reader: in, Writer: out}, g: g}
+	s := g.server(func(*mcp.RequestExtra) (Identity, bool) { return id, true }, false, t.settle)
+	return s.Run(ctx, t)
 }
 
 // deliveryTransport records, after each answer is written, the delivery of
@@ -25,6 +27,16 @@ func (g *Gateway) ServeStdio(ctx context.Context, id Identity, in io.ReadCloser,
 type deliveryTransport struct {
 	inner mcp.Transport
 	g     *Gateway
+	// recording is read-held while an answer is written and its delivery
+	// recorded: taken before the write, so the client's next call, which
+	// can only follow the write, waits for the record (settle).
+	recording sync.RWMutex
+}
+
+// settle waits until every delivery being recorded is.
+func (t *deliveryTransport) settle() {
+	t.recording.Lock()
+	defer t.recording.Unlock()
 }
 
 func (t *deliveryTransport) Connect(ctx context.Context) (mcp.Connection, error) {
@@ -32,27 +44,41 @@ func (t *deliveryTransport) Connect(ctx context.Context) (mcp.Connection, error)
 	if err != nil {
 		return nil, err
 	}
-	return &deliveryConn{Connection: c, g: t.g}, nil
+	return &deliveryConn{Connection: c, t: t}, nil
 }
 
 type deliveryConn struct {
 	mcp.Connection
-	g *Gateway
+	t *deliveryTransport
 }
 
 func (c *deliveryConn) Write(ctx context.Context, msg jsonrpc.Message) error {
+	att := attemptOf(msg)
+	if att == "" {
+		return c.Connection.Write(ctx, msg)
+	}
+	c.t.recording.RLock()
+	defer c.t.recording.RUnlock()
 	if err := c.Connection.Write(ctx, msg); err != nil {
 		return err
 	}
-	if resp, ok := msg.(*jsonrpc.Response); ok && resp.Error == nil && len(resp.Result) > 0 {
-		var r struct {
-			Meta map[string]any `json:"_meta"`
-		}
-		if json.Unmarshal(resp.Result, &r) == nil {
-			if att, ok := r.Meta[MetaAttemptID].(string); ok && att != "" {
-				c.g.delivered(ctx, ledger.AttemptID(att), nil)
-			}
-		}
-	}
+	c.t.g.delivered(ctx, att, nil)
 	return nil
+}
+
+// attemptOf is the attempt whose outcome a message answers, "" for any
+// other message.
+func attemptOf(msg jsonrpc.Message) ledger.AttemptID {
+	resp, ok := msg.(*jsonrpc.Response)
+	if !ok || resp.Error != nil || len(resp.Result) == 0 {
+		return ""
+	}
+	var r struct {
+		Meta map[string]any `json:"_meta"`
+	}
+	if json.Unmarshal(resp.Result, &r) != nil {
+		return ""
+	}
+	att, _ := r.Meta[MetaAttemptID].(string)
+	return ledger.AttemptID(att)
 }

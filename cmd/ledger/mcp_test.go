@@ -236,7 +236,10 @@ mcp:
 	// The upstream's session ended; the next call finds it started again,
 	// once its backoff has passed.
 	require.Eventually(t, func() bool {
-		res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "bad__cards_count", Arguments: map[string]any{"i": time.Now().UnixNano()}})
+		res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "bad__cards_count", Arguments: map[string]any{"title": fmt.Sprint(time.Now().UnixNano())}})
+		if err == nil && res.IsError {
+			t.Logf("count: %s", resultText(res))
+		}
 		return err == nil && !res.IsError
 	}, time.Minute, 200*time.Millisecond, logs.String())
 

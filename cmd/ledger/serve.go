@@ -255,11 +255,15 @@ func runServe(ctx context.Context, o *serveOptions, stderr io.Writer) (err error
 	// the server does (it needs the store and the engine); the recovery
 	// scan and the first request come after it.
 	var metrics atomic.Pointer[server.Metrics]
+	// The address the server listens on, for the URLs the MCP gateway's
+	// answers name: --addr until the listener is bound (port 0 resolved).
+	var listening atomic.Pointer[string]
+	listening.Store(&o.addr)
 	svc, err := openService(ctx, serviceConfig{DBPath: o.dbPath, EffectsPath: o.effectsPath, Rules: rules, Config: cfg, DevMode: devMode, Simulator: faults.Simulator,
 		FaultFunc: faults.Func, WrapStore: faults.WrapStore, WriteFault: faults.WriteFault, OnEffects: faults.UseEffects, Logger: log, SigningKey: signingKey, AllowUnsigned: o.allowUnsigned, LeaseTTL: o.leaseTTL,
 		// The MCP gateway's clients are sent to the action's URL to approve
 		// (the console's page once there is one).
-		ApprovalURL:         func(id ledger.ActionID) string { return "http://" + o.addr + "/v1/actions/" + string(id) },
+		ApprovalURL:         func(id ledger.ActionID) string { return "http://" + *listening.Load() + "/v1/actions/" + string(id) },
 		MaxPendingApprovals: o.maxPending,
 		OnDecision: func(d recovery.Decision) {
 			if m := metrics.Load(); m != nil {
@@ -324,6 +328,8 @@ func runServe(ctx context.Context, o *serveOptions, stderr io.Writer) (err error
 	if err != nil {
 		return fmt.Errorf("listen on %s: %w", o.addr, err)
 	}
+	bound := ln.Addr().String()
+	listening.Store(&bound)
 	// The workers outlive the signal: they are stopped explicitly, after
 	// the HTTP server has drained, not by the signal's context.
 	svc.engine.Start(context.WithoutCancel(ctx))
