@@ -25,6 +25,7 @@ test: lint
 	$(GO) test -race -count=1 -timeout 25m -bench . -benchtime 1x ./...
 	$(MAKE) test-python
 	$(MAKE) test-typescript
+	$(MAKE) test-mcp
 
 # The Python client and the Python example agent, against the real binary
 # (standard library only: python3 >= 3.9, nothing to install).
@@ -38,6 +39,14 @@ test-python: build
 test-typescript: build
 	cd clients/typescript && npm ci --no-audit --no-fund && npm test
 	cd examples/typescript-agent && npm ci --no-audit --no-fund && npm test
+
+# The MCP gateway (ledger mcp over stdio, /mcp on ledger serve) under the
+# official TypeScript MCP clients (@modelcontextprotocol/sdk 1.x and
+# @modelcontextprotocol/client 2.x) and server-everything as an upstream,
+# installed from mcpgw/e2e/package-lock.json; needs node (20.10 or later).
+.PHONY: test-mcp
+test-mcp: build
+	cd mcpgw/e2e && npm ci --no-audit --no-fund && LEDGER_BIN=$(CURDIR)/$(BIN) npm test
 
 # The benchmarks once each, without the tests (`make test` runs them too).
 bench-smoke:
