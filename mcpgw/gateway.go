@@ -295,6 +295,16 @@ func (g *Gateway) ListUpstream(ctx context.Context, name string) ([]*mcp.Tool, e
 	return u.List(ctx)
 }
 
+// Warm connects every upstream in the background, so that tools/list hides
+// a tool whose definition changed from the first listing on, and the first
+// call does not wait for its upstream to start. An upstream that fails is
+// tried again at its next use, after its backoff.
+func (g *Gateway) Warm(ctx context.Context) {
+	for _, u := range g.ups {
+		go func() { _, _ = u.connect(context.WithoutCancel(ctx)) }()
+	}
+}
+
 // Close ends the upstreams' sessions (and their commands).
 func (g *Gateway) Close() error {
 	var errs []error
@@ -406,7 +416,7 @@ func (g *Gateway) runCall(ctx context.Context, t *tool, caller engine.Caller, a 
 	}
 	done := make(chan result, 1)
 	go func() {
-		got, err := g.engine.RunCall(context.WithoutCancel(ctx), caller, a.ID, t.up.callWait())
+		got, err := g.engine.RunCall(context.WithoutCancel(ctx), caller, a.ID, runWait)
 		done <- result{got, err}
 	}()
 	select {
@@ -427,9 +437,9 @@ func (g *Gateway) runCall(ctx context.Context, t *tool, caller engine.Caller, a 
 	}
 }
 
-// callWait is how long a call waits for its run while another call of the
-// run is being made.
-func (u *upstream) callWait() time.Duration { return 2 * time.Minute }
+// runWait is how long a call waits for its run's lease while another call
+// of the run is being made (calls of one run are made one at a time).
+const runWait = 2 * time.Minute
 
 // action is the action a call is: the one its request state names, or the
 // one ProposeCall records or joins in the caller's run.

@@ -1,6 +1,7 @@
 package mcpgw
 
 import (
+	"context"
 	"net/http"
 
 	"github.com/modelcontextprotocol/go-sdk/auth"
@@ -25,6 +26,7 @@ func (g *Gateway) HTTPHandler() http.Handler {
 	who := func(extra *mcp.RequestExtra) (Identity, bool) {
 		return tokenIdentity(extra)
 	}
+	g.Warm(context.Background())
 	s := g.server(who, true, nil)
 	get := func(*http.Request) *mcp.Server { return s }
 	sessions := mcp.NewStreamableHTTPHandler(get, &mcp.StreamableHTTPOptions{Logger: g.log})

@@ -17,6 +17,7 @@ import (
 // has been written to out, not before: a gateway killed in between answers
 // the client's repeated call from the record instead of calling again.
 func (g *Gateway) ServeStdio(ctx context.Context, id Identity, in io.ReadCloser, out io.WriteCloser) error {
+	g.Warm(ctx)
 	t := &deliveryTransport{inner: &mcp.IOTransport{Reader: in, Writer: out}, g: g}
 	s := g.server(func(*mcp.RequestExtra) (Identity, bool) { return id, true }, false, t.settle)
 	return s.Run(ctx, t)

@@ -32,14 +32,21 @@ type upstream struct {
 	now     func() time.Time
 
 	mu        sync.Mutex
+	closed    bool
 	session   *mcp.ClientSession
 	failures  int
 	notBefore time.Time
 	lastErr   error
 	// live are the digests of the definitions the upstream listed when it
 	// was last connected, by its tool name; nil before the first listing.
-	live map[string]ledger.Digest
+	// Under liveMu, not mu, which a connect holds while the upstream starts.
+	liveMu sync.Mutex
+	live   map[string]ledger.Digest
 }
+
+// connectTimeout bounds an upstream's start: the handshake and the first
+// listing of its tools.
+const connectTimeout = 30 * time.Second
 
 // Backoff bounds of an upstream that fails to start or dies.
 const (
@@ -153,6 +160,9 @@ func (u *upstream) connect(ctx context.Context) (*mcp.ClientSession, error) {
 	if u.session != nil {
 		return u.session, nil
 	}
+	if u.closed {
+		return nil, fmt.Errorf("%w: %s: the gateway is closing", errUpstreamDown, u.cfg.Name)
+	}
 	if now := u.now(); now.Before(u.notBefore) {
 		return nil, fmt.Errorf("%w: %s: %v (again in %s)", errUpstreamDown, u.cfg.Name, u.lastErr, u.notBefore.Sub(now).Round(time.Millisecond))
 	}
@@ -161,11 +171,14 @@ func (u *upstream) connect(ctx context.Context) (*mcp.ClientSession, error) {
 		client := mcp.NewClient(u.impl, &mcp.ClientOptions{
 			ToolListChangedHandler: func(ctx context.Context, _ *mcp.ToolListChangedRequest) { u.relist(ctx) },
 		})
+		cctx, cancel := context.WithTimeout(ctx, connectTimeout)
+		defer cancel()
 		var s *mcp.ClientSession
-		if s, err = client.Connect(ctx, t, nil); err == nil {
+		if s, err = client.Connect(cctx, t, nil); err == nil {
 			var live map[string]ledger.Digest
-			if live, err = listDigests(ctx, s); err == nil {
-				u.session, u.live, u.failures = s, live, 0
+			if live, err = listDigests(cctx, s); err == nil {
+				u.session, u.failures = s, 0
+				u.setLive(live)
 				go u.watch(s)
 				return s, nil
 			}
@@ -209,9 +222,13 @@ func (u *upstream) relist(ctx context.Context) {
 		u.log.Warn("list the upstream's tools after a change", "err", err)
 		return
 	}
-	u.mu.Lock()
+	u.setLive(live)
+}
+
+func (u *upstream) setLive(live map[string]ledger.Digest) {
+	u.liveMu.Lock()
 	u.live = live
-	u.mu.Unlock()
+	u.liveMu.Unlock()
 }
 
 // listDigests lists every tool of s, with the digest of its definition.
@@ -234,8 +251,8 @@ func listDigests(ctx context.Context, s *mcp.ClientSession) (map[string]ledger.D
 // listed it; ok is false if it has not been listed (not connected yet) and
 // the digest "" if the upstream no longer has the tool.
 func (u *upstream) liveDigest(tool string) (d ledger.Digest, ok bool) {
-	u.mu.Lock()
-	defer u.mu.Unlock()
+	u.liveMu.Lock()
+	defer u.liveMu.Unlock()
 	if u.live == nil {
 		return "", false
 	}
@@ -271,7 +288,7 @@ func (u *upstream) call(ctx context.Context, p *mcp.CallToolParams) (*mcp.CallTo
 func (u *upstream) Close() error {
 	u.mu.Lock()
 	s := u.session
-	u.session = nil
+	u.session, u.closed = nil, true
 	u.mu.Unlock()
 	if s == nil {
 		return nil
