@@ -347,6 +347,17 @@ type Timeline struct {
 	Events []TimelineEvent    `json:"events"`
 }
 
+// ResourceMetadata is the MCP endpoint's protected-resource metadata
+// (RFC 9728), the answer of GET /.well-known/oauth-protected-resource/mcp.
+// It names no authorization server: the tokens are the API's own.
+type ResourceMetadata struct {
+	// Resource is this server's /mcp.
+	Resource string `json:"resource"`
+	// BearerMethodsSupported is ["header"].
+	BearerMethodsSupported []string `json:"bearer_methods_supported"`
+	ResourceName           string   `json:"resource_name"`
+}
+
 // Status is the answer of GET /healthz and GET /readyz.
 type Status struct {
 	// Status is ok (healthz) or ready (readyz).

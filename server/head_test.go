@@ -10,6 +10,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/actionledger/ledger/contracts"
+	"github.com/actionledger/ledger/mcpgw"
 	"github.com/actionledger/ledger/server"
 )
 
@@ -21,7 +23,14 @@ func TestHead(t *testing.T) {
 	// Evidence reports stamp the time they were made: a fixed clock makes
 	// a GET and its HEAD the same length.
 	fixed := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
-	e := newEnv(t, options{config: func(c *server.Config) { c.Now = func() time.Time { return fixed } }})
+	gw, err := mcpgw.New(mcpgw.Options{Dir: t.TempDir(), Config: &contracts.ConfigMCP{Upstreams: []contracts.ConfigUpstream{{
+		Name: "nowhere", URL: "http://127.0.0.1:1/mcp"}}}})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = gw.Close() })
+	e := newEnv(t, options{config: func(c *server.Config) {
+		c.Now = func() time.Time { return fixed }
+		c.MCP, c.MCPAgent = gw, contracts.DefaultMCPAgent
+	}})
 	id, a := e.awaiting(t, "alice", "k1")
 	// A run's event stream ends when the run has: it is read on one that
 	// has ended (cancelled, stopped).
@@ -40,6 +49,10 @@ func TestHead(t *testing.T) {
 			continue
 		}
 		_, hasHead := ops["head"]
+		if path == "/mcp" { // a stream of MCP messages: no HEAD
+			require.False(t, hasHead)
+			continue
+		}
 		require.True(t, hasHead, "the document describes HEAD %s", path)
 		n++
 		run := id
@@ -63,7 +76,7 @@ func TestHead(t *testing.T) {
 			}
 		})
 	}
-	require.Equal(t, 14, n, "every GET operation was tried")
+	require.Equal(t, 15, n, "every GET operation but /mcp's was tried")
 
 	t.Run("UnknownRoute", func(t *testing.T) {
 		head := e.send(t, request{method: http.MethodHead, path: "/nowhere"})

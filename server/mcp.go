@@ -8,7 +8,6 @@ import (
 	"github.com/actionledger/ledger/mcpgw"
 	"github.com/labstack/echo/v4"
 	"github.com/modelcontextprotocol/go-sdk/auth"
-	"github.com/modelcontextprotocol/go-sdk/oauthex"
 )
 
 // The MCP gateway's streamable HTTP endpoint, /mcp, behind the API's own
@@ -48,15 +47,17 @@ func (s *Server) mountMCP(e *echo.Echo, gw *mcpgw.Gateway, agent string, mw ...e
 	for _, m := range []string{http.MethodGet, http.MethodPost, http.MethodDelete} {
 		e.Add(m, mcpPath, handler, mw...)
 	}
-	e.GET("/.well-known/oauth-protected-resource"+mcpPath, func(c echo.Context) error {
+	metadata := func(c echo.Context) error {
 		r := c.Request()
 		scheme := "http"
 		if r.TLS != nil {
 			scheme = "https"
 		}
-		md := &oauthex.ProtectedResourceMetadata{Resource: scheme + "://" + r.Host + mcpPath, BearerMethodsSupported: []string{"header"},
-			ResourceName: "ledger MCP gateway"}
-		auth.ProtectedResourceMetadataHandler(md).ServeHTTP(c.Response(), r)
-		return nil
-	})
+		return sendJSON(c, http.StatusOK, ResourceMetadata{Resource: scheme + "://" + r.Host + mcpPath,
+			BearerMethodsSupported: []string{"header"}, ResourceName: "ledger MCP gateway"})
+	}
+	// HEAD beside the GET, as on every route of the API (the outermost
+	// middleware drops a HEAD answer's body).
+	e.GET("/.well-known/oauth-protected-resource"+mcpPath, metadata)
+	e.HEAD("/.well-known/oauth-protected-resource"+mcpPath, metadata)
 }

@@ -29,8 +29,8 @@ var openAPISource []byte
 //   - components.schemas.EvidenceReport is the contracts report schema,
 //     its $defs hoisted to components.schemas["EvidenceReport.<name>"]
 //     (a reference inside a component resolves against the document);
-//   - every GET operation gets its HEAD twin: the same parameters,
-//     statuses and headers, no content;
+//   - every GET operation but /mcp's gets its HEAD twin: the same
+//     parameters, statuses and headers, no content;
 //   - every operation takes the optional X-Request-ID header and every
 //     answer carries it (components.parameters and components.headers
 //     RequestID).
@@ -128,12 +128,13 @@ func hoistDefs(schemas map[string]any, name string, schema map[string]any) error
 // addHeadOperations gives every GET operation a HEAD twin (the router
 // serves HEAD on every GET route): operationId <get's>Head, the same
 // parameters, tags and security, and each response with its status,
-// description and headers but no content.
+// description and headers but no content. /mcp, the MCP gateway's
+// endpoint, has none: its GET opens a stream of MCP messages.
 func addHeadOperations(paths, components map[string]any) error {
 	for path, item := range paths {
 		ops, _ := item.(map[string]any)
 		get, ok := ops["get"].(map[string]any)
-		if !ok {
+		if !ok || path == mcpPath {
 			continue
 		}
 		head := maps.Clone(get)

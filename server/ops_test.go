@@ -15,6 +15,7 @@ import (
 
 	"github.com/actionledger/ledger/contracts"
 	"github.com/actionledger/ledger/ledger"
+	"github.com/actionledger/ledger/mcpgw"
 	"github.com/actionledger/ledger/redact"
 	"github.com/actionledger/ledger/server"
 	"github.com/actionledger/ledger/server/servertest"
@@ -161,7 +162,13 @@ func TestProblemTable(t *testing.T) {
 // is documented and every documented operation is served.
 func TestOpenAPI(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t, options{})
+	// With an MCP gateway, so that /mcp is served too (its upstream is
+	// never reached: the lock file confirms no tool).
+	gw, err := mcpgw.New(mcpgw.Options{Dir: t.TempDir(), Config: &contracts.ConfigMCP{Upstreams: []contracts.ConfigUpstream{{
+		Name: "nowhere", URL: "http://127.0.0.1:1/mcp"}}}})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = gw.Close() })
+	e := newEnv(t, options{config: func(c *server.Config) { c.MCP, c.MCPAgent = gw, contracts.DefaultMCPAgent }})
 	res := e.get(t, "", "/v1/openapi.json")
 	require.Equal(t, http.StatusOK, res.Status)
 	require.Equal(t, "application/json", res.Header.Get("Content-Type"))
@@ -193,7 +200,7 @@ func TestOpenAPI(t *testing.T) {
 	slices.Sort(documented)
 	slices.Sort(served)
 	require.Equal(t, served, documented)
-	require.Len(t, served, 40, "26 operations and a HEAD for each of the 14 GETs")
+	require.Len(t, served, 45, "30 operations (four of the MCP gateway) and a HEAD for each of the 15 GETs but /mcp's")
 
 	// The submission schema is the contracts' own.
 	var sub, want map[string]any
@@ -317,7 +324,7 @@ func TestOpenAPIDocument(t *testing.T) {
 			require.Len(t, op.Tags, 1, name)
 			require.Contains(t, tags, op.Tags[0], name)
 			authenticated := op.Security == nil // the document's bearer security applies
-			require.Equal(t, authenticated, strings.HasPrefix(path, "/v1/") && path != "/v1/openapi.json", name)
+			require.Equal(t, authenticated, strings.HasPrefix(path, "/v1/") && path != "/v1/openapi.json" || path == "/mcp", name)
 			if method == "head" { // the GET's answers without content, resolved
 				require.Contains(t, op.Responses, "default", name)
 				if authenticated {

@@ -151,6 +151,8 @@ confirmed again) or gone (confirmed, but the upstream no longer lists it). ` + "
 the definitions the upstreams list now.`,
 	}
 	cmd.AddCommand(newMCPToolsListCmd(), newMCPToolsConfirmCmd())
+	cmd.Example = `  ledger mcp tools list --config ./ledger.yaml
+  ledger mcp tools confirm --config ./ledger.yaml payments__send_payment`
 	return cmd
 }
 
@@ -179,7 +181,9 @@ func newMCPToolsListCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "list --config FILE",
 		Short: "Connect to every upstream and show each tool's status against the lock file",
-		Args:  cobra.NoArgs,
+		Example: `  ledger mcp tools list --config ./ledger.yaml
+  ledger mcp tools list --config ./ledger.yaml --json`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			gw, st, err := survey(cmd.Context(), &o)
 			if err != nil {
@@ -217,6 +221,8 @@ func newMCPToolsConfirmCmd() *cobra.Command {
 <upstream>__<tool>, as clients see it), so that the gateway serves it with its profile. --all
 confirms every tool that is not confirmed or has changed. Read what changed first: a changed
 definition may change what the tool does. A running gateway reads the lock file when it starts.`,
+		Example: `  ledger mcp tools confirm --config ./ledger.yaml --all
+  ledger mcp tools confirm --config ./ledger.yaml payments__send_payment payments__get_balance`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if all == (len(args) > 0) {
 				return usagef("name the tools to confirm, or give --all")

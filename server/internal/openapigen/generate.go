@@ -33,7 +33,7 @@ func Roots() []any {
 		server.Action{}, server.ActionGate{}, server.Attempt{}, server.Approval{}, server.ApprovalList{},
 		server.Cancellation{}, server.CancelRequest{},
 		server.DecisionRequest{}, server.DecisionResponse{}, server.ResolveRequest{},
-		server.TimelineEvent{}, server.Timeline{}, server.Status{},
+		server.TimelineEvent{}, server.Timeline{}, server.Status{}, server.ResourceMetadata{},
 		server.ToolList{}, server.AgentList{},
 		server.Usage{}, server.ProposeRequest{}, server.BeginRequest{}, server.BeginResponse{},
 		server.HeartbeatRequest{}, server.HeartbeatResponse{}, server.Outcome{},
@@ -69,7 +69,7 @@ func enums() map[reflect.Type][]string {
 			ledger.ObservedQuery, ledger.ObservedCancel, ledger.ObservedPerson, ledger.ObservedLate, ledger.ObservedStaleHolder, ledger.ObservedDelivered}),
 		reflect.TypeFor[contracts.Effect]():   strs([]contracts.Effect{contracts.EffectRead, contracts.EffectWrite}),
 		reflect.TypeFor[contracts.Executor](): strs([]contracts.Executor{contracts.ExecutorClient, contracts.ExecutorBuiltin}),
-		reflect.TypeFor[engine.Driver]():      strs([]engine.Driver{engine.DriverBuiltin, engine.DriverClient}),
+		reflect.TypeFor[engine.Driver]():      strs([]engine.Driver{engine.DriverBuiltin, engine.DriverClient, engine.DriverGateway}),
 	}
 }
 
