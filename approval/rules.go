@@ -47,6 +47,10 @@ type Decision struct {
 	// AllowSelfApproval lets the run's submitter grant the action. Only a
 	// rule requiring approval can set it; the default never does.
 	AllowSelfApproval bool
+	// AllowSelfConfirmation lets an MCP client's form-elicitation answer
+	// grant the action (SelfConfirmation). Only a rule requiring approval
+	// can set it; the default never does.
+	AllowSelfConfirmation bool
 	// Rule is the 0-based index of the matching rule in the rules file (as
 	// in the JSON Pointer /rules/N), or -1 when no rule matched and the
 	// default decided.
@@ -190,6 +194,8 @@ func checkRule(r contracts.Rule) error {
 		return fmt.Errorf("an approval TTL needs decision %s", contracts.RuleDecisionRequireApproval)
 	case r.Decision != contracts.RuleDecisionRequireApproval && r.AllowSelfApproval:
 		return fmt.Errorf("allow_self_approval needs decision %s", contracts.RuleDecisionRequireApproval)
+	case r.Decision != contracts.RuleDecisionRequireApproval && r.AllowSelfConfirmation:
+		return fmt.Errorf("allow_self_confirmation needs decision %s", contracts.RuleDecisionRequireApproval)
 	case r.ExecuteWithinMS < 0:
 		return fmt.Errorf("execute within cannot be negative")
 	case r.Decision != contracts.RuleDecisionRequireApproval && r.ExecuteWithinMS != 0:
@@ -229,7 +235,7 @@ func (p *Policy) Evaluate(tenant string, tool contracts.ToolDescriptor) Decision
 			if d.ExecuteWithin == 0 {
 				d.ExecuteWithin = p.within
 			}
-			d.AllowSelfApproval = r.AllowSelfApproval
+			d.AllowSelfApproval, d.AllowSelfConfirmation = r.AllowSelfApproval, r.AllowSelfConfirmation
 			d.Reason = fmt.Sprintf("rule %d: %s requires approval", i, tool.Name)
 		}
 		return d

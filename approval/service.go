@@ -3,6 +3,7 @@ package approval
 import (
 	"context"
 	"crypto/rand"
+	"fmt"
 	"time"
 	"unicode/utf8"
 
@@ -179,6 +180,52 @@ func (s *Service) allowsSelfApproval(a *ledger.Action) bool {
 	}
 	d := s.policy.Evaluate(a.Tenant, tool)
 	return d.Gate == ledger.ActionAwaitingApproval && d.AllowSelfApproval
+}
+
+// SelfConfirmer is the principal a grant made by an MCP client's own answer
+// to a form elicitation is recorded under (SelfConfirm): client code, not a
+// signed-in person. No token should name it.
+const SelfConfirmer = "self_confirmation"
+
+// AllowsSelfConfirmation reports whether the rule matching the action's
+// tool now lets an MCP client's own confirmation grant it
+// (allow_self_confirmation). An unknown tool allows nothing.
+func (s *Service) AllowsSelfConfirmation(a *ledger.Action) bool {
+	tool, ok := s.recorded(a)
+	if !ok {
+		return false
+	}
+	d := s.policy.Evaluate(a.Tenant, tool)
+	return d.Gate == ledger.ActionAwaitingApproval && d.AllowSelfConfirmation
+}
+
+// SelfConfirm grants the pending approval of an action of tenant, bound to
+// digest, on the answer of caller's MCP client to a form elicitation: only
+// where the rule allows it (else CodeForbidden), recorded as SelfConfirmer
+// with a reason that names the caller. The store's checks are Decide's.
+func (s *Service) SelfConfirm(ctx context.Context, tenant, caller string, id ledger.ActionID, digest ledger.Digest) (ledger.DecideApprovalResult, error) {
+	action, err := s.store.FindActionByID(ctx, id)
+	switch {
+	case ledger.Code(err) == ledger.CodeNotFound || (err == nil && action.Tenant != tenant):
+		return ledger.DecideApprovalResult{}, notFound(id)
+	case err != nil:
+		return ledger.DecideApprovalResult{}, wrap("self-confirm", err)
+	case !s.AllowsSelfConfirmation(action):
+		return ledger.DecideApprovalResult{}, ledger.Errorf(ledger.CodeForbidden,
+			"no rule lets a client's own confirmation grant %s: a person approves it", action.Tool)
+	}
+	return s.store.DecideApproval(ctx, ledger.DecideApprovalParams{
+		ActionID: id, ActionDigest: digest, Decision: ledger.DecisionGrant, Principal: SelfConfirmer,
+		Reason:        clip(fmt.Sprintf("confirmed by the MCP client of %s (form elicitation), as rule allow_self_confirmation allows", caller), MaxReasonLength),
+		ExecuteWithin: s.executeWithin(action),
+	})
+}
+
+func clip(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n]
 }
 
 // executeWithin is how long a grant of the action covers a begin.

@@ -183,6 +183,10 @@ type Rule struct {
 	// AllowSelfApproval lets the run's submitter approve its actions. Only
 	// with RuleDecisionRequireApproval.
 	AllowSelfApproval bool `json:"allow_self_approval,omitempty"`
+	// AllowSelfConfirmation lets an MCP client's answer to a form
+	// elicitation grant the action, recorded as self_confirmation. Only
+	// with RuleDecisionRequireApproval.
+	AllowSelfConfirmation bool `json:"allow_self_confirmation,omitempty"`
 	// ExecuteWithinMS is how long a granted approval covers a begin (its
 	// execute_by is the grant's time plus this); 0 takes the server's
 	// default. Only with RuleDecisionRequireApproval.

@@ -67,6 +67,19 @@ type Options struct {
 	// MaxPendingApprovals caps a tenant's pending approvals at a call, as
 	// serve's --max-pending-approvals; 0: no cap.
 	MaxPendingApprovals int
+	// Approvals, if set, lets a client's own confirmation grant an action
+	// where a rule allows it (allow_self_confirmation); nil: only people
+	// approve.
+	Approvals SelfConfirmations
+}
+
+// SelfConfirmations is what the gateway asks of the approval service
+// (*approval.Service): whether a rule lets a client's answer to a form
+// elicitation grant an action, and the grant, recorded as
+// self_confirmation.
+type SelfConfirmations interface {
+	AllowsSelfConfirmation(a *ledger.Action) bool
+	SelfConfirm(ctx context.Context, tenant, caller string, id ledger.ActionID, digest ledger.Digest) (ledger.DecideApprovalResult, error)
 }
 
 // Gateway is the MCP gateway of one config: its upstreams, the tools whose
@@ -387,6 +400,7 @@ func (g *Gateway) call(ctx context.Context, req *mcp.CallToolRequest, t *tool, w
 	// An answer recorded before this call: the action it joined had its
 	// outcome already.
 	replayed := joined && a.State.Terminal()
+	g.selfConfirm(ctx, req, id, t, a)
 	if a, err = g.await(ctx, req, caller, a); err != nil {
 		return nil, err // the client went away: the action stays as it is
 	}
@@ -490,6 +504,44 @@ func (g *Gateway) run(ctx context.Context, req *mcp.CallToolRequest, caller engi
 	input, _ := json.Marshal(map[string]any{"mcp": map[string]string{"client": clip(client, 200), "by": by}})
 	return g.engine.OpenRun(ctx, engine.OpenRunParams{Agent: g.cfg.AgentName(), Tenant: id.Tenant, Principal: id.Principal,
 		Key: "mcp:" + by + ":" + hex.EncodeToString(h[:16]), Input: input})
+}
+
+// selfConfirm asks the client to confirm an action that waits for approval,
+// by a form elicitation, where a rule lets its answer grant it
+// (allow_self_confirmation) and the client takes form elicitations within
+// its session (2025-11-25 and older). An answer that accepts and confirms
+// grants the approval as self_confirmation; any other leaves the action to
+// a person. Nothing else asks a client: its code is not a person.
+func (g *Gateway) selfConfirm(ctx context.Context, req *mcp.CallToolRequest, id Identity, t *tool, a *ledger.Action) {
+	if g.opts.Approvals == nil || a.State != ledger.ActionAwaitingApproval || !formElicitation(req) || !g.opts.Approvals.AllowsSelfConfirmation(a) {
+		return
+	}
+	res, err := req.Session.Elicit(ctx, &mcp.ElicitParams{Mode: "form",
+		Message: fmt.Sprintf("Run %s with these exact arguments (action %s, digest %s)?\n%s", t.client, a.ID, a.ActionDigest, clip(string(a.Arguments), 2000)),
+		RequestedSchema: map[string]any{"type": "object", "required": []string{"confirm"},
+			"properties": map[string]any{"confirm": map[string]any{"type": "boolean", "title": "Run it", "description": "true runs the call once; it is recorded as your client's own confirmation"}}}})
+	if err != nil {
+		g.log.Info("form elicitation for a self-confirmation failed: the action waits for a person", "action", a.ID, "err", err)
+		return
+	}
+	if confirm, _ := res.Content["confirm"].(bool); res.Action != "accept" || !confirm {
+		return
+	}
+	if _, err := g.opts.Approvals.SelfConfirm(ctx, id.Tenant, id.Principal, a.ID, a.ActionDigest); err != nil {
+		g.log.Warn("self-confirmation refused", "action", a.ID, "err", err)
+	}
+}
+
+// formElicitation reports whether the client takes form elicitations in
+// its session: a 2025-11-25 (or older) client that declared elicitation,
+// form mode or, as older revisions did, no mode at all.
+func formElicitation(req *mcp.CallToolRequest) bool {
+	ip := req.Session.InitializeParams()
+	if ip == nil || ip.ProtocolVersion >= statelessRevision || ip.Capabilities == nil || ip.Capabilities.Elicitation == nil {
+		return false
+	}
+	el := ip.Capabilities.Elicitation
+	return el.Form != nil || el.URL == nil
 }
 
 // await waits, at most approval_wait, while the action waits for a

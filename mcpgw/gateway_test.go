@@ -133,6 +133,12 @@ type harness struct {
 
 func newHarness(t *testing.T, wait string) *harness {
 	t.Helper()
+	return newHarnessWith(t, wait, nil)
+}
+
+// newHarnessWith is newHarness with approval rules.
+func newHarnessWith(t *testing.T, wait string, rules *contracts.Rules) *harness {
+	t.Helper()
 	ctx := context.Background()
 	up := &notes{dedup: true, effects: map[string]int{}, release: make(chan struct{})}
 	srv := httptest.NewServer(mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return up.server() }, nil))
@@ -165,18 +171,21 @@ func newHarness(t *testing.T, wait string) *harness {
 	store, err := sqlite.OpenStore(ctx, sqlite.Config{Path: filepath.Join(dir, "ledger.db")})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = store.Close() })
-	gw, err := mcpgw.New(mcpgw.Options{Config: cfg, Dir: dir, ApprovalURL: func(id ledger.ActionID) string { return "http://ledger.test/v1/actions/" + string(id) }})
+	// The approval service asks for the tools' descriptors once they exist,
+	// as cmd/ledger wires it.
+	tools := map[string]contracts.ToolDescriptor{}
+	policy, err := approval.NewPolicy(rules, approval.Defaults{})
+	require.NoError(t, err)
+	svc := approval.NewService(store, policy, func(n string) (contracts.ToolDescriptor, bool) { d, ok := tools[n]; return d, ok }, approval.Options{})
+	gw, err := mcpgw.New(mcpgw.Options{Config: cfg, Dir: dir, ApprovalURL: func(id ledger.ActionID) string { return "http://ledger.test/v1/actions/" + string(id) },
+		Approvals: svc})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = gw.Close() })
 	agent := gw.Agent()
 	require.Len(t, agent.Tools, 4)
-	tools := map[string]contracts.ToolDescriptor{}
 	for _, tl := range agent.Tools {
 		tools[tl.Descriptor().Name] = tl.Descriptor()
 	}
-	policy, err := approval.NewPolicy(nil, approval.Defaults{})
-	require.NoError(t, err)
-	svc := approval.NewService(store, policy, func(n string) (contracts.ToolDescriptor, bool) { d, ok := tools[n]; return d, ok }, approval.Options{})
 	e, err := engine.New(engine.Config{Store: store, Approvals: svc, Agents: []engine.Agent{agent}})
 	require.NoError(t, err)
 	gw.Bind(e)
@@ -189,6 +198,13 @@ func newHarness(t *testing.T, wait string) *harness {
 // connect serves a new stdio session as id to a new SDK client.
 func (h *harness) connect(id mcpgw.Identity, opts *mcp.ClientOptions, sending ...mcp.Middleware) *mcp.ClientSession {
 	h.t.Helper()
+	return h.connectAt(id, opts, "", sending...)
+}
+
+// connectAt is connect of a client that speaks the protocol revision
+// version ("": the SDK's newest).
+func (h *harness) connectAt(id mcpgw.Identity, opts *mcp.ClientOptions, version string, sending ...mcp.Middleware) *mcp.ClientSession {
+	h.t.Helper()
 	cin, sout := io.Pipe()
 	sin, cout := io.Pipe()
 	sctx, cancel := context.WithCancel(context.Background())
@@ -196,7 +212,7 @@ func (h *harness) connect(id mcpgw.Identity, opts *mcp.ClientOptions, sending ..
 	go func() { served <- h.gw.ServeStdio(sctx, id, sin, sout) }()
 	client := mcp.NewClient(&mcp.Implementation{Name: "test-client", Version: "1"}, opts)
 	client.AddSendingMiddleware(sending...)
-	cs, err := client.Connect(context.Background(), &mcp.IOTransport{Reader: cin, Writer: cout}, nil)
+	cs, err := client.Connect(context.Background(), &mcp.IOTransport{Reader: cin, Writer: cout}, &mcp.ClientSessionOptions{ProtocolVersion: version})
 	require.NoError(h.t, err)
 	h.t.Cleanup(func() {
 		_ = cs.Close()
@@ -301,3 +317,4 @@ func TestGatewayWriteWaitsForItsDigestAndRunsOnce(t *testing.T) {
 	require.NotEqual(t, string(id), third.Meta[mcpgw.MetaAction])
 	require.Contains(t, text(third), "waits for a person")
 }
+

@@ -191,5 +191,8 @@ func ruleText(r contracts.Rule) string {
 	if r.AllowSelfApproval {
 		s += ", the submitter may approve"
 	}
+	if r.AllowSelfConfirmation {
+		s += ", an MCP client may confirm"
+	}
 	return s
 }

@@ -207,7 +207,8 @@ func openService(ctx context.Context, cfg serviceConfig) (*service, error) {
 		// The gateway's tools are those of the lock file; its upstreams
 		// are connected at their first use (a call, a query, a cancel).
 		rt.gateway, err = mcpgw.New(mcpgw.Options{Config: cfg.Config.MCP, Dir: filepath.Dir(cfg.Config.Path), Logger: cfg.Logger,
-			Version: Version, StateKey: mcpStateKey(key), ApprovalURL: cfg.ApprovalURL, MaxPendingApprovals: cfg.MaxPendingApprovals})
+			Version: Version, StateKey: mcpStateKey(key), ApprovalURL: cfg.ApprovalURL, MaxPendingApprovals: cfg.MaxPendingApprovals,
+			Approvals: rt.approvals})
 		if err != nil {
 			return nil, errors.Join(err, rt.Close())
 		}
