@@ -115,7 +115,8 @@ func (e *Engine) GatewayAction(ctx context.Context, c Caller, id ledger.ActionID
 type CallProposal struct {
 	Caller Caller
 	Run    ledger.RunID
-	// StepKey is the caller's own idempotency key for the call, or "":
+	// StepKey is the caller's own idempotency key for the call (1–250
+	// printable ASCII characters), or "":
 	// then the call joins the run's last action of the same tool and
 	// arguments while that action is not terminal, or while an outcome of
 	// it never reached the caller (Delivered), and is a new action
@@ -154,8 +155,8 @@ func (e *Engine) ProposeCall(ctx context.Context, p CallProposal) (ledger.Create
 				arguments: canon, supersedes: join.Supersedes})
 			return res, err
 		}
-	} else if !ledger.ValidIdempotencyKey(key) {
-		return ledger.CreateActionResult{}, ledger.Errorf(ledger.CodeInvalid, "the idempotency key must be 1–255 printable ASCII characters")
+	} else if len(key) > 250 || !ledger.ValidIdempotencyKey(key) {
+		return ledger.CreateActionResult{}, ledger.Errorf(ledger.CodeInvalid, "the idempotency key must be 1–250 printable ASCII characters")
 	} else {
 		key = "key:" + key
 	}
