@@ -23,7 +23,7 @@ func TestOpenMigratesOnceAndRecordsIt(t *testing.T) {
 	v, err := f.d.SchemaVersion(ctx)
 	require.NoError(t, err)
 	require.Equal(t, postgres.SchemaVersion(), v)
-	require.Equal(t, 5, v)
+	require.Equal(t, 6, v)
 
 	rows, err := f.raw.Query(`SELECT version, name, applied_at FROM schema_migrations ORDER BY version`)
 	require.NoError(t, err)
@@ -41,14 +41,14 @@ func TestOpenMigratesOnceAndRecordsIt(t *testing.T) {
 	}
 	require.NoError(t, rows.Err())
 	require.Equal(t, []string{"0001_schema.sql", "0002_run_leases.sql", "0003_store_probe.sql", "0004_rule_sets.sql",
-		"0005_approval_execute_by.sql"}, names)
+		"0005_approval_execute_by.sql", "0006_delivered_observations.sql"}, names)
 
 	// Opening again applies nothing.
 	again := openOn(t, f.dsn)
 	v, err = again.d.SchemaVersion(ctx)
 	require.NoError(t, err)
-	require.Equal(t, 5, v)
-	require.Equal(t, 5, f.count(t, "schema_migrations"))
+	require.Equal(t, 6, v)
+	require.Equal(t, 6, f.count(t, "schema_migrations"))
 
 	require.ElementsMatch(t, []string{"actions", "agent_decisions", "approvals", "attempt_leases", "attempts", "budgets",
 		"cancellations", "chain_signatures", "events", "observations", "rule_sets", "runs", "schema_migrations", "store_probes"}, tables(t, f.raw))
@@ -100,7 +100,7 @@ func TestOpenRefusesANewerSchemaAndTouchesNothing(t *testing.T) {
 	}
 	require.NoError(t, rows.Err())
 	require.Equal(t, []string{"0001_schema.sql", "0002_run_leases.sql", "0003_store_probe.sql", "0004_rule_sets.sql",
-		"0005_approval_execute_by.sql", "9999_future.sql"}, got)
+		"0005_approval_execute_by.sql", "0006_delivered_observations.sql", "9999_future.sql"}, got)
 }
 
 func TestOpenRefusesANewerSchemaOnADatabaseWithOnlyItsVersion(t *testing.T) {
