@@ -13,6 +13,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -94,7 +95,19 @@ type benchOptions struct {
 	// postgres is the URL of a PostgreSQL server to run every workload on
 	// a second time; "" runs SQLite alone.
 	postgres string
+	// mcpCalls is the MCP gateway workload's timed read calls each way.
+	mcpCalls int
+	// only are the workload families to run (benchFamilies); none means
+	// all. The floor is always measured.
+	only []string
 }
+
+// benchFamilies are the workload families --only may name, in the order
+// they run; each figure belongs to one (familyOf).
+var benchFamilies = []string{"action", "approval", "protocol", "mcp", "recovery", "evidence", "streams"}
+
+// runs reports whether the pass runs the workload family f.
+func (o benchOptions) runs(f string) bool { return len(o.only) == 0 || slices.Contains(o.only, f) }
 
 func newBenchCmd() *cobra.Command {
 	var o benchOptions
@@ -111,6 +124,11 @@ second on the same file system with synchronous=FULL.
                      record, start attempt, finish attempt, each durable before the next)
   approval           submit → approve → completed over the HTTP API on loopback (in-process
                      server, dev mode, the engine's worker pool), p50/p99, and the approve alone
+  mcp gateway        --mcp-calls read calls to an MCP server in this process (streamable HTTP on
+                     loopback) each way, taking turns: directly; through a proxy with no ledger;
+                     through the MCP gateway (ledger mcp's ServeStdio on in-memory pipes, the
+                     engine on a fresh database): p50/p99 each, the gateway's added p50/p99
+                     (gateway − direct), and the Store's writes, commits and reads per call
   recovery           one start-up scan over --recovery-runs interrupted runs (query probe)
   evidence           evidence.Build + JSON of a run with --events events
   idle streams       100 Server-Sent Event streams open on a running run of 3,000 events, each
@@ -126,9 +144,12 @@ the same run. Each figure is a ratio to its own driver's floor; the table puts t
 by side. The URL's user must be allowed to create databases. At concurrency 32 on PostgreSQL
 the writes share the driver's connection pool; there is no group commit there.
 
+--only FAMILY[,FAMILY] runs those workload families alone, beside the floor: action, approval,
+protocol, mcp, recovery, evidence, streams (memory comes with action).
+
 The table goes to stdout (--json: one JSON object with the machine), progress to stderr.
 --quick is a smoke run (300ms levels, small N) that checks everything works; its figures
-mean little (it opens 20 streams on a run of 300 events).`,
+mean little (it opens 20 streams on a run of 300 events, and makes 50 MCP calls each way).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			f := cmd.Flags()
@@ -142,8 +163,16 @@ mean little (it opens 20 streams on a run of 300 events).`,
 				if !f.Changed("events") {
 					o.events = 500
 				}
+				if !f.Changed("mcp-calls") {
+					o.mcpCalls = 50
+				}
 				o.minRoundTrip = 3
 				o.streams, o.streamEvents = 20, 300
+			}
+			for _, fam := range o.only {
+				if !slices.Contains(benchFamilies, fam) {
+					return ledger.Errorf(ledger.CodeInvalid, "bench: --only takes %s, not %q", strings.Join(benchFamilies, ", "), fam)
+				}
 			}
 			if !f.Changed("postgres") {
 				o.postgres = os.Getenv(envBenchPostgres)
@@ -151,13 +180,14 @@ mean little (it opens 20 streams on a run of 300 events).`,
 			if o.postgres != "" && !stores.IsPostgres(o.postgres) {
 				return ledger.Errorf(ledger.CodeInvalid, "bench: --postgres must be a postgres:// URL")
 			}
-			if o.duration <= 0 || o.recoveryRuns < 1 || o.events < 10 {
-				return ledger.Errorf(ledger.CodeInvalid, "bench: --duration must be positive, --recovery-runs at least 1, --events at least 10")
+			if o.duration <= 0 || o.recoveryRuns < 1 || o.events < 10 || o.mcpCalls < 1 {
+				return ledger.Errorf(ledger.CodeInvalid, "bench: --duration must be positive, --recovery-runs and --mcp-calls at least 1, --events at least 10")
 			}
 			return runBench(cmd.Context(), o, cmd.OutOrStdout(), cmd.ErrOrStderr())
 		},
 		Example: `  ledger bench --quick
   ledger bench --duration 10s --json > bench.json
+  ledger bench --only mcp --mcp-calls 3000
   ledger bench --duration 3s --postgres 'postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable'`,
 	}
 	cmd.SetFlagErrorFunc(func(_ *cobra.Command, err error) error {
@@ -169,6 +199,8 @@ mean little (it opens 20 streams on a run of 300 events).`,
 	cmd.Flags().DurationVar(&o.duration, "duration", 5*time.Second, "how long each action level, each floor half and the round trips run")
 	cmd.Flags().IntVar(&o.recoveryRuns, "recovery-runs", targetRecoveryRuns, "interrupted runs the recovery scan decides")
 	cmd.Flags().IntVar(&o.events, "events", targetEvidenceN, "events of the exported run")
+	cmd.Flags().IntVar(&o.mcpCalls, "mcp-calls", benchMCPCalls, "timed read calls each way of the MCP gateway workload")
+	cmd.Flags().StringSliceVar(&o.only, "only", nil, "run only these workload families, beside the floor: "+strings.Join(benchFamilies, ", "))
 	cmd.Flags().StringVar(&o.postgres, "postgres", "", "also run every workload on fresh databases on this PostgreSQL server, a postgres:// URL (env "+envBenchPostgres+")")
 	o.minRoundTrip = 20
 	o.streams, o.streamEvents = benchStreams, benchStreamEvents
@@ -210,6 +242,10 @@ type benchMachine struct {
 	GoVersion   string `json:"go_version"`
 	Dir         string `json:"dir"`
 	Filesystem  string `json:"filesystem,omitempty"`
+	// LoadStart and LoadEnd are /proc/loadavg's 1, 5 and 15 minute load
+	// averages when the run started and ended: other work on the machine.
+	LoadStart string `json:"load_start,omitempty"`
+	LoadEnd   string `json:"load_end,omitempty"`
 }
 
 // benchSettings are the parameters of the run.
@@ -228,6 +264,14 @@ type benchSettings struct {
 	StreamEvents   int     `json:"stream_events"`
 	FloorBeforeCPS float64 `json:"floor_before_commits_per_s"`
 	FloorAfterCPS  float64 `json:"floor_after_commits_per_s"`
+	// MCPCalls are the MCP gateway workload's timed read calls each way,
+	// MCPWarm its untimed ones before them, MCPBlock the calls a side
+	// makes in a row.
+	MCPCalls int `json:"mcp_calls"`
+	MCPWarm  int `json:"mcp_warm_calls"`
+	MCPBlock int `json:"mcp_block"`
+	// Only are the workload families run; empty means all.
+	Only []string `json:"only,omitempty"`
 	// Drivers are the drivers the workloads ran on, in order.
 	Drivers []string `json:"drivers"`
 	// Postgres is the PostgreSQL pass's, nil without --postgres.
@@ -270,7 +314,8 @@ func runBench(ctx context.Context, o benchOptions, stdout, stderr io.Writer) err
 		Quick: o.quick, DurationS: o.duration.Seconds(), Synchronous: "FULL", Concurrency: benchConcurrency,
 		ActionsPerRun: perf.ActionsPerRun, Driver: "goroutines calling engine.Advance",
 		RecoveryRuns: o.recoveryRuns, Events: o.events, Drivers: []string{driverSQLite},
-		Streams: o.streams, StreamEvents: o.streamEvents,
+		Streams: o.streams, StreamEvents: o.streamEvents, MCPCalls: o.mcpCalls, MCPWarm: benchMCPWarm, MCPBlock: benchMCPBlock,
+		Only: o.only,
 	}}
 	lite := benchTarget{driver: driverSQLite, dir: dir,
 		newDB:     func(_ context.Context, name string) (string, error) { return filepath.Join(dir, name+".db"), nil },
@@ -319,6 +364,7 @@ func runBench(ctx context.Context, o benchOptions, stdout, stderr io.Writer) err
 		rep.Figures = append(rep.Figures, figs...)
 	}
 	rep.WallS = time.Since(start).Seconds()
+	rep.Machine.LoadEnd = loadAverage()
 	progress("done in %s", time.Since(start).Round(100*time.Millisecond))
 
 	if o.asJSON {
@@ -393,6 +439,9 @@ func benchOn(ctx context.Context, o benchOptions, t benchTarget, progress0 perf.
 	}
 	levels := make(map[int]float64, len(benchConcurrency))
 	for _, c := range benchConcurrency {
+		if !o.runs("action") {
+			break
+		}
 		lv, err := benchActions(ctx, t, c, o.duration)
 		if err != nil {
 			fail(fmt.Sprintf("action_c%d", c), fmt.Sprintf("durable action c=%d", c), err)
@@ -403,7 +452,7 @@ func benchOn(ctx context.Context, o benchOptions, t benchTarget, progress0 perf.
 			lv.Elapsed.Round(time.Millisecond), lv.PerSecond())
 	}
 	rssKiB, rssOK := peakRSSKiB()
-	rssOK = rssOK && t.driver == driverSQLite // the peak of the whole process: the first pass's
+	rssOK = rssOK && t.driver == driverSQLite && o.runs("action") // the peak of the whole process: the first pass's
 
 	n2, d2, err := floor.Measure(ctx, half)
 	if err != nil {
@@ -414,17 +463,23 @@ func benchOn(ctx context.Context, o benchOptions, t benchTarget, progress0 perf.
 	floorCPS := float64(n1+n2) / (d1 + d2).Seconds()
 	floorMS := 1000 / floorCPS
 
-	rt, err := benchRoundTrips(ctx, t, o.duration, o.minRoundTrip, progress)
-	fl.roundTrips = len(rt.Total)
-	if err != nil {
-		fail("approval", "approval round trip", err)
-	} else {
-		progress("approval round trip: %d runs, p50 %.1f ms, p99 %.1f ms; approve alone p50 %.1f ms",
-			len(rt.Total), ms(perf.Percentile(rt.Total, 0.50)), ms(perf.Percentile(rt.Total, 0.99)), ms(perf.Percentile(rt.Approve, 0.50)))
+	var rt perf.RoundTripLatencies
+	if o.runs("approval") {
+		rt, err = benchRoundTrips(ctx, t, o.duration, o.minRoundTrip, progress)
+		fl.roundTrips = len(rt.Total)
+		if err != nil {
+			fail("approval", "approval round trip", err)
+		} else {
+			progress("approval round trip: %d runs, p50 %.1f ms, p99 %.1f ms; approve alone p50 %.1f ms",
+				len(rt.Total), ms(perf.Percentile(rt.Total, 0.50)), ms(perf.Percentile(rt.Total, 0.99)), ms(perf.Percentile(rt.Approve, 0.50)))
+		}
 	}
 
 	proto := make(map[int]perf.ProtocolLevel, 2)
 	for _, c := range []int{1, 32} {
+		if !o.runs("protocol") {
+			break
+		}
 		lv, err := benchProtocol(ctx, t, c, o.duration)
 		if err != nil {
 			fail(fmt.Sprintf("protocol_c%d", c), fmt.Sprintf("agent protocol c=%d", c), err)
@@ -435,24 +490,38 @@ func benchOn(ctx context.Context, o benchOptions, t benchTarget, progress0 perf.
 			lv.Elapsed.Round(time.Millisecond), lv.PerSecond(), ms(lv.P(0.50)), ms(lv.P(0.99)))
 	}
 
-	scan, err := benchRecovery(ctx, t, o.recoveryRuns, progress)
-	if err != nil {
-		fail("recovery", "recovery", err)
-	} else {
-		progress("recovery: %d runs scanned and decided in %s", o.recoveryRuns, scan.Round(time.Millisecond))
+	var mcpr mcpRun
+	if o.runs("mcp") {
+		if mcpr, err = benchMCP(ctx, t, o.mcpCalls, progress); err != nil {
+			fail("mcp", "mcp gateway", err)
+		}
 	}
 
-	export, reps, err := benchEvidence(ctx, t, o.events, o.quick, progress)
-	if err != nil {
-		fail("evidence", "evidence", err)
-	} else {
-		progress("evidence: %d events exported in %.1f ms (build %.1f ms, JSON %.1f ms)", export.Events,
-			ms(export.Total()), ms(export.Build), ms(export.Render))
+	var scan time.Duration
+	if o.runs("recovery") {
+		if scan, err = benchRecovery(ctx, t, o.recoveryRuns, progress); err != nil {
+			fail("recovery", "recovery", err)
+		} else {
+			progress("recovery: %d runs scanned and decided in %s", o.recoveryRuns, scan.Round(time.Millisecond))
+		}
 	}
 
-	none, open, err := benchIdleStreams(ctx, t, o, progress)
-	if err != nil {
-		fail("streams", "idle streams", err)
+	var export perf.Export
+	var reps int
+	if o.runs("evidence") {
+		if export, reps, err = benchEvidence(ctx, t, o.events, o.quick, progress); err != nil {
+			fail("evidence", "evidence", err)
+		} else {
+			progress("evidence: %d events exported in %.1f ms (build %.1f ms, JSON %.1f ms)", export.Events,
+				ms(export.Total()), ms(export.Build), ms(export.Render))
+		}
+	}
+
+	var none, open perf.StreamsLevel
+	if o.runs("streams") {
+		if none, open, err = benchIdleStreams(ctx, t, o, progress); err != nil {
+			fail("streams", "idle streams", err)
+		}
 	}
 
 	// The figures.
@@ -503,6 +572,7 @@ func benchOn(ctx context.Context, o benchOptions, t benchTarget, progress0 perf.
 				Value: ms(lv.P(0.99)), Unit: "ms", RatioToFloor: lat(ms(lv.P(0.99)))},
 			perS)
 	}
+	figs = append(figs, mcpFigures(mcpr, lat)...)
 	recov := benchFigure{Key: "recovery_scan_s", Name: fmt.Sprintf("recovery: scan %d runs", o.recoveryRuns), Value: scan.Seconds(),
 		Unit: "s", Target: fmt.Sprintf("< %.0f s for %d", targetRecoveryS, targetRecoveryRuns)}
 	if o.recoveryRuns == targetRecoveryRuns {
@@ -524,6 +594,7 @@ func benchOn(ctx context.Context, o benchOptions, t benchTarget, progress0 perf.
 		figs = append(figs, benchFigure{Key: "peak_rss_mib", Name: "memory: peak RSS", Value: float64(rssKiB) / 1024, Unit: "MiB",
 			Note: "the whole bench process, acting as server, after the action workload"})
 	}
+	figs = slices.DeleteFunc(figs, func(f benchFigure) bool { fam := familyOf(f.Key); return fam != "floor" && !o.runs(fam) })
 	for i := range figs {
 		figs[i].Driver = t.driver
 		if err := failedFigure(figs[i].Key, failed); err != nil {
@@ -534,10 +605,34 @@ func benchOn(ctx context.Context, o benchOptions, t benchTarget, progress0 perf.
 	return figs, fl, nil
 }
 
+// familyOf is the workload family of the figure key (benchFamilies), or
+// "floor".
+func familyOf(key string) string {
+	switch {
+	case strings.HasPrefix(key, "action_"), key == "peak_rss_mib":
+		return "action"
+	case strings.HasPrefix(key, "approv"):
+		return "approval"
+	case strings.HasPrefix(key, "protocol_"):
+		return "protocol"
+	case strings.HasPrefix(key, "mcp_"):
+		return "mcp"
+	case strings.HasPrefix(key, "recovery_"):
+		return "recovery"
+	case strings.HasPrefix(key, "evidence_"):
+		return "evidence"
+	case strings.HasPrefix(key, "streams_"):
+		return "streams"
+	}
+	return "floor"
+}
+
 // failedFigure is why the figure key could not be measured, from the
 // workloads that failed, or nil.
 func failedFigure(key string, failed map[string]error) error {
 	switch {
+	case strings.HasPrefix(key, "mcp_"):
+		return failed["mcp"]
 	case key == "action_scaling_c32_c1":
 		return errors.Join(failed["action_c1"], failed["action_c32"])
 	case strings.HasPrefix(key, "action_c"):
@@ -561,6 +656,9 @@ func printBench(w io.Writer, rep benchReport) error {
 	m := rep.Machine
 	fmt.Fprintf(w, "ledger bench — %d CPUs (%s), %s/%s, %s, %s on %s\n", m.NumCPU, orDash(m.CPUModel), m.GOOS, m.GOARCH,
 		m.GoVersion, orDash(m.Filesystem), m.Dir)
+	if m.LoadStart != "" {
+		fmt.Fprintf(w, "load average (1, 5, 15 min): %s at the start, %s at the end\n", m.LoadStart, orDash(m.LoadEnd))
+	}
 	if pg := rep.Settings.Postgres; pg != nil {
 		fmt.Fprintf(w, "PostgreSQL %s at %s: synchronous_commit=%s, a pool of %d connections per store, no group commit\n",
 			pg.ServerVersion, pg.Server, pg.SynchronousCommit, pg.PoolConns)
@@ -888,7 +986,22 @@ func machineInfo(dir string) benchMachine {
 		m.MemTotalKiB, _ = strconv.ParseInt(strings.Fields(v)[0], 10, 64)
 	}
 	m.Filesystem = filesystemOf(dir)
+	m.LoadStart = loadAverage()
 	return m
+}
+
+// loadAverage is the 1, 5 and 15 minute load averages of /proc/loadavg,
+// "" where there is no such file.
+func loadAverage() string {
+	data, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return ""
+	}
+	f := strings.Fields(string(data))
+	if len(f) < 3 {
+		return ""
+	}
+	return strings.Join(f[:3], " ")
 }
 
 // procField is the value of the first "name: value" line of a /proc file.
