@@ -120,7 +120,9 @@ func callSteps(trace []opMark) []callStep {
 			clear(seen)
 			continue
 		case m.name == "record_observation":
-			add(stepDelivery+" (after the answer)", m.at.Sub(answered))
+			if !answered.IsZero() { // else the warm-up's last delivery
+				add(stepDelivery+" (after the answer)", m.at.Sub(answered))
+			}
 			continue
 		case m.name == stepAnswer:
 			answered = m.at
