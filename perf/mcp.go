@@ -179,6 +179,19 @@ type MCPSideLevel struct {
 	Failed    int
 	// FirstFailure says what the first failed call was answered.
 	FirstFailure string
+	// CPU is the process's CPU time (ProcessCPU: every goroutine, the
+	// client's, the upstream's and the background work the calls caused)
+	// over the side's turns, summed; 0 where it cannot be read.
+	CPU time.Duration
+}
+
+// CPUPerCall is the process's CPU time per call of the side's turns.
+func (l MCPSideLevel) CPUPerCall() time.Duration {
+	n := len(l.Latencies) + l.Failed
+	if n == 0 {
+		return 0
+	}
+	return l.CPU / time.Duration(n)
 }
 
 // P is the p-th percentile of the side's calls (nearest rank).
@@ -244,6 +257,7 @@ func (d *MCPDrive) run(ctx context.Context, n, block int) ([]MCPSideLevel, error
 	for round := 0; made(out[0]) < n; round++ {
 		for j := range d.Sides {
 			k := (round + j) % len(d.Sides)
+			cpu0, cpuOK := ProcessCPU()
 			for b := 0; b < block && made(out[k]) < n; b++ {
 				lat, failure, err := d.call(ctx, k)
 				switch {
@@ -257,6 +271,9 @@ func (d *MCPDrive) run(ctx context.Context, n, block int) ([]MCPSideLevel, error
 				default:
 					out[k].Latencies = append(out[k].Latencies, lat)
 				}
+			}
+			if cpu1, ok := ProcessCPU(); ok && cpuOK {
+				out[k].CPU += cpu1 - cpu0
 			}
 		}
 	}

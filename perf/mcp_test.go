@@ -67,6 +67,10 @@ func TestMCPDrive(t *testing.T) {
 		require.Positive(t, l.P(0.5))
 		require.GreaterOrEqual(t, l.P(0.99), l.P(0.5))
 		require.Positive(t, l.PerSecond())
+		if _, ok := perf.ProcessCPU(); ok {
+			require.Positive(t, l.CPU, "the process's CPU over the side's turns")
+			require.Equal(t, l.CPU/5, l.CPUPerCall(), "five calls each, failed ones too")
+		}
 	}
 	lat := levels[0].Latencies
 	require.Equal(t, lat[:1], levels[0].Part(0, 0.2).Latencies)

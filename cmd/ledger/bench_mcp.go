@@ -502,6 +502,11 @@ func mcpFigures(r mcpRun, lat func(ms float64) *float64) []benchFigure {
 			"%.2f of them changed the database; by operation: %s", perCallOf(r.ops.other.wrote), perCall(r.ops.other.writes, max(r.calls, 1)))}
 	commits := benchFigure{Key: "mcp_commits_per_call", Name: "mcp gateway: commits per read call", Value: perCallOf(r.ops.commits),
 		Unit: "commits", Note: "write transactions (group commits on SQLite); one that changed something is one fsync"}
+	cpuDirect := timeFig("mcp_direct_cpu_ms_per_call", "mcp direct: CPU per read call", ms(r.direct.CPUPerCall()))
+	cpuDirect.Note = "the whole process's CPU time (getrusage) over the side's turns ÷ its calls: client, upstream, and " +
+		"for the gateway the ledger and the engine pool; less at the mercy of other load than the latencies"
+	cpuAdded := timeFig("mcp_added_cpu_ms_per_call", "mcp gateway: added CPU per read call", ms(r.gateway.CPUPerCall()-r.direct.CPUPerCall()))
+	cpuAdded.Note = "gateway − direct"
 	failed := benchFigure{Key: "mcp_gateway_failed_calls", Name: "mcp gateway: read calls that failed", Value: float64(r.failed),
 		Unit: "calls", Target: "0", Met: met(r.failed == 0), Note: fmt.Sprintf("of %d, warm-up included", benchMCPWarm+n)}
 	if r.failed > 0 {
@@ -524,6 +529,8 @@ func mcpFigures(r mcpRun, lat func(ms float64) *float64) []benchFigure {
 		{Key: "mcp_direct_per_s", Name: "mcp read calls, direct", Value: r.direct.PerSecond(), Unit: "calls/s",
 			Note: "calls ÷ the side's own time (the sides take turns)"},
 		{Key: "mcp_gateway_per_s", Name: "mcp read calls, gateway", Value: r.gateway.PerSecond(), Unit: "calls/s"},
+		cpuDirect, timeFig("mcp_gateway_cpu_ms_per_call", "mcp gateway: CPU per read call", ms(r.gateway.CPUPerCall())),
+		cpuAdded,
 		writes, poolWrites, commits, inCommits, reads, failed,
 	}
 }

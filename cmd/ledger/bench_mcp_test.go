@@ -52,6 +52,7 @@ func BenchmarkMCPGatewayRead(b *testing.B) {
 	gw.counter.tracing.Store(true)
 	gw.counter.trace = nil
 	lat := make([]time.Duration, 0, b.N)
+	cpu0, _ := perf.ProcessCPU()
 	b.ResetTimer()
 	for i := range b.N {
 		t0 := time.Now()
@@ -59,11 +60,15 @@ func BenchmarkMCPGatewayRead(b *testing.B) {
 		lat = append(lat, time.Since(t0))
 	}
 	b.StopTimer()
+	cpu1, cpuOK := perf.ProcessCPU()
 	after, err := gw.counter.delivered(ctx, warm+b.N)
 	require.NoError(b, err)
 	c := after.minus(before)
 	b.ReportMetric(ms(perf.Percentile(lat, 0.50)), "p50-ms")
 	b.ReportMetric(ms(perf.Percentile(lat, 0.99)), "p99-ms")
+	if cpuOK {
+		b.ReportMetric(ms(cpu1-cpu0)/float64(b.N), "cpu-ms/op")
+	}
 	b.ReportMetric(float64(c.path.writesAll)/float64(b.N), "writes/op")
 	b.ReportMetric(float64(c.other.writesAll)/float64(b.N), "pool-writes/op")
 	b.ReportMetric(float64(c.commits)/float64(b.N), "commits/op")

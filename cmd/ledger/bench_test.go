@@ -188,14 +188,16 @@ func TestBench(t *testing.T) {
 // benchMCPKeys are the MCP gateway workload's figures.
 var benchMCPKeys = []string{"mcp_direct_p50_ms", "mcp_direct_p99_ms", "mcp_relay_p50_ms", "mcp_relay_p99_ms", "mcp_gateway_p50_ms",
 	"mcp_gateway_p99_ms", "mcp_gateway_first_tenth_p50_ms", "mcp_gateway_last_tenth_p50_ms", "mcp_added_p50_ms", "mcp_added_p99_ms",
-	"mcp_ledger_p50_ms", "mcp_direct_per_s", "mcp_gateway_per_s", "mcp_store_writes_per_call", "mcp_pool_writes_per_call", "mcp_commits_per_call",
+	"mcp_ledger_p50_ms", "mcp_direct_per_s", "mcp_gateway_per_s",
+	"mcp_direct_cpu_ms_per_call", "mcp_gateway_cpu_ms_per_call", "mcp_added_cpu_ms_per_call", "mcp_store_writes_per_call", "mcp_pool_writes_per_call", "mcp_commits_per_call",
 	"mcp_commit_ms_per_call", "mcp_store_reads_per_call", "mcp_gateway_failed_calls"}
 
 // benchMayBeZero are the figures that may be zero or below: the
 // differences of two others (on a loaded machine a few calls may leave
 // them at or below zero), and a count of failures.
 var benchMayBeZero = map[string]bool{"mcp_added_p50_ms": true, "mcp_added_p99_ms": true, "mcp_ledger_p50_ms": true,
-	"mcp_gateway_failed_calls": true} // a count that should be 0
+	"mcp_added_cpu_ms_per_call": true,
+	"mcp_gateway_failed_calls":  true} // a count that should be 0
 
 // requireMCPDifferences checks the MCP workload's differences against the
 // figures they are taken from.
