@@ -34,7 +34,7 @@ import (
 //
 // The upstream is perf.MCPUpstream, an MCP server in this process on
 // loopback streamable HTTP. It is reached three ways, one call at a time,
-// taking turns in blocks (perf.DriveMCP):
+// taking turns in blocks (perf.MCPDrive):
 //
 //   - direct: an SDK client session on the upstream's URL, over the same
 //     HTTP transport the gateway uses for a url upstream;
@@ -68,7 +68,8 @@ const (
 	benchMCPBlock = 10
 )
 
-// The names the upstream, its read tool and the gateway's caller have.
+// The upstream's name in the config, and the tenant and principal the
+// gateway serves its client as.
 const (
 	benchMCPUpstream  = "bench"
 	benchMCPTenant    = "default"
@@ -254,7 +255,7 @@ func perCall(ops map[string]int, calls int) string {
 // mcpGateway is the gateway of the workload, wired as openService wires
 // `ledger mcp`'s: its Store (with the counting hooks beside store health),
 // the default rules, a redactor, the engine with the gateway's agent and
-// its pool started, and the gateway bound to it. Calls is the client's
+// its pool started, and the gateway bound to it; session is the client's
 // session over pipes.
 type mcpGateway struct {
 	store   *ledger.DB
