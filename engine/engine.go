@@ -150,7 +150,7 @@ type Engine struct {
 	frontDriven []string
 	// runGens is the generation of each gateway run key last opened
 	// (OpenRun), under callsMu.
-	runGens map[string]int
+	runGens map[string]runGen
 	// decisionSweep is the sweep's place in the told, unanswered decisions
 	// (sweepDecisions), and minDecisionTimeout the shortest decision
 	// timeout of a client tool: no decision is due before it.
@@ -224,7 +224,7 @@ func New(cfg Config) (*Engine, error) {
 	}
 	e := &Engine{store: cfg.Store, tokenKey: cfg.AttemptTokenKey, approvals: cfg.Approvals, agents: map[string]*registeredAgent{},
 		now: cfg.Now, cfg: cfg, log: cfg.Logger, calls: map[ledger.RunID]func(){},
-		notBefore: map[ledger.RunID]time.Time{}, runGens: map[string]int{}, failures: map[ledger.RunID]int{}, policy: cfg.Policy.WithDefaults(),
+		notBefore: map[ledger.RunID]time.Time{}, runGens: map[string]runGen{}, failures: map[ledger.RunID]int{}, policy: cfg.Policy.WithDefaults(),
 		health: cfg.Health, backoff: backoff{min: cfg.RetryMin, max: cfg.RetryMax},
 		failLogs: storehealth.NewFailureLog(cfg.Logger, cfg.Now, cfg.LogInterval)}
 	e.leases = newRunLeases(e, cfg.Owner, cfg.LeaseTTL)

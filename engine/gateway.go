@@ -48,8 +48,16 @@ func (e *Engine) OpenRun(ctx context.Context, p OpenRunParams) (*ledger.Run, err
 		return nil, ledger.Errorf(ledger.CodeInvalid, "a run key must be 1–200 printable ASCII characters")
 	}
 	e.callsMu.Lock()
-	gen := max(e.runGens[p.Key], 1)
+	known := e.runGens[p.Key]
 	e.callsMu.Unlock()
+	if known.run != "" {
+		// The key's run as this process last opened it: a read, while it
+		// lives, instead of a submit.
+		if run, err := e.store.FindRunByID(ctx, known.run); err == nil && !run.State.Terminal() {
+			return run, nil
+		}
+	}
+	gen := max(known.gen, 1)
 	for range maxRunGenerationsRead {
 		key := p.Key
 		if gen > 1 {
@@ -62,13 +70,19 @@ func (e *Engine) OpenRun(ctx context.Context, p OpenRunParams) (*ledger.Run, err
 		}
 		if !res.Run.State.Terminal() {
 			e.callsMu.Lock()
-			e.runGens[p.Key] = gen
+			e.runGens[p.Key] = runGen{gen: gen, run: res.Run.ID}
 			e.callsMu.Unlock()
 			return res.Run, nil
 		}
 		gen++
 	}
 	return nil, fmt.Errorf("open run %s: %d ended runs read in a row", p.Key, maxRunGenerationsRead)
+}
+
+// runGen is the generation of a gateway run key last opened, and its run.
+type runGen struct {
+	gen int
+	run ledger.RunID
 }
 
 // maxRunGenerationsRead bounds the ended runs of one key OpenRun reads
@@ -196,14 +210,16 @@ func (e *Engine) callKey(ctx context.Context, actions []*ledger.Action, tool str
 }
 
 // undelivered reports whether a caller's repeated call should join a: it
-// is not terminal, or it had an attempt whose outcome never reached the
-// caller. A terminal action without attempts (denied, expired) is not
-// joined: the repeated call asks again.
+// is not terminal, or it is a write that had an attempt whose outcome
+// never reached the caller. A terminal action without attempts (denied,
+// expired) is not joined: the repeated call asks again; nor is a read.
 func (e *Engine) undelivered(ctx context.Context, a *ledger.Action) (bool, error) {
 	if !a.State.Terminal() {
 		return true, nil
 	}
-	if a.AttemptCount == 0 {
+	if a.AttemptCount == 0 || a.Effect == ledger.EffectRead {
+		// A read that ended is read again: it took no effect to protect,
+		// and its delivery is not recorded.
 		return false, nil
 	}
 	obs, err := e.store.FindObservations(ctx, ledger.ObservationFilter{ActionID: &a.ID})
@@ -229,7 +245,12 @@ func (e *Engine) RunCall(ctx context.Context, c Caller, id ledger.ActionID, wait
 	}
 	stop := e.leases.keep(ctx)
 	defer stop()
-	wctx, release, err := e.holdRun(ctx, a.RunID, wait)
+	ttl := time.Duration(0)
+	if tool, ok := e.gatewayTool(a.Tool); ok {
+		// Long enough for the call and its margin: no renewal before it.
+		ttl = e.callTimeout(tool) + 2*e.leases.margin()
+	}
+	wctx, release, err := e.holdRun(ctx, a.RunID, wait, ttl)
 	if err != nil {
 		return nil, err
 	}
@@ -267,10 +288,21 @@ func (e *Engine) RunCall(ctx context.Context, c Caller, id ledger.ActionID, wait
 	return e.store.FindActionByID(ctx, id)
 }
 
-// holdRun claims run's lease for a caller's call, waiting up to wait
-// while another holds it, and answers the context to work under and the
-// release.
-func (e *Engine) holdRun(ctx context.Context, run ledger.RunID, wait time.Duration) (context.Context, func(), error) {
+// gatewayTool is a gateway agent's tool of that name.
+func (e *Engine) gatewayTool(name string) (registeredTool, bool) {
+	for _, a := range e.agents {
+		if t, ok := a.tools[name]; ok && a.Driver == DriverGateway {
+			return t, true
+		}
+	}
+	return registeredTool{}, false
+}
+
+// holdRun claims run's lease for a caller's call (for ttl, at least the
+// engine's), waiting up to wait while another holds it, and answers the
+// context to work under and the release. The lease is claimed and worked
+// under one lock: no pool pass can take it as idle in between.
+func (e *Engine) holdRun(ctx context.Context, run ledger.RunID, wait, ttl time.Duration) (context.Context, func(), error) {
 	var live []ledger.RunState
 	for _, st := range ledger.RunStates() {
 		if !st.Terminal() {
@@ -280,15 +312,11 @@ func (e *Engine) holdRun(ctx context.Context, run ledger.RunID, wait time.Durati
 	deadline := e.now().Add(wait)
 	pause := 10 * time.Millisecond
 	for {
-		got, err := e.leases.claim(ctx, ledger.ClaimRunsParams{Limit: 1, States: live, Runs: []ledger.RunID{run}})
+		wctx, end, ok, err := e.leases.claimWork(ctx, run, live, ttl)
 		if err != nil {
 			return nil, nil, err
 		}
-		if len(got) == 1 {
-			wctx, end, ok := e.leases.work(ctx, run)
-			if !ok {
-				return nil, nil, fmt.Errorf("run %s: %w", run, errLeaseLost)
-			}
+		if ok {
 			return wctx, func() {
 				end()
 				e.leases.release(ctx, run)

@@ -129,7 +129,11 @@ func (e *Engine) propose(ctx context.Context, p proposal) (ledger.CreateActionRe
 	if err != nil {
 		return ledger.CreateActionResult{}, tool, err
 	}
-	e.Notify()
+	if agent.Driver != DriverGateway {
+		// The pool never advances a gateway's run: its caller does
+		// (RunCall); waking the pool would only cost its pass's writes.
+		e.Notify()
+	}
 	return res, tool, nil
 }
 

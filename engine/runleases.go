@@ -111,6 +111,27 @@ func (r *runLeases) Status() LeaseStatus {
 // already, whose lease lapsed and which it has claimed anew, is held with
 // the new lease: whoever worked under the old one has lost it.
 func (r *runLeases) claim(ctx context.Context, p ledger.ClaimRunsParams) ([]ledger.RunLease, error) {
+	got, _, err := r.claimThen(ctx, p, nil)
+	return got, err
+}
+
+// claimWork claims one run's lease with ttl and starts work on it under
+// the same lock (work), so that no pool pass can take the lease as idle in
+// between; false if another holds the run.
+func (r *runLeases) claimWork(ctx context.Context, run ledger.RunID, states []ledger.RunState, ttl time.Duration) (context.Context, func(), bool, error) {
+	var wctx context.Context
+	var end func()
+	got, _, err := r.claimThen(ctx, ledger.ClaimRunsParams{Limit: 1, States: states, Runs: []ledger.RunID{run}, TTL: ttl},
+		func(h *heldLease) { wctx, end = r.workLocked(ctx, run, h) })
+	if err != nil || len(got) == 0 {
+		return nil, nil, false, err
+	}
+	return wctx, end, true, nil
+}
+
+// claimThen claims p's runs and records their leases; then, if set, runs
+// under the lock for each lease claimed.
+func (r *runLeases) claimThen(ctx context.Context, p ledger.ClaimRunsParams, then func(*heldLease)) ([]ledger.RunLease, time.Time, error) {
 	p.Owner, p.TTL, p.TakeOver = r.owner, max(p.TTL, r.ttl), r.deadOwners(ctx)
 	sent := r.e.now()
 	got, err := r.e.store.ClaimRuns(ledger.WithoutRunLease(ctx), p)
@@ -118,7 +139,7 @@ func (r *runLeases) claim(ctx context.Context, p ledger.ClaimRunsParams) ([]ledg
 		r.noteErr(err, false)
 	}
 	if err != nil {
-		return nil, err
+		return nil, sent, err
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -126,9 +147,13 @@ func (r *runLeases) claim(ctx context.Context, p ledger.ClaimRunsParams) ([]ledg
 		if old := r.held[l.Run]; old != nil && old.cancel != nil {
 			old.cancel(errLeaseLost)
 		}
-		r.held[l.Run] = &heldLease{lease: l, deadline: sent.Add(p.TTL)}
+		h := &heldLease{lease: l, deadline: sent.Add(p.TTL)}
+		r.held[l.Run] = h
+		if then != nil {
+			then(h)
+		}
 	}
-	return got, nil
+	return got, sent, nil
 }
 
 // deadOwners are the holders of leases that are processes of this host
@@ -191,6 +216,12 @@ func (r *runLeases) work(ctx context.Context, run ledger.RunID) (context.Context
 	if h == nil {
 		return nil, nil, false
 	}
+	wctx, end := r.workLocked(ctx, run, h)
+	return wctx, end, true
+}
+
+// workLocked starts work on run under h, r.mu held.
+func (r *runLeases) workLocked(ctx context.Context, run ledger.RunID, h *heldLease) (context.Context, func()) {
 	wctx, cancel := context.WithCancelCause(ledger.WithRunLease(ctx, h.lease))
 	h.cancel = cancel
 	return wctx, func() {
@@ -200,7 +231,7 @@ func (r *runLeases) work(ctx context.Context, run ledger.RunID) (context.Context
 		}
 		r.mu.Unlock()
 		cancel(nil)
-	}, true
+	}
 }
 
 // release gives up run's lease, in the store too, so that any process may

@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 	"unicode"
 
@@ -96,6 +97,9 @@ type Gateway struct {
 	tools    map[string]*tool // by client name
 	engine   *engine.Engine
 	stateKey []byte
+	// toDeliver holds the attempts whose answers the stdio transport
+	// records as delivered once written (deliveryConn), by id.
+	toDeliver sync.Map
 }
 
 // New reads the lock file and makes the tools of its confirmed
@@ -601,8 +605,14 @@ func (g *Gateway) answer(ctx context.Context, req *mcp.CallToolRequest, caller e
 		}
 		res = resultOf(a, att)
 		meta[MetaAttemptID] = string(att.ID)
-		if recordDelivery {
-			g.delivered(ctx, att.ID, req)
+		// A write's delivery is recorded: a repeated call joins a write
+		// whose outcome never reached the client. A read is read again.
+		if a.Effect == ledger.EffectWrite {
+			if recordDelivery {
+				g.delivered(ctx, att.ID, req)
+			} else {
+				g.toDeliver.Store(att.ID, true)
+			}
 		}
 	case ledger.ActionProposed, ledger.ActionAwaitingApproval:
 		res = g.needsApproval(req, id, a)

@@ -55,7 +55,7 @@ type deliveryConn struct {
 
 func (c *deliveryConn) Write(ctx context.Context, msg jsonrpc.Message) error {
 	att := attemptOf(msg)
-	if att == "" {
+	if _, due := c.t.g.toDeliver.LoadAndDelete(att); att == "" || !due {
 		return c.Connection.Write(ctx, msg)
 	}
 	c.t.recording.RLock()

@@ -154,24 +154,10 @@ func (c opCounts) minus(before opCounts) opCounts {
 		committed: c.committed - before.committed, commitTime: c.commitTime - before.commitTime}
 }
 
-// delivered waits until want deliveries have been recorded on calls'
-// paths, and answers the counts then. The gateway records a call's
-// delivery once its answer is written, so the client may hold the answer
-// before the delivery is recorded.
-func (o *opCounter) delivered(ctx context.Context, want int) (opCounts, error) {
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		c := o.counts()
-		got := c.path.writes["record_observation"]
-		if got >= want {
-			return c, nil
-		}
-		if time.Now().After(deadline) || ctx.Err() != nil {
-			return c, fmt.Errorf("%d deliveries recorded, not %d", got, want)
-		}
-		time.Sleep(time.Millisecond) // polls the counts the Store's hook keeps: no event to wait on
-	}
-}
+// settled answers the counts once a call's answer is in: a read call's
+// path ends before its answer (the gateway records no delivery of a read:
+// a read is read again), so nothing of it is still to come.
+func (o *opCounter) settled() opCounts { return o.counts() }
 
 // onCallPath marks the context the gateway serves its client on: the
 // operations made under it are on a call's path.
@@ -406,7 +392,7 @@ func benchMCP(ctx context.Context, t benchTarget, n int, progress perf.Progress)
 	if err != nil {
 		return r, err
 	}
-	levels, ops, err := driveMCPCounted(ctx, gw, drive, len(warm[2].Latencies), n)
+	levels, ops, err := driveMCPCounted(ctx, gw, drive, n)
 	if err != nil {
 		return r, err
 	}
@@ -443,20 +429,15 @@ func benchMCP(ctx context.Context, t benchTarget, n int, progress perf.Progress)
 }
 
 // driveMCPCounted makes the timed calls and answers the gateway's Store
-// operations between the warm-up's deliveries (delivered, one per call
-// answered) and the timed calls' deliveries: each counted whole, though
-// recorded after the client got its answer.
-func driveMCPCounted(ctx context.Context, gw *mcpGateway, drive *perf.MCPDrive, delivered, n int) ([]perf.MCPSideLevel, opCounts, error) {
-	before, err := gw.counter.delivered(ctx, delivered)
-	if err != nil {
-		return nil, opCounts{}, fmt.Errorf("warm-up: %w", err)
-	}
+// operations they made: a read call's are all made by the time its answer
+// is in (no delivery of a read is recorded).
+func driveMCPCounted(ctx context.Context, gw *mcpGateway, drive *perf.MCPDrive, n int) ([]perf.MCPSideLevel, opCounts, error) {
+	before := gw.counter.settled()
 	levels, err := drive.Run(ctx, n)
 	if err != nil {
 		return nil, opCounts{}, err
 	}
-	after, err := gw.counter.delivered(ctx, delivered+len(levels[len(levels)-1].Latencies))
-	return levels, after.minus(before), err
+	return levels, gw.counter.settled().minus(before), nil
 }
 
 // mcpFigures are the MCP workload's figures; lat is a time's ratio to the
