@@ -317,4 +317,3 @@ func TestGatewayWriteWaitsForItsDigestAndRunsOnce(t *testing.T) {
 	require.NotEqual(t, string(id), third.Meta[mcpgw.MetaAction])
 	require.Contains(t, text(third), "waits for a person")
 }
-
