@@ -60,18 +60,23 @@ type Tool struct {
 	// Descriptor is what the file declares, or for a builtin tool the
 	// build's own descriptor.
 	Descriptor contracts.ToolDescriptor
-	// Executor is contracts.ExecutorClient or contracts.ExecutorBuiltin.
+	// Executor is contracts.ExecutorClient, contracts.ExecutorBuiltin or
+	// contracts.ExecutorHTTP.
 	Executor contracts.Executor
+	// HTTP is where and how the ledger reaches an http tool, its
+	// MaxResponseBytes defaulted (contracts.DefaultHTTPMaxResponseBytes);
+	// zero for any other tool.
+	HTTP contracts.HTTPEndpoints
 	// HeartbeatTimeout and MaxDuration are a client tool's lease: it lapses
 	// HeartbeatTimeout after the last heartbeat (default
 	// DefaultHeartbeatTimeout), and heartbeats renew it up to MaxDuration
 	// after the attempt began (default the descriptor's timeout, and at
-	// least HeartbeatTimeout). Both are 0 for a builtin tool.
+	// least HeartbeatTimeout). Both are 0 but for a client tool.
 	HeartbeatTimeout time.Duration
 	MaxDuration      time.Duration
 	// DecisionTimeout is how long a client tool's agent may leave a
 	// recovery decision unanswered before the action goes to a person
-	// (default DefaultDecisionTimeout); 0 for a builtin tool.
+	// (default DefaultDecisionTimeout); 0 but for a client tool.
 	DecisionTimeout time.Duration
 }
 
@@ -252,6 +257,9 @@ func Parse(data []byte, format Format, b Builtins) (*Config, error) {
 		switch t.Executor {
 		case contracts.ExecutorBuiltin:
 			tool.Descriptor = builtinTools[t.Name]
+		case contracts.ExecutorHTTP:
+			tool.HTTP = t.HTTPEndpoints
+			tool.HTTP.MaxResponseBytes = t.ResponseCap()
 		default:
 			tool.HeartbeatTimeout = t.HeartbeatTimeout()
 			if tool.HeartbeatTimeout <= 0 {

@@ -94,6 +94,34 @@ func TestLoad(t *testing.T) {
 		require.False(t, ok)
 	})
 
+	// An http tool: its endpoints kept, the answer cap defaulted, no
+	// lease (the ledger makes its calls).
+	t.Run("HTTPTool", func(t *testing.T) {
+		doc := goodYAML[:strings.Index(goodYAML, "agents:")] + `  - name: tickets.open
+    version: "1"
+    effect: write
+    arguments_schema: {type: object}
+    guarantees: {query: true, dedup: true, cancel: false}
+    timeout_ms: 5000
+    executor: http
+    url: https://tickets.example.com/open
+    query_url: https://tickets.example.com/status
+    bearer_token_env: TICKETS_TOKEN
+`
+		c, err := config.Parse([]byte(doc), config.FormatYAML, builtins)
+		require.NoError(t, err)
+		tickets, ok := c.Tool("tickets.open")
+		require.True(t, ok)
+		require.Equal(t, contracts.ExecutorHTTP, tickets.Executor)
+		require.Equal(t, contracts.HTTPEndpoints{URL: "https://tickets.example.com/open", QueryURL: "https://tickets.example.com/status",
+			BearerTokenEnv: "TICKETS_TOKEN", MaxResponseBytes: contracts.DefaultHTTPMaxResponseBytes}, tickets.HTTP)
+		require.Zero(t, tickets.HeartbeatTimeout)
+		require.Zero(t, tickets.MaxDuration)
+		require.Zero(t, tickets.DecisionTimeout)
+		send, _ := c.Tool("payments.send")
+		require.Zero(t, send.HTTP, "a client tool has no endpoints")
+	})
+
 	t.Run("MaxDurationAtLeastHeartbeat", func(t *testing.T) {
 		doc := strings.Replace(goodYAML, "timeout_ms: 45000", "timeout_ms: 2000", 1)
 		c, err := config.Parse([]byte(doc), config.FormatYAML, builtins)

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"maps"
+	"net/url"
 	"slices"
 	"strconv"
 	"strings"
@@ -30,6 +31,10 @@ const (
 	// ExecutorMCP names tools reached over MCP, which the config's mcp
 	// section declares, never /tools: a tool of /tools with it is refused.
 	ExecutorMCP Executor = "mcp"
+	// ExecutorHTTP: the ledger calls the tool itself over HTTP (POST to its
+	// url, docs/http-tools.md), and recovery its query_url and cancel_url;
+	// agents the engine drives may call it, client agents may not.
+	ExecutorHTTP Executor = "http"
 )
 
 // Driver says who runs a configured agent's loop.
@@ -200,7 +205,10 @@ type ConfigTool struct {
 	// ToolDescriptor holds the descriptor's fields; its SchemaVersion is
 	// CurrentVersion after parsing when the file gave none.
 	ToolDescriptor
-	// Executor is client or builtin once parsed (mcp is refused).
+	// HTTPEndpoints are where the ledger reaches a tool of executor http;
+	// zero for any other executor.
+	HTTPEndpoints
+	// Executor is client, builtin or http once parsed (mcp is refused).
 	Executor Executor `json:"executor"`
 	// HeartbeatTimeoutMS is a client tool's lease after each heartbeat; 0
 	// means not set.
@@ -212,6 +220,39 @@ type ConfigTool struct {
 	// recovery decision (query, cancel, resend) unanswered before a person
 	// is asked; 0 means not set.
 	DecisionTimeoutMS int64 `json:"decision_timeout_ms,omitempty"`
+}
+
+// HTTPEndpoints are where the ledger reaches a tool of executor http, and
+// how (docs/http-tools.md): URL takes each call, QueryURL and CancelURL
+// answer recovery by dedup key. The parser holds them to the tool's
+// guarantees: query needs QueryURL and cancel CancelURL, and neither URL is
+// given without its guarantee.
+type HTTPEndpoints struct {
+	// URL is where each call is POSTed: http or https, no credentials in it.
+	URL string `json:"url,omitempty"`
+	// QueryURL answers whether a dedup key's call took effect; "" if the
+	// tool cannot say.
+	QueryURL string `json:"query_url,omitempty"`
+	// CancelURL cancels a dedup key's call; "" if the tool cannot.
+	CancelURL string `json:"cancel_url,omitempty"`
+	// BearerTokenEnv names the environment variable whose value is sent as
+	// "Authorization: Bearer …" to each URL; "" sends none.
+	BearerTokenEnv string `json:"bearer_token_env,omitempty"`
+	// MaxResponseBytes caps an answer read; 0 means
+	// DefaultHTTPMaxResponseBytes.
+	MaxResponseBytes int64 `json:"max_response_bytes,omitempty"`
+}
+
+// DefaultHTTPMaxResponseBytes is an http tool's max_response_bytes when
+// its declaration sets none: 1 MiB.
+const DefaultHTTPMaxResponseBytes = 1 << 20
+
+// ResponseCap is the largest answer of the tool read, in bytes.
+func (h HTTPEndpoints) ResponseCap() int64 {
+	if h.MaxResponseBytes <= 0 {
+		return DefaultHTTPMaxResponseBytes
+	}
+	return h.MaxResponseBytes
 }
 
 // DefaultHeartbeatTimeoutMS is a client tool's heartbeat_timeout_ms when
@@ -234,7 +275,8 @@ type ConfigAgent struct {
 	// Driver is client or builtin once parsed (llm is refused).
 	Driver Driver `json:"driver"`
 	// Tools are the names of the tools a client agent may call, each a
-	// client tool of the file; a builtin agent has none here.
+	// client tool of the file (never a builtin or http one, which the
+	// ledger executes); a builtin agent has none here.
 	Tools []string `json:"tools,omitempty"`
 	// Tenants, if not empty, are the only tenants whose runs may name the
 	// agent.
@@ -268,8 +310,11 @@ type ConfigOptions struct {
 // a tool or agent declared twice, an agent calling a tool the file does not
 // declare or one the ledger executes, a built-in tool or agent this build
 // does not have (opts), and what this version does not support (executor
-// mcp, driver llm), and a client tool whose lease could never fit
-// (max_duration_ms shorter than heartbeat_timeout_ms, given or default). A
+// mcp, driver llm), a client tool whose lease could never fit
+// (max_duration_ms shorter than heartbeat_timeout_ms, given or default), and
+// an http tool whose URLs are not http(s) URLs of a host without
+// credentials, or disagree with its guarantees (query without query_url,
+// query_url without query; cancel and cancel_url alike). A
 // schema_version of another major version fails with a *VersionError
 // (ErrUnsupportedVersion) and nothing else is checked.
 func ParseConfig(data []byte, opts ConfigOptions) (*Config, error) {
@@ -295,6 +340,7 @@ func ParseConfig(data []byte, opts ConfigOptions) (*Config, error) {
 	issues = append(issues, configNameIssues(v, opts)...)
 	issues = append(issues, configArgumentIssues(v, issues)...)
 	issues = append(issues, configLeaseIssues(v, issues)...)
+	issues = append(issues, configHTTPIssues(v, issues)...)
 	if len(issues) > 0 {
 		return nil, &ValidationError{Subject: subject, Issues: sortIssues(issues)}
 	}
@@ -585,8 +631,8 @@ func configNameIssues(v any, opts ConfigOptions) []Issue {
 				switch executor, declared := executors[tool]; {
 				case !declared:
 					add(loc, "tool %q is not declared in /tools", tool)
-				case executor == string(ExecutorBuiltin):
-					add(loc, "tool %q is executed by the ledger (executor builtin): a client agent may call only client tools", tool)
+				case executor == string(ExecutorBuiltin) || executor == string(ExecutorHTTP):
+					add(loc, "tool %q is executed by the ledger (executor %s): a client agent may call only client tools", tool, executor)
 				}
 			}
 		}
@@ -720,6 +766,75 @@ func configLeaseIssues(v any, found []Issue) []Issue {
 		}
 	}
 	return out
+}
+
+// configHTTPIssues checks the URLs of each http tool: each one an http or
+// https URL with a host, and no credentials (they would be shown wherever
+// the URL is) or fragment in it; and the guarantees agree with them:
+// recovery queries only through query_url and cancels only through
+// cancel_url, so guarantees.query needs the one and guarantees.cancel the
+// other, and a URL whose guarantee is false would never be called.
+// Entries with an issue of their own at a field are left to it.
+func configHTTPIssues(v any, found []Issue) []Issue {
+	var out []Issue
+	tools := configEntries(v, "tools")
+	for _, i := range sortedKeys(tools) {
+		t := tools[i]
+		at := "/tools/" + strconv.Itoa(i)
+		if executor, _ := t["executor"].(string); Executor(executor) != ExecutorHTTP {
+			continue
+		}
+		flagged := func(loc string) bool {
+			return slices.ContainsFunc(found, func(is Issue) bool { return is.Location == loc })
+		}
+		for _, field := range []string{"url", "query_url", "cancel_url"} {
+			raw, ok := t[field].(string)
+			if !ok || flagged(at+"/"+field) {
+				continue
+			}
+			if why := httpURLProblem(raw); why != "" {
+				out = append(out, Issue{Location: at + "/" + field, Message: why})
+			}
+		}
+		g, _ := t["guarantees"].(map[string]any)
+		for _, probe := range []struct{ guarantee, field, does string }{
+			{"query", "query_url", "asks whether a call took effect"},
+			{"cancel", "cancel_url", "cancels a call"},
+		} {
+			promised, _ := g[probe.guarantee].(bool)
+			_, given := t[probe.field]
+			switch {
+			case promised && !given && !flagged(at+"/guarantees/"+probe.guarantee):
+				out = append(out, Issue{Location: at + "/guarantees/" + probe.guarantee, Message: fmt.Sprintf(
+					"guarantees.%s is promised but no %s says where: recovery %s only through %s; give it, or set %s: false",
+					probe.guarantee, probe.field, probe.does, probe.field, probe.guarantee)})
+			case !promised && given && !flagged(at+"/"+probe.field):
+				out = append(out, Issue{Location: at + "/" + probe.field, Message: fmt.Sprintf(
+					"%s is given but guarantees.%s is false: recovery would never call it; set %s: true if the tool keeps that promise, or remove %s",
+					probe.field, probe.guarantee, probe.guarantee, probe.field)})
+			}
+		}
+	}
+	return out
+}
+
+// httpURLProblem says what makes raw unfit as an http tool's URL, "" if
+// nothing does.
+func httpURLProblem(raw string) string {
+	u, err := url.Parse(raw)
+	switch {
+	case err != nil:
+		return fmt.Sprintf("not a URL: %v", errors.Unwrap(err))
+	case u.Scheme != "http" && u.Scheme != "https":
+		return fmt.Sprintf("an http or https URL, not %q", u.Scheme)
+	case u.Host == "" || u.Hostname() == "":
+		return "the URL names no host"
+	case u.User != nil:
+		return "the URL carries credentials, which would be shown wherever it is: put the secret in the variable bearer_token_env names"
+	case u.Fragment != "" || strings.HasSuffix(raw, "#"):
+		return "the URL has a fragment (#…), which is never sent: remove it"
+	}
+	return ""
 }
 
 // configInt is a field of a decoded config file as an integer; false if

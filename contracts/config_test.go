@@ -41,7 +41,7 @@ func TestParseConfig(t *testing.T) {
 	t.Run("OK", func(t *testing.T) {
 		c, err := contracts.ParseConfig(readTestdata(t, "config.valid.json"), buildOptions)
 		require.NoError(t, err)
-		require.Len(t, c.Tools, 3)
+		require.Len(t, c.Tools, 4)
 		send := c.Tools[0]
 		require.Equal(t, "payments.send", send.Name)
 		require.Equal(t, contracts.ExecutorClient, send.Executor)
@@ -55,6 +55,15 @@ func TestParseConfig(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, contracts.ConfigTool{ToolDescriptor: contracts.ToolDescriptor{Name: "cards.write"}, Executor: contracts.ExecutorBuiltin},
 			c.Tools[2], "a built-in tool is its name")
+		tickets := c.Tools[3]
+		require.Equal(t, contracts.ExecutorHTTP, tickets.Executor)
+		require.Equal(t, contracts.CurrentVersion, tickets.SchemaVersion)
+		require.Equal(t, contracts.HTTPEndpoints{URL: "https://tickets.example.com/ledger/open",
+			QueryURL: "https://tickets.example.com/ledger/status", CancelURL: "https://tickets.example.com/ledger/cancel",
+			BearerTokenEnv: "TICKETS_TOKEN", MaxResponseBytes: 65536}, tickets.HTTPEndpoints)
+		require.EqualValues(t, 65536, tickets.ResponseCap())
+		require.Zero(t, send.HTTPEndpoints, "a client tool has no endpoints")
+		require.EqualValues(t, contracts.DefaultHTTPMaxResponseBytes, send.ResponseCap())
 
 		require.Len(t, c.Agents, 2)
 		a := c.Agents[0]
@@ -144,6 +153,56 @@ func TestParseConfig(t *testing.T) {
 				requireIssues(t, err, map[string]string{tc.loc: tc.part})
 			})
 		}
+	})
+
+	// An http tool: the URLs well formed, and its guarantees agreeing
+	// with them; each refusal at its JSON Pointer.
+	t.Run("ErrHTTP", func(t *testing.T) {
+		const base = `{"name": "tickets.open", "version": "1", "effect": "write", "arguments_schema": {"type": "object"}, "timeout_ms": 1000, `
+		for name, tc := range map[string]struct{ tool, loc, part string }{
+			"no url": {`"executor": "http", "guarantees": {"query": false, "dedup": true, "cancel": false}`,
+				"/tools/0/url", "required field is missing"},
+			"ftp url": {`"executor": "http", "url": "ftp://x/y", "guarantees": {"query": false, "dedup": true, "cancel": false}`,
+				"/tools/0/url", "does not match the pattern"},
+			"no host": {`"executor": "http", "url": "http:///open", "guarantees": {"query": false, "dedup": true, "cancel": false}`,
+				"/tools/0/url", "names no host"},
+			"bad url": {`"executor": "http", "url": "http://x:99999999999/%zz", "guarantees": {"query": false, "dedup": true, "cancel": false}`,
+				"/tools/0/url", "not a URL"},
+			"credentials": {`"executor": "http", "url": "https://bot:hunter2@x.example/open", "guarantees": {"query": false, "dedup": true, "cancel": false}`,
+				"/tools/0/url", "carries credentials"},
+			"fragment": {`"executor": "http", "url": "https://x.example/open#now", "guarantees": {"query": false, "dedup": true, "cancel": false}`,
+				"/tools/0/url", "fragment"},
+			"query without url": {`"executor": "http", "url": "https://x.example/open", "guarantees": {"query": true, "dedup": false, "cancel": false}`,
+				"/tools/0/guarantees/query", "no query_url says where"},
+			"cancel without url": {`"executor": "http", "url": "https://x.example/open", "guarantees": {"query": false, "dedup": false, "cancel": true}`,
+				"/tools/0/guarantees/cancel", "no cancel_url says where"},
+			"query url without query": {`"executor": "http", "url": "https://x.example/open", "query_url": "https://x.example/q", "guarantees": {"query": false, "dedup": true, "cancel": false}`,
+				"/tools/0/query_url", "guarantees.query is false"},
+			"cancel url without cancel": {`"executor": "http", "url": "https://x.example/open", "cancel_url": "https://x.example/c", "guarantees": {"query": false, "dedup": true, "cancel": false}`,
+				"/tools/0/cancel_url", "guarantees.cancel is false"},
+			"bad query url": {`"executor": "http", "url": "https://x.example/open", "query_url": "https://u:p@x.example/q", "guarantees": {"query": true, "dedup": false, "cancel": false}`,
+				"/tools/0/query_url", "carries credentials"},
+			"small cap": {`"executor": "http", "url": "https://x.example/open", "max_response_bytes": 10, "guarantees": {"query": false, "dedup": true, "cancel": false}`,
+				"/tools/0/max_response_bytes", ">= 1024"},
+			"bad env name": {`"executor": "http", "url": "https://x.example/open", "bearer_token_env": "MY-TOKEN", "guarantees": {"query": false, "dedup": true, "cancel": false}`,
+				"/tools/0/bearer_token_env", "does not match the pattern"},
+			"url on a client tool": {`"executor": "client", "url": "https://x.example/open", "guarantees": {"query": false, "dedup": true, "cancel": false}`,
+				"/tools/0/url", "not allowed here"},
+		} {
+			t.Run(name, func(t *testing.T) {
+				_, err := contracts.ParseConfig([]byte(`{"schema_version": "1.0", "tools": [`+base+tc.tool+`}]}`), buildOptions)
+				requireIssues(t, err, map[string]string{tc.loc: tc.part})
+			})
+		}
+	})
+
+	// The ledger executes an http tool: a client agent may not call it.
+	t.Run("ErrClientAgentCallsHTTPTool", func(t *testing.T) {
+		doc := `{"schema_version": "1.0", "tools": [{"name": "tickets.open", "version": "1", "effect": "write", "arguments_schema": {"type": "object"},
+		  "timeout_ms": 1000, "executor": "http", "url": "http://127.0.0.1:9/open", "guarantees": {"query": false, "dedup": true, "cancel": false}}],
+		  "agents": [{"name": "bot", "driver": "client", "tools": ["tickets.open"]}]}`
+		_, err := contracts.ParseConfig([]byte(doc), buildOptions)
+		requireIssues(t, err, map[string]string{"/agents/0/tools/0": `tool "tickets.open" is executed by the ledger (executor http)`})
 	})
 
 	t.Run("ErrNotJSON", func(t *testing.T) {
