@@ -68,6 +68,10 @@ type Call struct {
 	RunID    ledger.RunID
 	ActionID ledger.ActionID
 	Attempt  int64
+	// AttemptID names the attempt the call is made for, recorded before
+	// the call; a tool may keep it with the effect as evidence of which
+	// attempt acted.
+	AttemptID ledger.AttemptID
 	// DedupKey is stable per action across attempts (<run_id>/<action_id>);
 	// a tool that dedups uses it to run the action's effect at most once.
 	DedupKey string

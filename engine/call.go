@@ -139,7 +139,7 @@ func (e *Engine) callTool(ctx context.Context, run *ledger.Run, tool registeredT
 	callCtx, cancelCall := context.WithCancelCause(callCtx)
 	untrack := e.trackCall(run.ID, func() { cancelCall(errRunCancelled) })
 	started := e.now()
-	res, callErr := tool.Execute(callCtx, Call{RunID: run.ID, ActionID: a.ID, Attempt: att.No, DedupKey: a.DedupKey,
+	res, callErr := tool.Execute(callCtx, Call{RunID: run.ID, ActionID: a.ID, Attempt: att.No, AttemptID: att.ID, DedupKey: a.DedupKey,
 		FencingToken: fencingToken(ctx), Arguments: a.Arguments})
 	took := e.now().Sub(started)
 	untrack()

@@ -39,6 +39,15 @@ type Config struct {
 	Approvals Approvals
 	// Agents are the agents runs may name, by Agent.Name.
 	Agents []Agent
+	// Tools are tools the engine calls itself, registered apart from any
+	// agent (the config file's http tools, which agents the engine drives
+	// may be given): Tool finds them, Tools lists them, and recovery
+	// probes an action of theirs whichever agent recorded it. An agent
+	// calls only the tools of its own Agent.Tools: listing one of these
+	// there is how it gets to use it. A name appears once here, and an
+	// agent's tool of the same name must have the same descriptor. Client
+	// tools (ClientTool) are an agent's process's, never here.
+	Tools []Tool
 	// Now is the clock for step durations; nil means time.Now.
 	Now func() time.Time
 	// Workers is how many runs advance at once; 0 means 4.
@@ -158,6 +167,8 @@ type Engine struct {
 	minDecisionTimeout time.Duration
 	// leases are the run leases the engine holds (runleases.go).
 	leases *runLeases
+	// tools are Config.Tools, by name.
+	tools map[string]registeredTool
 }
 
 // New checks the configuration and returns an Engine. It panics on nothing:
@@ -266,6 +277,9 @@ func New(cfg Config) (*Engine, error) {
 		}
 	}
 	slices.Sort(e.frontDriven)
+	if err := e.registerTools(cfg.Tools); err != nil {
+		return nil, err
+	}
 	e.recoverer = recovery.New(recovery.Config{Store: cfg.Store, Probes: e.probe, Retry: e.retryVerdict, Now: cfg.Now,
 		OnDecision: cfg.OnDecision, ProbeTimeout: probeTimeout, Lease: e.scanLease, Done: e.scanDone, Guard: e.probeGuard})
 	return e, nil

@@ -3,6 +3,9 @@ package engine
 import (
 	"context"
 	"encoding/json"
+	"fmt"
+	"maps"
+	"reflect"
 	"slices"
 	"strings"
 
@@ -26,40 +29,85 @@ type registeredTool struct {
 	args *contracts.ArgumentValidator
 }
 
+// registerTools registers Config.Tools: each once, never a client tool,
+// its arguments schema compiled, and agreeing with an agent's tool of the
+// same name.
+func (e *Engine) registerTools(tools []Tool) error {
+	e.tools = map[string]registeredTool{}
+	for _, t := range tools {
+		d := t.Descriptor()
+		if _, client := LeaseOf(t); client {
+			return fmt.Errorf("engine: tool %s: a client tool is its agent's, not one the engine calls", d.Name)
+		}
+		if _, dup := e.tools[d.Name]; dup {
+			return fmt.Errorf("engine: tool %q registered twice", d.Name)
+		}
+		v, err := d.ArgumentValidator()
+		if err != nil {
+			return fmt.Errorf("engine: tool %s: %w", d.Name, err)
+		}
+		for _, a := range e.agents {
+			if other, ok := a.tools[d.Name]; ok && !reflect.DeepEqual(other.desc, d) {
+				return fmt.Errorf("engine: tool %s: agent %s has a tool of that name with another descriptor", d.Name, a.Name)
+			}
+		}
+		e.tools[d.Name] = registeredTool{Tool: t, desc: d, args: v}
+	}
+	return nil
+}
+
+// Tools lists the descriptors of Config.Tools, in name order.
+func (e *Engine) Tools() []contracts.ToolDescriptor {
+	out := make([]contracts.ToolDescriptor, 0, len(e.tools))
+	for _, name := range slices.Sorted(maps.Keys(e.tools)) {
+		out = append(out, e.tools[name].desc)
+	}
+	return out
+}
+
+// registered is the tool of that name and version some agent, or
+// Config.Tools, registered.
+func (e *Engine) registered(name, version string) (registeredTool, bool) {
+	for _, a := range e.agents {
+		if t, ok := a.tools[name]; ok && t.desc.Version == version {
+			return t, true
+		}
+	}
+	t, ok := e.tools[name]
+	return t, ok && t.desc.Version == version
+}
+
 // probe gives recovery what a registered tool guarantees and can answer.
 func (e *Engine) probe(name, version string) (recovery.Probe, bool) {
-	for _, a := range e.agents {
-		t, ok := a.tools[name]
-		if !ok || t.desc.Version != version {
-			continue
-		}
-		p := recovery.Probe{Tool: recovery.ToolFor(t.desc)}
-		if lease, client := LeaseOf(t.Tool); client {
-			// The agent asks its tool for recovery (the agent protocol).
-			p.Client = true
-			p.Tool.DecisionTimeout = lease.DecisionTimeout
-			return p, true
-		}
-		if broken("retry_unknown") {
-			p.Tool.Guarantees.Dedup = true
-		}
-		// What a tool answers a probe is recorded as evidence: redacted
-		// first, its errors too (their text reaches rationales).
-		if q, ok := t.Tool.(Querier); ok && t.desc.Guarantees.Query {
-			p.QueryFunc = func(ctx context.Context, key string) (ledger.EffectFact, json.RawMessage, error) {
-				r, err := q.Query(ctx, key)
-				return r.Effect, e.redactJSON(r.Output), e.redactErr(err)
-			}
-		}
-		if c, ok := t.Tool.(Canceller); ok && t.desc.Guarantees.Cancel {
-			p.CancelFunc = func(ctx context.Context, key string) (bool, json.RawMessage, error) {
-				r, err := c.Cancel(ctx, key)
-				return r.Confirmed, e.redactJSON(r.Detail), e.redactErr(err)
-			}
-		}
+	t, ok := e.registered(name, version)
+	if !ok {
+		return recovery.Probe{}, false
+	}
+	p := recovery.Probe{Tool: recovery.ToolFor(t.desc)}
+	if lease, client := LeaseOf(t.Tool); client {
+		// The agent asks its tool for recovery (the agent protocol).
+		p.Client = true
+		p.Tool.DecisionTimeout = lease.DecisionTimeout
 		return p, true
 	}
-	return recovery.Probe{}, false
+	if broken("retry_unknown") {
+		p.Tool.Guarantees.Dedup = true
+	}
+	// What a tool answers a probe is recorded as evidence: redacted
+	// first, its errors too (their text reaches rationales).
+	if q, ok := t.Tool.(Querier); ok && t.desc.Guarantees.Query {
+		p.QueryFunc = func(ctx context.Context, key string) (ledger.EffectFact, json.RawMessage, error) {
+			r, err := q.Query(ctx, key)
+			return r.Effect, e.redactJSON(r.Output), e.redactErr(err)
+		}
+	}
+	if c, ok := t.Tool.(Canceller); ok && t.desc.Guarantees.Cancel {
+		p.CancelFunc = func(ctx context.Context, key string) (bool, json.RawMessage, error) {
+			r, err := c.Cancel(ctx, key)
+			return r.Confirmed, e.redactJSON(r.Detail), e.redactErr(err)
+		}
+	}
+	return p, true
 }
 
 // HasAgent reports whether runs may name agent.
@@ -121,12 +169,16 @@ func (e *Engine) policyOf(a *registeredAgent) budget.Policy {
 	return p.WithDefaults()
 }
 
-// Tool returns the descriptor of a tool any agent registered.
+// Tool returns the descriptor of a tool any agent, or Config.Tools,
+// registered.
 func (e *Engine) Tool(name string) (contracts.ToolDescriptor, bool) {
 	for _, a := range e.agents {
 		if t, ok := a.tools[name]; ok {
 			return t.desc, true
 		}
+	}
+	if t, ok := e.tools[name]; ok {
+		return t.desc, true
 	}
 	return contracts.ToolDescriptor{}, false
 }
