@@ -58,6 +58,11 @@ var allowed = map[string][]string{
 	"server/servertest": {"contracts"},
 	// The MCP test upstream: the simulator's tools served over MCP.
 	"simulator/mcpupstream": {"simulator", "engine", "ledger", "contracts"},
+	// The executor of http tools: the engine's Tool over HTTP.
+	"httptool": {"engine", "ledger", "contracts"},
+	// The simulator's tools served as http tools; its wire types are its
+	// own, so it does not import httptool.
+	"simulator/httpupstream": {"simulator", "engine", "ledger"},
 	// The generator of openapi.json's component schemas, from the server's
 	// wire types, and the command `go generate ./server` runs.
 	"server/internal/openapigen":                {"server", "ledger", "contracts", "engine"},
