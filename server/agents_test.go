@@ -13,6 +13,7 @@ import (
 	"github.com/actionledger/ledger/budget"
 	"github.com/actionledger/ledger/contracts"
 	"github.com/actionledger/ledger/engine"
+	"github.com/actionledger/ledger/httptool"
 	"github.com/actionledger/ledger/ledger"
 	"github.com/actionledger/ledger/server"
 )
@@ -105,6 +106,41 @@ func TestCatalog(t *testing.T) {
 		requireProblem(t, e.get(t, "", "/v1/tools"), http.StatusUnauthorized, "unauthorized")
 		requireProblem(t, e.get(t, "", "/v1/agents"), http.StatusUnauthorized, "unauthorized")
 	})
+}
+
+// TestCatalogHTTPTools: the engine's http tools are listed to every
+// tenant, with executor http, whether or not an agent lists them.
+func TestCatalogHTTPTools(t *testing.T) {
+	t.Parallel()
+	d := payDescriptor("tickets.open")
+	d.Guarantees = contracts.Guarantees{Dedup: true}
+	tickets, err := httptool.New(d, contracts.HTTPEndpoints{URL: "http://127.0.0.1:9/open"}, httptool.Options{})
+	require.NoError(t, err)
+	o := clientAgents()
+	o.tools = []engine.Tool{tickets}
+	clients := o.config
+	o.config = func(c *server.Config) {
+		clients(c)
+		c.HTTPTools = []string{"tickets.open"}
+	}
+	e := newEnv(t, o)
+	for who, want := range map[string][]string{
+		"alice": {"cards.count", "cards.write", "payments.send", "tickets.open"},
+		"eve":   {"cards.count", "cards.write", "invoices.send", "tickets.open"},
+	} {
+		res := e.get(t, who, "/v1/tools")
+		require.Equal(t, http.StatusOK, res.Status, string(res.Body))
+		var list server.ToolList
+		decode(t, res, &list)
+		var names []string
+		for _, tool := range list.Tools {
+			names = append(names, tool.Name)
+		}
+		require.Equal(t, want, names, who)
+		require.Equal(t, server.Tool{Name: "tickets.open", Version: "1", Effect: contracts.EffectWrite, ArgumentsSchema: json.RawMessage(`{"type":"object"}`),
+			Guarantees: contracts.Guarantees{Dedup: true}, TimeoutMS: 20000, SecretPaths: []string{"/to"}, Executor: contracts.ExecutorHTTP},
+			list.Tools[3])
+	}
 }
 
 // TestAgentRole: a token with the role agent drives the runs of the agents

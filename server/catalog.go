@@ -42,7 +42,9 @@ type Tool struct {
 	// redacted.
 	SecretPaths []string `json:"secret_paths,omitempty"`
 	// Executor is client (the agent's own process makes the calls and
-	// reports them, docs/agent-protocol.md) or builtin (the ledger does).
+	// reports them, docs/agent-protocol.md), builtin (the ledger does, with
+	// a tool of its own) or http (the ledger does, over HTTP,
+	// docs/http-tools.md).
 	Executor contracts.Executor `json:"executor"`
 	// HeartbeatTimeoutMS is, for a client tool only, how long after its
 	// last heartbeat an attempt's lease lapses.
@@ -101,7 +103,9 @@ func (s *Server) tenantAgents(tenant string) []engine.AgentInfo {
 }
 
 // listTools is GET /v1/tools, for any role: every tool of the agents the
-// caller's tenant may use, once each.
+// caller's tenant may use, and the tools the engine registers apart from
+// any agent (the http tools, the ledger's own to call for whichever agent
+// is given them), once each.
 func (s *Server) listTools(c echo.Context) error {
 	id, err := needRole(c, Roles()...)
 	if err != nil {
@@ -113,6 +117,11 @@ func (s *Server) listTools(c echo.Context) error {
 			if _, seen := byName[d.Name]; !seen {
 				byName[d.Name] = s.toolView(d)
 			}
+		}
+	}
+	for _, d := range s.engine.Tools() {
+		if _, seen := byName[d.Name]; !seen {
+			byName[d.Name] = s.toolView(d)
 		}
 	}
 	out := ToolList{Tools: make([]Tool, 0, len(byName))}
@@ -128,6 +137,9 @@ func (s *Server) toolView(d contracts.ToolDescriptor) Tool {
 		SecretPaths: slices.Clone(d.SecretPaths), Executor: contracts.ExecutorBuiltin}
 	if len(t.SecretPaths) == 0 {
 		t.SecretPaths = nil
+	}
+	if s.httpTools[d.Name] {
+		t.Executor = contracts.ExecutorHTTP
 	}
 	if lease, ok := s.clientTools[d.Name]; ok {
 		t.Executor = contracts.ExecutorClient

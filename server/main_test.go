@@ -69,6 +69,9 @@ type options struct {
 	fault func(engine.FaultPoint) // the engine's FaultFunc
 	// agents are registered beside practice-cards.
 	agents []engine.Agent
+	// tools are the engine's Config.Tools: tools it calls that no agent
+	// need list (the http tools).
+	tools []engine.Tool
 	// client adds the client-driven agent my-agent (clientAgent) and its
 	// tools, for the agent protocol's tests (newProtocolEnv).
 	client bool
@@ -147,7 +150,7 @@ func newEnv(t testing.TB, o options) *env {
 		d, ok := tools[n]
 		return d, ok
 	}, approval.Options{RelaxSeparationOfDuties: o.dev})
-	ecfg := engine.Config{Store: lb.Store, Approvals: svc, Agents: agents,
+	ecfg := engine.Config{Store: lb.Store, Approvals: svc, Agents: agents, Tools: o.tools,
 		Now: lb.Clock.Now, PollInterval: 10 * time.Millisecond, FaultFunc: o.fault, Redactor: redactor, Health: health}
 	if o.engineStore != nil {
 		ecfg.Store = o.engineStore(ecfg.Store)

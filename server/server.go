@@ -136,6 +136,10 @@ type Config struct {
 	// /v1/tools shows them, and every other tool as executed by the
 	// ledger. Nil means none.
 	ClientTools map[string]engine.Lease
+	// HTTPTools are the names of the tools the ledger calls over HTTP (the
+	// config file's http tools, registered as the engine's Config.Tools):
+	// GET /v1/tools shows them with executor http. Nil means none.
+	HTTPTools []string
 	// MCP is the MCP gateway served at /mcp, or nil; MCPAgent is its
 	// agent, which a token must drive to use it.
 	MCP      *mcpgw.Gateway
@@ -172,6 +176,7 @@ type Server struct {
 	beforeSubmit func()
 	maxPending   int
 	clientTools  map[string]engine.Lease
+	httpTools    map[string]bool
 	// mcp and mcpAgent: Config.MCP and Config.MCPAgent.
 	mcp      *mcpgw.Gateway
 	mcpAgent string
@@ -226,6 +231,10 @@ func New(cfg Config) (*Server, error) {
 		maxPending: cfg.MaxPendingApprovals, clientTools: maps.Clone(cfg.ClientTools), mcp: cfg.MCP, mcpAgent: cfg.MCPAgent,
 		streams:   newSlots(cfg.MaxStreams, CodeTooManyStreams, "event streams"),
 		longPolls: newSlots(cfg.MaxLongPolls, CodeTooManyLongPolls, "long-polls"),
+	}
+	s.httpTools = map[string]bool{}
+	for _, name := range cfg.HTTPTools {
+		s.httpTools[name] = true
 	}
 	s.tokens.Store(cfg.Tokens)
 	// The handlers' store failures are counted, and decide readiness, with

@@ -310,6 +310,7 @@ func runServe(ctx context.Context, o *serveOptions, stderr io.Writer) (err error
 		MaxStreams:          o.maxStreams,
 		MaxLongPolls:        o.maxLongPolls,
 		ClientTools:         svc.clientTools,
+		HTTPTools:           svc.httpTools,
 		MCP:                 svc.gateway,
 		MCPAgent:            mcpAgentOf(cfg),
 	})

@@ -17,18 +17,20 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/actionledger/ledger/simulator"
+	"github.com/actionledger/ledger/simulator/httpupstream"
 	"github.com/actionledger/ledger/simulator/mcpupstream"
 )
 
 func newSimulatorCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "simulator",
-		Short: "Inspect the tool simulator's own side-effect store, or serve its tools over MCP",
+		Short: "Inspect the tool simulator's own side-effect store, or serve its tools over MCP or as http tools",
 		Example: `  ledger simulator effects --store ./ledger.db.effects.db
   ledger simulator effects --store ./ledger.db.effects.db --json
-  ledger simulator mcp-upstream --store ./upstream.effects.db`,
+  ledger simulator mcp-upstream --store ./upstream.effects.db
+  ledger simulator http-tool --store ./http-tool.effects.db --print-addr`,
 	}
-	cmd.AddCommand(newSimulatorEffectsCmd(), newSimulatorMCPUpstreamCmd())
+	cmd.AddCommand(newSimulatorEffectsCmd(), newSimulatorMCPUpstreamCmd(), newSimulatorHTTPToolCmd())
 	return cmd
 }
 
@@ -121,18 +123,9 @@ stdout, and stops on SIGINT or SIGTERM. Logs go to stderr.`,
 				return usagef("--http %q: a loopback address only (this server has no authentication), such as 127.0.0.1:0", httpAddr)
 			}
 			log := warningLogger(cmd.ErrOrStderr())
-			var cfg simulator.Config
-			if configPath != "" {
-				data, err := os.ReadFile(configPath)
-				if err != nil {
-					return &usageError{err: fmt.Errorf("--config: %w", err)}
-				}
-				if cfg, err = simulator.ParseConfig(data); err != nil {
-					return &usageError{err: fmt.Errorf("--config %s: %w", configPath, err)}
-				}
-				if hasFaults(cfg) {
-					log.Warn("a simulator fault plan is configured: calls will fail, hang or crash this process as it says", "config", configPath)
-				}
+			cfg, err := simulatorConfigFile(configPath, log)
+			if err != nil {
+				return err
 			}
 			store, err := simulator.OpenEffectStore(cmd.Context(), path, nil)
 			if err != nil {
@@ -163,6 +156,105 @@ stdout, and stops on SIGINT or SIGTERM. Logs go to stderr.`,
 	return cmd
 }
 
+// simulatorConfigFile reads the simulator config file at path ("" for
+// none), warning on log if it holds a fault plan.
+func simulatorConfigFile(path string, log *slog.Logger) (simulator.Config, error) {
+	var cfg simulator.Config
+	if path == "" {
+		return cfg, nil
+	}
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return cfg, &usageError{err: fmt.Errorf("--config: %w", err)}
+	}
+	if cfg, err = simulator.ParseConfig(data); err != nil {
+		return cfg, &usageError{err: fmt.Errorf("--config %s: %w", path, err)}
+	}
+	if hasFaults(cfg) {
+		log.Warn("a simulator fault plan is configured: calls will fail, hang or crash this process as it says", "config", path)
+	}
+	return cfg, nil
+}
+
+func newSimulatorHTTPToolCmd() *cobra.Command {
+	var (
+		path, configPath, addr, tokenEnv string
+		printAddr                        bool
+	)
+	cmd := &cobra.Command{
+		Use:   "http-tool --store PATH [--addr HOST:PORT] [--print-addr] [--config FILE] [--token-env NAME]",
+		Short: "Serve the simulated tools as http tools, with their effects in their own store (a test and demo tool server)",
+		Long: `Serve the simulator's tools over HTTP as the ledger's http tools expect them
+(docs/http-tools.md), keeping their effects in the effect store --store names (created if
+missing), which ` + "`ledger simulator effects`" + ` lists. It is a tool server for tests, demos and
+crash tests, not a product tool.
+
+Routes, each POST with a JSON body: /cards.write (a write that dedups by dedup_key and refuses
+a call whose fencing_token is lower than the highest its run's calls carried: 409, effect
+not_happened, code fenced), /cards.write/query and /cards.write/cancel (by dedup_key), and
+/cards.count (a read). Declare cards.write in a config file as an http tool with url
+http://ADDR/cards.write, query_url http://ADDR/cards.write/query and cancel_url
+http://ADDR/cards.write/cancel.
+
+--config reads a simulator config file (the JSON of LEDGER_SIMULATOR_CONFIG: guarantees and fault
+plans under the names cards.write and cards.count); its crash faults kill this process.
+--token-env names an environment variable whose value every request must carry as a bearer
+token. It listens on --addr (a loopback address; port 0 picks one) and with --print-addr prints
+its base URL (http://HOST:PORT) as the first line of stdout; it stops on SIGINT or SIGTERM.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if path == "" {
+				return usagef("--store is required: the effect store file (see %s --help)", cmd.CommandPath())
+			}
+			if !isLoopback(addr) {
+				return usagef("--addr %q: a loopback address only (this is a test server), such as 127.0.0.1:0", addr)
+			}
+			var opts httpupstream.Options
+			if tokenEnv != "" {
+				if opts.Token = os.Getenv(tokenEnv); opts.Token == "" {
+					return usagef("--token-env %s: the variable is not set, or empty", tokenEnv)
+				}
+			}
+			log := warningLogger(cmd.ErrOrStderr())
+			cfg, err := simulatorConfigFile(configPath, log)
+			if err != nil {
+				return err
+			}
+			store, err := simulator.OpenEffectStore(cmd.Context(), path, nil)
+			if err != nil {
+				return err
+			}
+			defer store.Close()
+			h, err := httpupstream.New(store, cfg, opts)
+			if err != nil {
+				return err
+			}
+			var lc net.ListenConfig
+			ln, err := lc.Listen(cmd.Context(), "tcp", addr)
+			if err != nil {
+				return fmt.Errorf("listen on %s: %w", addr, err)
+			}
+			base := "http://" + ln.Addr().String()
+			if printAddr {
+				if _, err := fmt.Fprintln(cmd.OutOrStdout(), base); err != nil {
+					_ = ln.Close()
+					return fmt.Errorf("print the address: %w", err)
+				}
+			}
+			return serveSimulatorHTTP(cmd.Context(), ln, h, log)
+		},
+		Example: `  ledger simulator http-tool --store ./http-tool.effects.db --print-addr
+  ledger simulator http-tool --store ./http-tool.effects.db --addr 127.0.0.1:8091 --token-env SIM_TOKEN
+  ledger simulator http-tool --store ./http-tool.effects.db --config ./faults.json`,
+	}
+	cmd.Flags().StringVar(&path, "store", "", "path of the effect store (created if missing)")
+	cmd.Flags().StringVar(&addr, "addr", "127.0.0.1:0", "loopback HOST:PORT to listen on; port 0 picks a free one")
+	cmd.Flags().BoolVar(&printAddr, "print-addr", false, "print the base URL (http://HOST:PORT) as the first line of stdout")
+	cmd.Flags().StringVar(&configPath, "config", "", "simulator config file: guarantees and fault plans of cards.write and cards.count")
+	cmd.Flags().StringVar(&tokenEnv, "token-env", "", "environment variable holding the bearer token every request must carry")
+	return cmd
+}
+
 // hasFaults reports whether cfg holds a fault plan for any tool.
 func hasFaults(cfg simulator.Config) bool {
 	for _, tc := range cfg.Tools {
@@ -183,17 +275,24 @@ func serveMCPUpstreamHTTP(ctx context.Context, srv *mcp.Server, addr string, out
 	}
 	mux := http.NewServeMux()
 	mux.Handle("/mcp", mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return srv }, nil))
+	if _, err := fmt.Fprintf(out, "http://%s/mcp\n", ln.Addr()); err != nil {
+		_ = ln.Close()
+		return fmt.Errorf("print the URL: %w", err)
+	}
+	return serveSimulatorHTTP(ctx, ln, mux, log)
+}
+
+// serveSimulatorHTTP serves h on ln until ctx ends, then waits up to
+// mcpUpstreamShutdown for the requests in flight before it closes their
+// connections.
+func serveSimulatorHTTP(ctx context.Context, ln net.Listener, h http.Handler, log *slog.Logger) error {
 	hs := &http.Server{
-		Handler:           mux,
+		Handler:           h,
 		ReadHeaderTimeout: 10 * time.Second,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	}
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- hs.Serve(ln) }()
-	if _, err := fmt.Fprintf(out, "http://%s/mcp\n", ln.Addr()); err != nil {
-		_ = hs.Close()
-		return fmt.Errorf("print the URL: %w", err)
-	}
 	select {
 	case err := <-serveErr:
 		return fmt.Errorf("serve: %w", err)

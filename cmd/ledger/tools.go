@@ -27,13 +27,14 @@ func newToolsListCmd() *cobra.Command {
 	var o clientOptions
 	cmd := &cobra.Command{
 		Use:   "list",
-		Short: "List the tools of the agents your tenant may use (GET /v1/tools)",
+		Short: "List the tools of the agents your tenant may use, and the http tools (GET /v1/tools)",
 		Long: `List every tool of the agents the token's tenant may submit runs of, in name order:
 its version and effect, what it guarantees (query, dedup, cancel), its timeout, who
 executes it (client: the agent's own process, reporting each call through the agent
-protocol; builtin: the ledger) and, for a client tool, its lease (the heartbeat
-timeout, and how long heartbeats may renew it). --json prints the server's answer as
-it is, arguments schemas included.`,
+protocol; builtin: the ledger, with a tool of its own; http: the ledger, over HTTP) and,
+for a client tool, its lease (the heartbeat timeout, and how long heartbeats may renew
+it). The config file's http tools are listed whether or not an agent names them yet.
+--json prints the server's answer as it is, arguments schemas included.`,
 		Args: usageArgs(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			c, err := o.newClient()

@@ -18,6 +18,7 @@ import (
 	"github.com/actionledger/ledger/config"
 	"github.com/actionledger/ledger/contracts"
 	"github.com/actionledger/ledger/engine"
+	"github.com/actionledger/ledger/httptool"
 	"github.com/actionledger/ledger/ledger"
 	"github.com/actionledger/ledger/mcpgw"
 	"github.com/actionledger/ledger/recovery"
@@ -41,6 +42,9 @@ type service struct {
 	// clientTools are the leases of the config file's client tools, by
 	// name, for the server's GET /v1/tools.
 	clientTools map[string]engine.Lease
+	// httpTools are the names of the config file's http tools, which the
+	// engine calls over HTTP, for the server's GET /v1/tools.
+	httpTools []string
 	// gateway is the MCP gateway of the config file's mcp section, or nil.
 	gateway *mcpgw.Gateway
 }
@@ -54,7 +58,8 @@ type serviceConfig struct {
 	Rules *contracts.Rules
 	// Config is the operator's config file (serve --config), or nil: its
 	// client agents are registered beside practice-cards, which it may
-	// restrict to tenants and give thresholds.
+	// restrict to tenants and give thresholds, and its http tools with the
+	// engine (configHTTPTools).
 	Config *config.Config
 	// DevMode relaxes separation of duties so one person can try the flow.
 	DevMode bool
@@ -135,6 +140,12 @@ func openService(ctx context.Context, cfg serviceConfig) (*service, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, nil))
 	}
+	// Before anything is opened: an http tool that cannot be reached as
+	// declared (its bearer token's variable unset) is the operator's to fix.
+	httpTools, err := configHTTPTools(cfg.Config)
+	if err != nil {
+		return nil, err
+	}
 	// Several processes may share the database: each advances and
 	// recovers only the runs whose leases it holds (engine/runleases.go).
 	if cfg.LeaseTTL == 0 {
@@ -171,6 +182,9 @@ func openService(ctx context.Context, cfg serviceConfig) (*service, error) {
 		cfg.OnEffects(effects)
 	}
 	rt := &service{store: store, effects: effects, log: cfg.Logger}
+	for _, t := range httpTools {
+		rt.httpTools = append(rt.httpTools, t.Descriptor().Name)
+	}
 	policy, err := approval.NewPolicy(cfg.Rules, approval.Defaults{})
 	if err != nil {
 		return nil, errors.Join(err, rt.Close())
@@ -218,7 +232,7 @@ func openService(ctx context.Context, cfg serviceConfig) (*service, error) {
 	if cfg.WrapStore != nil {
 		engineStore = cfg.WrapStore(engineStore)
 	}
-	rt.engine, err = engine.New(engine.Config{Store: engineStore, Approvals: rt.approvals, Agents: agents, Logger: cfg.Logger, FaultFunc: cfg.FaultFunc,
+	rt.engine, err = engine.New(engine.Config{Store: engineStore, Approvals: rt.approvals, Agents: agents, Tools: httpTools, Logger: cfg.Logger, FaultFunc: cfg.FaultFunc,
 		OnDecision: cfg.OnDecision, OnToolCall: cfg.OnToolCall, Redactor: redactor, Health: health,
 		AttemptTokenKey: attemptTokenKey(key), LeaseTTL: cfg.LeaseTTL, Owner: owner})
 	if err != nil {
@@ -266,6 +280,28 @@ func configAgents(cfg *config.Config, practice engine.Agent) ([]engine.Agent, ma
 		}
 	}
 	return agents, leases
+}
+
+// configHTTPTools are the config file's http tools, each the engine's
+// tool over HTTP (httptool), in file order; nil for no file. A tool whose
+// bearer_token_env names a variable unset or empty is a usage error that
+// names the variable, never a value.
+func configHTTPTools(cfg *config.Config) ([]engine.Tool, error) {
+	if cfg == nil {
+		return nil, nil
+	}
+	var tools []engine.Tool
+	for _, t := range cfg.Tools {
+		if t.Executor != contracts.ExecutorHTTP {
+			continue
+		}
+		tool, err := httptool.New(t.Descriptor, t.HTTP, httptool.Options{})
+		if err != nil {
+			return nil, &usageError{err: fmt.Errorf("config file %s: %w", cfg.Path, err)}
+		}
+		tools = append(tools, tool)
+	}
+	return tools, nil
 }
 
 // Close stops the engine's workers (which releases the run leases they

@@ -68,7 +68,7 @@ func enums() map[reflect.Type][]string {
 		reflect.TypeFor[ledger.ObservationSource](): strs([]ledger.ObservationSource{ledger.ObservedResult,
 			ledger.ObservedQuery, ledger.ObservedCancel, ledger.ObservedPerson, ledger.ObservedLate, ledger.ObservedStaleHolder, ledger.ObservedDelivered}),
 		reflect.TypeFor[contracts.Effect]():   strs([]contracts.Effect{contracts.EffectRead, contracts.EffectWrite}),
-		reflect.TypeFor[contracts.Executor](): strs([]contracts.Executor{contracts.ExecutorClient, contracts.ExecutorBuiltin}),
+		reflect.TypeFor[contracts.Executor](): strs([]contracts.Executor{contracts.ExecutorClient, contracts.ExecutorBuiltin, contracts.ExecutorHTTP}),
 		reflect.TypeFor[engine.Driver]():      strs([]engine.Driver{engine.DriverBuiltin, engine.DriverClient, engine.DriverGateway}),
 	}
 }
