@@ -230,7 +230,7 @@ func TestConfigFileExample(t *testing.T) {
 	require.True(t, ok)
 	cfg, err := config.Parse([]byte(block), config.FormatYAML, builtins())
 	require.NoError(t, err)
-	require.Len(t, cfg.Tools, 2)
+	require.Len(t, cfg.Tools, 3)
 	require.Len(t, cfg.Agents, 2)
 	require.NotNil(t, cfg.Rules)
 }
