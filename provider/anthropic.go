@@ -61,20 +61,24 @@ func (a *anthropicAPI) Complete(ctx context.Context, req Request) (Turn, error) 
 		return Turn{}, a.invalid(ErrorClient, err)
 	}
 	var res *http.Response
-	// The SDK refuses a non-streamed call it expects to outlast its own
-	// default timeout; the tier's timeout is the one that counts.
-	opts := []option.RequestOption{option.WithResponseInto(&res), option.WithRequestTimeout(a.timeout)}
+	into := option.WithResponseInto(&res)
 	if !a.stream {
-		msg, err := a.svc.New(tctx, p, opts...)
+		// The SDK refuses a non-streamed call it expects to outlast its own
+		// default timeout; the tier's timeout is the one that counts.
+		msg, err := a.svc.New(tctx, p, into, option.WithRequestTimeout(a.timeout))
 		if err != nil {
 			return Turn{}, a.classify(ctx, tctx, anthropicFailure(err, res))
 		}
-		return a.turn(msg, msg.JSON.Usage.Valid())
+		return a.turn(msg, msg.JSON.Usage.Valid(), nil)
 	}
-	stream := a.svc.NewStreaming(tctx, p, opts[:1]...)
+	stream := a.svc.NewStreaming(tctx, p, into)
 	defer func() { _ = stream.Close() }()
 	var msg anthropic.Message
 	var usage, stopped bool
+	// The tool calls' argument text as streamed: the SDK empties one that
+	// a max_tokens stop cut off, which would read as a call with no
+	// arguments.
+	partial := map[int64]*strings.Builder{}
 	for stream.Next() {
 		ev := stream.Current()
 		if err := msg.Accumulate(ev); err != nil {
@@ -87,6 +91,13 @@ func (a *anthropicAPI) Complete(ctx context.Context, req Request) (Turn, error) 
 			usage = usage || ev.JSON.Usage.Valid()
 		case "message_stop":
 			stopped = true
+		case "content_block_delta":
+			if ev.Delta.Type == "input_json_delta" {
+				if partial[ev.Index] == nil {
+					partial[ev.Index] = &strings.Builder{}
+				}
+				partial[ev.Index].WriteString(ev.Delta.PartialJSON)
+			}
 		}
 	}
 	if err := stream.Err(); err != nil {
@@ -95,7 +106,11 @@ func (a *anthropicAPI) Complete(ctx context.Context, req Request) (Turn, error) 
 	if !stopped {
 		return Turn{}, a.classify(ctx, tctx, failure{kind: ErrorTransport, message: "the stream ended before message_stop"})
 	}
-	return a.turn(&msg, usage)
+	args := make(map[int]string, len(partial))
+	for i, b := range partial {
+		args[int(i)] = b.String()
+	}
+	return a.turn(&msg, usage, args)
 }
 
 // params translates req into a Messages request.
@@ -195,29 +210,35 @@ func roleOf(m anthropic.MessageParam) Role {
 }
 
 // turn reads a message into a Turn; usage says whether the provider
-// reported any.
-func (a *anthropicAPI) turn(msg *anthropic.Message, usage bool) (Turn, error) {
+// reported any; streamed holds a streamed tool call's argument text by its
+// block's index.
+func (a *anthropicAPI) turn(msg *anthropic.Message, usage bool, streamed map[int]string) (Turn, error) {
 	t := Turn{Model: string(msg.Model)}
 	if t.Model == "" {
 		t.Model = a.model
 	}
 	var text strings.Builder
-	for _, b := range msg.Content {
+	var calls []rawCall
+	for i, b := range msg.Content {
 		switch b.Type {
 		case "text":
 			text.WriteString(b.Text)
 		case "tool_use":
-			args, err := parseArguments(string(b.Input))
-			if err != nil {
-				return Turn{}, a.invalid(ErrorInvalidResponse, fmt.Errorf("tool call %s (%s): %w", b.ID, b.Name, err))
+			args, ok := streamed[i]
+			if !ok {
+				args = string(b.Input)
 			}
-			t.ToolCalls = append(t.ToolCalls, ToolCall{ID: b.ID, Name: b.Name, Arguments: args})
+			calls = append(calls, rawCall{id: b.ID, name: b.Name, args: args})
 		case "thinking", "redacted_thinking":
 			t.Opaque = append(t.Opaque, Opaque{Kind: a.kind, Type: b.Type, Data: json.RawMessage(b.RawJSON())})
 		}
 	}
 	t.Text = text.String()
 	t.Stop = anthropicStop(string(msg.StopReason))
+	var err error
+	if t.ToolCalls, err = toolCalls(calls, t.Stop); err != nil {
+		return Turn{}, a.invalid(ErrorInvalidResponse, err)
+	}
 	if t.Stop == StopRefusal {
 		t.Refusal = msg.StopDetails.Explanation
 		if t.Refusal == "" {

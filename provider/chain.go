@@ -95,7 +95,7 @@ func ChainOf(tiers ...Model) (*Chain, error) {
 func (c *Chain) Complete(ctx context.Context, req Request) (Answer, error) {
 	var ans Answer
 	if err := req.validate(); err != nil {
-		return ans, &Error{Kind: ErrorClient, Tier: c.tiers[0].Name(), Message: err.Error(), Err: err}
+		return ans, &Error{Kind: ErrorClient, Message: err.Error(), Err: err}
 	}
 	for i, m := range c.tiers {
 		if err := ctx.Err(); err != nil {

@@ -158,14 +158,16 @@ func (c *chat) turn(cc chatCompletion) (Turn, error) {
 	if t.Model == "" {
 		t.Model = c.model
 	}
-	for _, call := range cc.calls {
-		args, err := parseArguments(call.args)
-		if err != nil {
-			return Turn{}, c.invalid(ErrorInvalidResponse, fmt.Errorf("tool call %s (%s): %w", call.id, call.name, err))
-		}
-		t.ToolCalls = append(t.ToolCalls, ToolCall{ID: call.id, Name: call.name, Arguments: args})
-	}
 	t.Stop = chatStop(cc.finish, cc.refusal != "")
+	raw := make([]rawCall, len(cc.calls))
+	for i, call := range cc.calls {
+		raw[i] = rawCall{id: call.id, name: call.name, args: call.args}
+	}
+	calls, err := toolCalls(raw, t.Stop)
+	if err != nil {
+		return Turn{}, c.invalid(ErrorInvalidResponse, err)
+	}
+	t.ToolCalls = calls
 	return t, nil
 }
 

@@ -40,7 +40,8 @@ type Error struct {
 	// RetryAfter is how long the provider asked to wait (Retry-After in
 	// seconds or as an HTTP date, or retry-after-ms); 0 when it did not say.
 	RetryAfter time.Duration
-	// Tier is the name of the tier that failed.
+	// Tier is the name of the tier that failed; empty when the chain
+	// refused the request before asking any.
 	Tier    string
 	Message string
 	// Err is the cause as the SDK or net/http gave it, for errors.Is/As.
@@ -50,7 +51,11 @@ type Error struct {
 // Error implements error.
 func (e *Error) Error() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "provider %s: %s", e.Tier, e.Kind)
+	b.WriteString("provider")
+	if e.Tier != "" {
+		b.WriteString(" " + e.Tier)
+	}
+	b.WriteString(": " + string(e.Kind))
 	if e.Status != 0 {
 		fmt.Fprintf(&b, " (HTTP %d)", e.Status)
 	}

@@ -169,6 +169,7 @@ func (a *responsesAPI) turn(ctx, tctx context.Context, resp *responses.Response,
 		t.Model = a.model
 	}
 	var text, refusal strings.Builder
+	var calls []rawCall
 	for _, raw := range items {
 		var it responseItem
 		if err := json.Unmarshal(raw, &it); err != nil {
@@ -181,17 +182,17 @@ func (a *responsesAPI) turn(ctx, tctx context.Context, resp *responses.Response,
 				refusal.WriteString(c.Refusal)
 			}
 		case "function_call":
-			args, err := parseArguments(it.Arguments)
-			if err != nil {
-				return Turn{}, a.invalid(ErrorInvalidResponse, fmt.Errorf("tool call %s (%s): %w", it.CallID, it.Name, err))
-			}
-			t.ToolCalls = append(t.ToolCalls, ToolCall{ID: it.CallID, Name: it.Name, Arguments: args})
+			calls = append(calls, rawCall{id: it.CallID, name: it.Name, args: it.Arguments})
 		case "reasoning":
 			t.Opaque = append(t.Opaque, Opaque{Kind: a.kind, Type: it.Type, Data: raw})
 		}
 	}
 	t.Text, t.Refusal = text.String(), refusal.String()
-	t.Stop = responsesStop(string(resp.Status), resp.IncompleteDetails.Reason, t.Refusal != "", len(t.ToolCalls) > 0)
+	t.Stop = responsesStop(string(resp.Status), resp.IncompleteDetails.Reason, t.Refusal != "", len(calls) > 0)
+	var err error
+	if t.ToolCalls, err = toolCalls(calls, t.Stop); err != nil {
+		return Turn{}, a.invalid(ErrorInvalidResponse, err)
+	}
 	if resp.JSON.Usage.Valid() {
 		u := responsesUsage(resp.Usage)
 		t.Usage = &u

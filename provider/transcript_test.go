@@ -37,8 +37,11 @@ var weatherTool = provider.ToolSpec{
 }
 
 // uncapped takes a request's token cap away.
-func uncapped(r provider.Request) provider.Request {
-	r.MaxOutputTokens = 0
+func uncapped(r provider.Request) provider.Request { return capped(r, 0) }
+
+// capped sets a request's token cap.
+func capped(r provider.Request, n int64) provider.Request {
+	r.MaxOutputTokens = n
 	return r
 }
 
@@ -205,6 +208,9 @@ func TestOpenAIChatWire(t *testing.T) {
 			want: `{` + text + `,"stop":"end_turn","model":"o3-mini-2025-01-31","usage":` + usageJSON(2006, 1920, 0, 300, 256) + `}`},
 		{name: "stream_error", req: reqSimple(),
 			wantErr: &provider.Error{Kind: provider.ErrorServer, Message: "The server had an error"}},
+		{name: "stream_max_tokens", req: capped(reqTools(), 24),
+			want: `{"tool_calls":[{"id":"call_FXoAjBUMcVv1k40fficJ9cSs","name":"get_weather","arguments":{"location":"Paris"}}],
+				"stop":"max_tokens","model":"gpt-4o-2024-08-06","usage":` + usageJSON(68, 0, 0, 24, 0) + `}`},
 	})
 }
 
@@ -246,6 +252,9 @@ func TestOpenAIResponsesWire(t *testing.T) {
 				"opaque":[{"kind":"openai-responses","type":"reasoning","data":{"type":"reasoning","id":"rs_68257c2f1a0c81918f5e3c2b1a0d9e8f0c8a5e1d2f3a4b5c","summary":[],"encrypted_content":"gAAAAABoJXwvQ2xvc2VkUmVhc29uaW5nSXRlbQ=="}}]}`},
 		{name: "stream_failed", req: reqSimple(),
 			wantErr: &provider.Error{Kind: provider.ErrorServer, Message: "The model failed to generate a response."}},
+		{name: "max_tokens", req: capped(reqTools(), 24),
+			want: `{"tool_calls":[{"id":"call_unLAR8MvFNptuiZK6K6HCy5k","name":"get_weather","arguments":{"location":"Paris"}}],
+				"stop":"max_tokens","model":"gpt-4.1-2025-04-14","usage":` + usageJSON(291, 0, 0, 24, 0) + `}`},
 	})
 }
 
@@ -289,5 +298,8 @@ func TestAnthropicMessagesWire(t *testing.T) {
 				"opaque":[{"kind":"anthropic-messages","type":"redacted_thinking","data":{"type":"redacted_thinking","data":"EmwKAhgBEgy3va3pzix/LafPsn4aDFIT2Xlxh0L5L8rLVyIwxtE3rAFBa8cr3qpPkNRj2YfWXGmKDxH4mPnZ5sQ7vB8URj2pLmN3kY8Qc0BA"}}]}`},
 		{name: "stream_overloaded", req: reqSimple(),
 			wantErr: &provider.Error{Kind: provider.ErrorServer, Message: "Overloaded"}},
+		{name: "stream_max_tokens", req: capped(reqTools(), 24),
+			want: `{"tool_calls":[{"id":"toolu_01T1x1fJ34qAmk2tNTrN7Up6","name":"get_weather","arguments":{"location":"Paris"}}],
+				"stop":"max_tokens",` + model + `,"usage":` + usageJSON(472, 0, 0, 24, 0) + `}`},
 	})
 }

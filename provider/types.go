@@ -237,16 +237,31 @@ func arguments(raw json.RawMessage) json.RawMessage {
 	return raw
 }
 
-// parseArguments turns a model's argument text into a JSON object.
-func parseArguments(s string) (json.RawMessage, error) {
-	raw := json.RawMessage(bytes.TrimSpace([]byte(s)))
-	if len(raw) == 0 {
-		return json.RawMessage(`{}`), nil
+// rawCall is a tool call as a provider gave it, its arguments as text.
+type rawCall struct {
+	id, name, args string
+}
+
+// toolCalls parses the turn's calls in order. A call whose arguments are
+// not a JSON object fails the turn (invalid_response), unless the turn was
+// cut at its token cap: then the call was cut off mid-arguments and is
+// left out, and the turn's max_tokens stop says so.
+func toolCalls(raw []rawCall, stop StopReason) ([]ToolCall, error) {
+	var out []ToolCall
+	for _, c := range raw {
+		args := json.RawMessage(bytes.TrimSpace([]byte(c.args)))
+		if len(args) == 0 {
+			args = json.RawMessage(`{}`)
+		}
+		if !isObject(args) {
+			if stop == StopMaxTokens {
+				continue
+			}
+			return nil, fmt.Errorf("tool call %s (%s): arguments are not a JSON object", c.id, c.name)
+		}
+		out = append(out, ToolCall{ID: c.id, Name: c.name, Arguments: args})
 	}
-	if !isObject(raw) {
-		return nil, errors.New("tool call arguments are not a JSON object")
-	}
-	return raw, nil
+	return out, nil
 }
 
 // schemaMap decodes a JSON Schema for the SDKs' map-typed fields, keeping
