@@ -294,6 +294,7 @@ func anthropicFailure(err error, res *http.Response) failure {
 		return f
 	}
 	f.message = apiErr.Message
+	f.err = nil // its text holds the provider's body: Message is the scrubbed part of it
 	if apiErr.StatusCode >= 400 {
 		f.status = apiErr.StatusCode
 		if apiErr.Response != nil {

@@ -3,6 +3,8 @@ package provider_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -293,6 +295,23 @@ func TestChainNeverShowsTheKey(t *testing.T) {
 		require.NotContains(t, string(raw), key)
 	}
 	require.Contains(t, ans.Failures[0].Message, "key [redacted] ([redacted]) is throttled")
+
+	// A failure that does not fall back is returned whole: no error in its
+	// chain holds the key either.
+	for _, tier := range []provider.TierConfig{chatTier("gpt", "URL"), claudeTier("claude", "URL")} {
+		refused := newFailing(t, func(w http.ResponseWriter, r *http.Request) {
+			key := strings.TrimPrefix(r.Header.Get("Authorization"), "Bearer ")
+			status(401, `{"type":"error","error":{"type":"authentication_error","message":"invalid key `+key+`"}}`)(w, r)
+		})
+		tier.BaseURL = strings.Replace(tier.BaseURL, "URL", refused.srv.URL, 1)
+		_, err := newChain(t, tier, fallback).Complete(context.Background(), reqSimple())
+		require.Error(t, err)
+		require.Contains(t, err.Error(), "invalid key [redacted]")
+		for e := err; e != nil; e = errors.Unwrap(e) {
+			require.NotContains(t, fmt.Sprintf("%v %+v", e, e), openaiKey)
+			require.NotContains(t, fmt.Sprintf("%v %+v", e, e), anthropicKey)
+		}
+	}
 }
 
 func TestNewChainRefuses(t *testing.T) {

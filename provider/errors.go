@@ -44,7 +44,10 @@ type Error struct {
 	// refused the request before asking any.
 	Tier    string
 	Message string
-	// Err is the cause as the SDK or net/http gave it, for errors.Is/As.
+	// Err is the cause as net/http, the context or a decoder gave it, for
+	// errors.Is/As; nil when the provider answered with an error, whose
+	// Status and Message say it all (the SDK's error holds the raw body,
+	// which may echo the key).
 	Err error
 }
 

@@ -41,6 +41,7 @@ func openaiFailure(err error, res *http.Response) failure {
 		if apiErr.Response != nil {
 			f.res = apiErr.Response
 		}
+		f.err = nil // its text holds the provider's body: Message is the scrubbed part of it
 	case errors.As(err, &streamErr):
 		// An error event inside a 200 stream: {"error": {...}}.
 		var ev struct {
@@ -54,6 +55,7 @@ func openaiFailure(err error, res *http.Response) failure {
 		code, _ := ev.Error.Code.(string)
 		f.kind = streamErrorKind(ev.Error.Type + " " + code)
 		f.message = ev.Error.Message
+		f.err = nil // its text holds the event's body
 	}
 	return f
 }
