@@ -19,8 +19,10 @@ const module = "github.com/actionledger/ledger"
 // layering. Test-only packages (ledgertest, storetest, archtest) import what
 // they test.
 var allowed = map[string][]string{
-	"contracts":         {},
-	"redact":            {},
+	"contracts": {},
+	"redact":    {},
+	// Model adapters and the fallback chain: the engine builds on it.
+	"provider":          {},
 	"ledger":            {"contracts"},
 	"ledger/ledgertest": {"ledger", "contracts", "ledger/sqlite"},
 	// Storage drivers: the ledger's rules stay in ledger, over their seam.
@@ -87,6 +89,9 @@ var owners = map[string][]string{
 	// A module path here covers its packages too.
 	"github.com/getkin/kin-openapi": {"server/servertest"},
 	"github.com/invopop/jsonschema": {"server/internal/openapigen"},
+	// The model providers' SDKs: the adapters alone.
+	"github.com/openai/openai-go/v3":            {"provider"},
+	"github.com/anthropics/anthropic-sdk-go/v2": {"provider"},
 	// The MCP SDK: the gateway, the test upstream, and the commands and
 	// tests that start or call them.
 	"github.com/modelcontextprotocol/go-sdk": {"mcpgw", "simulator/mcpupstream", "cmd/ledger", "server", "faultmatrix", "perf"},
