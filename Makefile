@@ -18,14 +18,18 @@ lint:
 # The test command of the README and of CI: lint, then every test with the
 # race detector and, in the same test binaries, every benchmark once so it
 # cannot rot (a separate `go test -bench` would compile every test binary a
-# second time, without -race), then the two clients. It runs the whole
-# fault matrix once (faultmatrix.TestMatrix); LEDGER_FAULTMATRIX_REPORT=FILE
-# keeps its report.
+# second time, without -race), beside the two clients and the MCP gateway's
+# Node tests: those wait on npm and on servers more than they compute, so
+# they run while the Go tests do (output kept per target). It runs the
+# whole fault matrix once (faultmatrix.TestMatrix); LEDGER_FAULTMATRIX_REPORT=FILE
+# keeps its report. `go vet ./...` ran in lint with every check, so go
+# test's own vet pass (a subset, on the race build) is off.
 test: lint
-	$(GO) test -race -count=1 -timeout 25m -bench . -benchtime 1x ./...
-	$(MAKE) test-python
-	$(MAKE) test-typescript
-	$(MAKE) test-mcp
+	$(MAKE) -j4 --output-sync=target test-go test-python test-typescript test-mcp
+
+.PHONY: test-go
+test-go:
+	$(GO) test -race -vet=off -count=1 -timeout 25m -bench . -benchtime 1x ./...
 
 # The Python client and the Python example agent, against the real binary
 # (standard library only: python3 >= 3.9, nothing to install).

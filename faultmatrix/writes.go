@@ -63,6 +63,10 @@ type WriteOptions struct {
 	MaxWrites int
 	// Parallel is how many loops run at once; 0 means 2.
 	Parallel int
+	// StopAtFailure ends a loop at its first crash whose checks fail,
+	// for a run that only has to show the loop can fail (a broken test
+	// build): the crashes after it would cost time and prove nothing more.
+	StopAtFailure bool
 	// Env is added to every process (a simulator configuration, a broken
 	// test build's LEDGER_BROKEN).
 	Env []string
@@ -210,6 +214,9 @@ func writeLoop(ctx context.Context, o WriteOptions, path WritePath, at ledger.Wr
 			return loop, nil
 		}
 		loop.Writes = i
+		if o.StopAtFailure && len(res.Failures) > 0 {
+			return loop, nil
+		}
 	}
 	return loop, fmt.Errorf("the run still reached write %d: it never ends", o.MaxWrites)
 }

@@ -38,13 +38,13 @@ func TestCrashAtEveryWrite(t *testing.T) {
 // TestCrashAtEveryWriteCatchesABrokenEngine proves the loop can fail: a
 // test build of the engine that calls the tool before recording the
 // attempt, with a tool that has no guarantees, acts twice once a crash
-// loses the attempt's write.
+// loses the attempt's write. The loop stops at that first failure.
 func TestCrashAtEveryWriteCatchesABrokenEngine(t *testing.T) {
 	t.Parallel()
 	bin := build(t, "-tags", "faultmatrix_broken")
 	rep, err := faultmatrix.RunWrites(context.Background(), faultmatrix.WriteOptions{Binary: bin,
 		Paths: []faultmatrix.WritePath{faultmatrix.WritePathApproval}, Points: []ledger.WritePoint{ledger.WriteBeforeCommit},
-		Env: []string{"LEDGER_BROKEN=call_before_record",
+		StopAtFailure: true, Env: []string{"LEDGER_BROKEN=call_before_record",
 			`LEDGER_SIMULATOR_CONFIG={"tools":{"cards.write":{"guarantees":{"query":false,"dedup":false,"cancel":false}}}}`}})
 	require.NoError(t, err)
 	require.Positive(t, rep.Failed, "the broken engine passed every crash")
@@ -53,4 +53,6 @@ func TestCrashAtEveryWriteCatchesABrokenEngine(t *testing.T) {
 		failures = append(failures, r.Failures...)
 	}
 	require.Contains(t, strings.Join(failures, "; "), "two effects for dedup key")
+	results := rep.Loops[0].Results
+	require.NotEmpty(t, results[len(results)-1].Failures, "the loop stopped at its first failure")
 }
