@@ -119,7 +119,7 @@ func TestPipeSession(t *testing.T) {
 	select {
 	case err := <-done:
 		require.NoError(t, err)
-	case <-time.After(30 * time.Second): // a stop that hangs fails the test instead of the run
+	case <-time.After(30 * time.Second): // not a sleep: the test waits on done; this bound turns a stop that hangs into a failure instead of a stuck run
 		t.Fatal("stop did not return")
 	}
 

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
@@ -9,7 +8,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -103,21 +101,7 @@ func TestSimulatorHTTPTool(t *testing.T) {
 	storePath := filepath.Join(t.TempDir(), "http-tool.effects.db")
 	cmd := exec.Command(bin, "simulator", "http-tool", "--store", storePath, "--print-addr", "--token-env", "SIM_TOKEN")
 	cmd.Env = append(cleanEnv(), "SIM_TOKEN=sim-token")
-	stdout, err := cmd.StdoutPipe()
-	require.NoError(t, err)
-	var stderr strings.Builder
-	cmd.Stderr = &stderr
-	require.NoError(t, cmd.Start())
-	exited := false
-	t.Cleanup(func() {
-		if !exited {
-			_ = cmd.Process.Kill()
-			_ = cmd.Wait()
-		}
-	})
-	line, err := bufio.NewReader(stdout).ReadString('\n')
-	require.NoError(t, err, "stderr: %s", stderr.String())
-	base := strings.TrimSpace(line)
+	base, stop := serving(t, cmd)
 	require.Regexp(t, `^http://127\.0\.0\.1:[0-9]+$`, base)
 
 	write, err := httptool.New(simulator.CardsWriteDescriptor(), contracts.HTTPEndpoints{URL: base + httpupstream.PathCardsWrite,
@@ -135,10 +119,7 @@ func TestSimulatorHTTPTool(t *testing.T) {
 	require.NoError(t, err)
 	require.EqualValues(t, "happened", q.Effect)
 
-	require.NoError(t, cmd.Process.Signal(os.Interrupt))
-	err = cmd.Wait()
-	exited = true
-	require.NoError(t, err, "a signal stops it cleanly; stderr: %s", stderr.String())
+	require.NoError(t, stop(), "a signal stops it cleanly")
 	effects := effectsIn(t, storePath)
 	require.Len(t, effects, 1, "two calls of one dedup key: one effect")
 	require.Equal(t, "run_1/act_1", effects[0].DedupKey)

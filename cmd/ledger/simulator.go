@@ -123,11 +123,7 @@ stdout, and stops on SIGINT or SIGTERM. Logs go to stderr.`,
 				return usagef("--http %q: a loopback address only (this server has no authentication), such as 127.0.0.1:0", httpAddr)
 			}
 			log := warningLogger(cmd.ErrOrStderr())
-			cfg, err := simulatorConfigFile(configPath, log)
-			if err != nil {
-				return err
-			}
-			store, err := simulator.OpenEffectStore(cmd.Context(), path, nil)
+			cfg, store, err := openSimulatorTools(cmd.Context(), path, configPath, log)
 			if err != nil {
 				return err
 			}
@@ -154,6 +150,18 @@ stdout, and stops on SIGINT or SIGTERM. Logs go to stderr.`,
 	cmd.Flags().BoolVar(&misbehaving, "misbehaving-tools", false, "add huge_read, hang, exit_now and malformed")
 	cmd.Flags().StringVar(&httpAddr, "http", "", "serve streamable HTTP on this loopback HOST:PORT at /mcp instead of stdio")
 	return cmd
+}
+
+// openSimulatorTools reads the simulator config file at configPath ("" for
+// none) and opens the effect store at storePath, which the caller closes:
+// what a command serving the simulator's tools starts from.
+func openSimulatorTools(ctx context.Context, storePath, configPath string, log *slog.Logger) (simulator.Config, *simulator.EffectStore, error) {
+	cfg, err := simulatorConfigFile(configPath, log)
+	if err != nil {
+		return cfg, nil, err
+	}
+	store, err := simulator.OpenEffectStore(ctx, storePath, nil)
+	return cfg, store, err
 }
 
 // simulatorConfigFile reads the simulator config file at path ("" for
@@ -216,11 +224,7 @@ its base URL (http://HOST:PORT) as the first line of stdout; it stops on SIGINT 
 				}
 			}
 			log := warningLogger(cmd.ErrOrStderr())
-			cfg, err := simulatorConfigFile(configPath, log)
-			if err != nil {
-				return err
-			}
-			store, err := simulator.OpenEffectStore(cmd.Context(), path, nil)
+			cfg, store, err := openSimulatorTools(cmd.Context(), path, configPath, log)
 			if err != nil {
 				return err
 			}

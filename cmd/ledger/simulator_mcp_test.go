@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -124,22 +125,7 @@ func TestSimulatorMCPUpstreamHTTP(t *testing.T) {
 	storePath := filepath.Join(t.TempDir(), "upstream.effects.db")
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	cmd := exec.Command(bin, "simulator", "mcp-upstream", "--store", storePath, "--http", "127.0.0.1:0")
-	stdout, err := cmd.StdoutPipe()
-	require.NoError(t, err)
-	var stderr strings.Builder
-	cmd.Stderr = &stderr
-	require.NoError(t, cmd.Start())
-	exited := false
-	t.Cleanup(func() {
-		if !exited {
-			_ = cmd.Process.Kill()
-			_ = cmd.Wait()
-		}
-	})
-	line, err := bufio.NewReader(stdout).ReadString('\n')
-	require.NoError(t, err, "stderr: %s", stderr.String())
-	url := strings.TrimSpace(line)
+	url, stop := serving(t, exec.Command(bin, "simulator", "mcp-upstream", "--store", storePath, "--http", "127.0.0.1:0"))
 	require.Regexp(t, `^http://127\.0\.0\.1:[0-9]+/mcp$`, url)
 
 	cs, err := mcpClient().Connect(ctx, &mcp.StreamableClientTransport{Endpoint: url}, nil)
@@ -151,10 +137,7 @@ func TestSimulatorMCPUpstreamHTTP(t *testing.T) {
 	require.False(t, res.IsError, "%v", res.Content)
 	require.NoError(t, cs.Close())
 
-	require.NoError(t, cmd.Process.Signal(os.Interrupt))
-	err = cmd.Wait()
-	exited = true
-	require.NoError(t, err, "a signal stops it cleanly; stderr: %s", stderr.String())
+	require.NoError(t, stop(), "a signal stops it cleanly")
 
 	effects := effectsIn(t, storePath)
 	require.Len(t, effects, 1, "two calls of one dedup key: one effect")
@@ -185,4 +168,37 @@ func TestSimulatorMCPUpstreamUsage(t *testing.T) {
 	}
 	_, err := os.Stat(store)
 	require.True(t, errors.Is(err, os.ErrNotExist), "no store was created by a refused command")
+}
+
+// serving starts cmd, a server that prints where it listens as the first
+// line of its stdout, and returns that line. stop interrupts the server
+// and waits for it to end, its error carrying the server's stderr; a test
+// that does not call stop has the process killed when it ends.
+func serving(t *testing.T, cmd *exec.Cmd) (first string, stop func() error) {
+	t.Helper()
+	stdout, err := cmd.StdoutPipe()
+	require.NoError(t, err)
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	require.NoError(t, cmd.Start())
+	exited := false
+	t.Cleanup(func() {
+		if !exited {
+			_ = cmd.Process.Kill()
+			_ = cmd.Wait()
+		}
+	})
+	line, err := bufio.NewReader(stdout).ReadString('\n')
+	require.NoError(t, err, "stderr: %s", stderr.String())
+	return strings.TrimSpace(line), func() error {
+		if err := cmd.Process.Signal(os.Interrupt); err != nil {
+			return err
+		}
+		err := cmd.Wait()
+		exited = true
+		if err != nil {
+			return fmt.Errorf("%w; stderr: %s", err, stderr.String())
+		}
+		return nil
+	}
 }
